@@ -1,0 +1,141 @@
+"""Generates the StreamConsumer CustomResourceDefinition from the pydantic models.
+
+`python -m streamconsumer.crd` prints it; `make crds` writes `crds/streamconsumer.yaml`,
+and a test fails when the file and the models drift apart."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import yaml
+
+from streamconsumer.models import GROUP, KIND, PLURAL, VERSION
+from streamconsumer.models.resource import StreamConsumerSpec, StreamConsumerStatus
+
+# Keywords of pydantic's JSON Schema that OpenAPI v3 structural schemas do not take.
+_DROPPED = {"title", "$defs"}
+
+
+def structural_schema(model: type[Any]) -> dict[str, Any]:
+    """The model's JSON Schema, rewritten as a Kubernetes structural OpenAPI v3 schema:
+    references inlined, optionals unwrapped, exclusive bounds in OpenAPI 3.0 form."""
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    definitions = schema.get("$defs", {})
+
+    def convert(node: dict[str, Any]) -> dict[str, Any]:
+        if "$ref" in node:
+            target = definitions[node["$ref"].split("/")[-1]]
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return convert(merged)
+        if "anyOf" in node:
+            # `X | None`: optional fields are simply not required; None is never written.
+            options = [o for o in node["anyOf"] if o.get("type") != "null"]
+            if len(options) != 1:
+                raise ValueError(f"cannot express a union in a structural schema: {node}")
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            if rest.get("default", ...) is None:
+                del rest["default"]
+            return convert({**options[0], **rest})
+        if node.get("x-kubernetes-preserve-unknown-fields"):
+            free_form: dict[str, Any] = {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": True,
+            }
+            if "description" in node:
+                free_form["description"] = node["description"]
+            return free_form
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            if key in _DROPPED:
+                continue
+            if key == "properties":
+                out[key] = {name: convert(child) for name, child in value.items()}
+            elif key == "items":
+                out[key] = convert(value)
+            elif key == "additionalProperties":
+                if isinstance(value, dict):
+                    out[key] = convert(value)
+                # `false` (extra="forbid") is the structural default: unknown fields are pruned.
+            elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+                bound = "minimum" if key == "exclusiveMinimum" else "maximum"
+                out[bound] = value
+                out[key] = True
+            elif key == "const":
+                out["enum"] = [value]
+            else:
+                out[key] = value
+        return out
+
+    return convert(schema)
+
+
+def custom_resource_definition() -> dict[str, Any]:
+    spec = structural_schema(StreamConsumerSpec)
+    status = structural_schema(StreamConsumerStatus)
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": ["sc"],
+                "categories": ["all"],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.labelSelector",
+                        },
+                    },
+                    "additionalPrinterColumns": [
+                        {"name": "Shards", "type": "integer", "jsonPath": ".status.shards"},
+                        {"name": "Workers", "type": "integer", "jsonPath": ".status.replicas"},
+                        {"name": "Lag(ms)", "type": "integer", "jsonPath": ".status.lagMillis"},
+                        {
+                            "name": "Ready",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                        },
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "A consumer of a sharded stream, run by worker pods.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def render() -> str:
+    header = "# Generated from operator/streamconsumer/models by `make crds`. Do not edit.\n"
+    return header + yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

@@ -1,0 +1,104 @@
+"""Worker <-> operator messages (DESIGN §2), shared by both sides.
+
+A worker joins, renews and leaves through heartbeats; it checkpoints through its own call.
+Every lease carries an epoch, bumped on each grant: a message under an older epoch is
+refused (fencing)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from streamconsumer.models.base import Model
+from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
+
+SHARD_END = "SHARD_END"
+"""The checkpoint of a closed shard whose every record has been processed."""
+
+WorkerName = Annotated[str, Field(min_length=1, max_length=253)]
+ShardId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class HeldShard(Model):
+    shard_id: ShardId
+    epoch: int = Field(ge=0)
+    sequence_number: SequenceNumber | None = Field(
+        default=None, description="Last record processed (not necessarily checkpointed)."
+    )
+    millis_behind_latest: int | None = Field(default=None, ge=0)
+
+
+class HeartbeatRequest(Model):
+    worker: WorkerName
+    held: list[HeldShard] = Field(default_factory=list, max_length=10000)
+    draining: bool = Field(default=False, description="True from SIGTERM on: take nothing new.")
+
+
+class StartPositionType(StrEnum):
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+    AFTER_SEQUENCE_NUMBER = "AFTER_SEQUENCE_NUMBER"
+
+
+class StartPosition(Model):
+    type: StartPositionType
+    sequence_number: SequenceNumber | None = None
+    timestamp: datetime | None = None
+
+    @model_validator(mode="after")
+    def _has_what_the_type_needs(self) -> StartPosition:
+        if (self.type is StartPositionType.AFTER_SEQUENCE_NUMBER) != (
+            self.sequence_number is not None
+        ):
+            raise ValueError("sequenceNumber goes with AFTER_SEQUENCE_NUMBER, and only with it")
+        if (self.type is StartPositionType.AT_TIMESTAMP) != (self.timestamp is not None):
+            raise ValueError("timestamp goes with AT_TIMESTAMP, and only with it")
+        return self
+
+
+class Assignment(Model):
+    shard_id: ShardId
+    epoch: int = Field(ge=1)
+    start: StartPosition
+    parents: list[ShardId] = Field(default_factory=list, max_length=2)
+
+
+class RevocationReason(StrEnum):
+    HANDOFF = "handoff"  # planned move: finish the batch, checkpoint, release
+    LOST = "lost"  # the lease is gone (expired or fenced): stop at once, no checkpoint
+
+
+class Revocation(Model):
+    shard_id: ShardId
+    reason: RevocationReason
+
+
+class HeartbeatResponse(Model):
+    lease_duration_ms: int = Field(ge=1)
+    assignments: list[Assignment] = Field(default_factory=list)
+    revocations: list[Revocation] = Field(default_factory=list)
+
+
+class CheckpointRequest(Model):
+    worker: WorkerName
+    shard_id: ShardId
+    epoch: int = Field(ge=1)
+    sequence_number: ShardCheckpoint
+    release: bool = Field(default=False, description="Give the lease up after this checkpoint.")
+    wait: bool = Field(default=False, description="Answer only once the checkpoint is in status.")
+
+
+class CheckpointResponse(Model):
+    shard_id: ShardId
+    epoch: int
+    checkpoint: ShardCheckpoint
+    persisted: bool
+
+
+class ErrorResponse(Model):
+    error: Literal["bad_request", "unauthorized", "forbidden", "lease_lost", "not_found"]
+    message: str

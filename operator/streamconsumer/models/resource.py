@@ -1,0 +1,225 @@
+"""The StreamConsumer custom resource: spec (what the user declares) and status (what the
+operator keeps: per-shard leases and checkpoints, workers, conditions).
+
+`crds/streamconsumer.yaml` is generated from these models (`make crds`); rules that a
+structural schema can carry are CEL rules here, so `kubectl apply` refuses a bad spec."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from streamconsumer.models.base import Model
+
+GROUP = "streamconsumer.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "StreamConsumer"
+PLURAL = "streamconsumers"
+
+SequenceNumber = Annotated[str, Field(pattern=r"^[0-9]{1,128}$", max_length=128)]
+"""A Kinesis sequence number: up to 128 decimal digits, compared as an integer."""
+
+ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", max_length=128)]
+"""A sequence number, or SHARD_END once every record of a closed shard is processed."""
+
+
+def _cel(*rules: tuple[str, str]) -> ConfigDict:
+    """Model config carrying CEL validation rules (rule, message) into the CRD schema."""
+    return ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]
+        },
+    )
+
+
+class KinesisSource(Model):
+    """Where to read: a Kinesis data stream, by name or ARN."""
+
+    model_config = _cel(
+        (
+            "has(self.streamName) != has(self.streamARN)",
+            "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
+        )
+    )
+
+    stream_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[a-zA-Z0-9_.-]+$",
+        description="Name of the stream (in `region`).",
+    )
+    stream_arn: str | None = Field(
+        default=None,
+        alias="streamARN",
+        pattern=r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]+$",
+        max_length=2048,
+        description="ARN of the stream; region and account come from it.",
+    )
+    region: str | None = Field(
+        default=None, max_length=64, description="AWS region; defaults to the operator's."
+    )
+    endpoint_url: str | None = Field(
+        default=None,
+        alias="endpointURL",
+        max_length=2048,
+        pattern=r"^https?://",
+        description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
+    )
+
+
+class Source(Model):
+    kinesis: KinesisSource
+
+
+class InitialPosition(StrEnum):
+    """Where a shard with no checkpoint starts."""
+
+    TRIM_HORIZON = "TRIM_HORIZON"
+    LATEST = "LATEST"
+    AT_TIMESTAMP = "AT_TIMESTAMP"
+
+
+class EnvVar(Model):
+    name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+    value: str = Field(default="", max_length=32768)
+
+
+class Processor(Model):
+    """The user's record processor and the image it runs in."""
+
+    image: str = Field(
+        min_length=1, max_length=1024, description="Worker image with the processor."
+    )
+    entrypoint: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$",
+        max_length=512,
+        description='The processor class or function, as "package.module:Name".',
+    )
+    env: list[EnvVar] = Field(default_factory=list, max_length=256)
+    resources: dict[str, Any] | None = Field(
+        default=None,
+        description="Kubernetes resource requests and limits for the worker container.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
+    )
+
+
+class Autoscaling(Model):
+    """The built-in lag autoscaler. When enabled, the operator (not the user) sets the
+    number of workers; `spec.replicas` is then only the starting point."""
+
+    model_config = _cel(
+        ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
+        (
+            "has(self.targetLagSeconds) || has(self.targetRecordsPerWorker)",
+            "set targetLagSeconds and/or targetRecordsPerWorker",
+        ),
+    )
+
+    enabled: bool = True
+    min_replicas: int = Field(default=1, ge=0, le=1000)
+    max_replicas: int = Field(default=10, ge=1, le=1000)
+    target_lag_seconds: float | None = Field(default=None, gt=0, le=86400)
+    target_records_per_worker: int | None = Field(default=None, ge=1)
+    scale_up_stabilization_seconds: int = Field(default=30, ge=0, le=3600)
+    scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=86400)
+    allow_idle_workers: bool = Field(
+        default=False, description="Allow more workers than assignable shards."
+    )
+
+
+class LeaseSettings(Model):
+    duration_seconds: float = Field(
+        default=20,
+        gt=0,
+        le=3600,
+        description="A worker silent for this long loses its shards; it stops on its own first.",
+    )
+    max_per_worker: int | None = Field(
+        default=None, ge=1, description="At most this many shards per worker."
+    )
+
+
+class Reading(Model):
+    max_records: int = Field(default=1000, ge=1, le=10000, description="GetRecords limit.")
+    idle_between_reads_ms: int = Field(
+        default=500, ge=0, le=60000, description="Pause after an empty read."
+    )
+    prefetch: int = Field(default=3, ge=1, le=100, description="Batches read ahead per shard.")
+
+
+class StreamConsumerSpec(Model):
+    model_config = _cel(
+        (
+            "self.initialPosition != 'AT_TIMESTAMP' || has(self.initialTimestamp)",
+            "initialPosition AT_TIMESTAMP needs initialTimestamp",
+        ),
+        (
+            "!has(self.initialTimestamp) || self.initialPosition == 'AT_TIMESTAMP'",
+            "initialTimestamp is only used with initialPosition AT_TIMESTAMP",
+        ),
+    )
+
+    source: Source
+    processor: Processor
+    initial_position: InitialPosition = InitialPosition.TRIM_HORIZON
+    initial_timestamp: datetime | None = None
+    replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods (scale subresource).")
+    autoscaling: Autoscaling | None = None
+    leases: LeaseSettings = Field(default_factory=LeaseSettings)
+    reading: Reading = Field(default_factory=Reading)
+
+
+class LeaseState(StrEnum):
+    ACTIVE = "Active"  # owned and being processed
+    HANDOFF = "HandOff"  # the owner was asked to release it to `handoffTo`
+    RELEASED = "Released"  # no owner; resumes from the checkpoint when granted
+    FINISHED = "Finished"  # checkpointed at SHARD_END
+
+
+class Lease(Model):
+    """One shard's lease and checkpoint; the durable truth lives only here."""
+
+    owner: str | None = None
+    epoch: int = Field(default=0, ge=0)
+    checkpoint: ShardCheckpoint | None = None
+    parents: list[str] = Field(default_factory=list, max_length=2)
+    state: LeaseState = LeaseState.RELEASED
+    handoff_to: str | None = None
+    millis_behind_latest: int | None = Field(default=None, ge=0)
+
+
+class WorkerSummary(Model):
+    shards: int = Field(ge=0)
+    draining: bool = False
+
+
+class Condition(Model):
+    type: str
+    status: str = Field(pattern=r"^(True|False|Unknown)$")
+    reason: str = Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: datetime
+
+
+class StreamConsumerStatus(Model):
+    observed_generation: int | None = None
+    replicas: int = 0
+    label_selector: str | None = None
+    shards: int = Field(default=0, description="Open shards.")
+    lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
+    leases: dict[str, Lease] = Field(default_factory=dict)
+    workers: dict[str, WorkerSummary] = Field(default_factory=dict)
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )

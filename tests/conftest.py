@@ -1,0 +1,86 @@
+"""Fixtures for the real parts: one control plane and one Kinesis emulator per test
+session (per xdist worker), a fresh namespace and stream name per test."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from testbed.controlplane import ControlPlane
+from testbed.kinesis import KinesisEmulator
+
+REPO = Path(__file__).resolve().parents[1]
+CRD_PATH = REPO / "crds" / "streamconsumer.yaml"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in item.path.parts:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane.start(tmp_path_factory.mktemp("control-plane"))
+    try:
+        result = plane.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
+        assert result.returncode == 0, result.stderr
+        result = plane.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_PATH)
+        )
+        assert result.returncode == 0, result.stderr
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> Iterator[k8s.ApiClient]:
+    # The kubernetes package types its API classes but not its config loaders.
+    api: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(control_plane.kubeconfig)
+    )
+    yield api
+    api.close()  # type: ignore[no-untyped-call]
+
+
+def _dns_label(text: str, limit: int) -> str:
+    label = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    return label[:limit].rstrip("-")
+
+
+@pytest.fixture
+def namespace(api_client: k8s.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for this test, deleted afterwards."""
+    name = f"{_dns_label(request.node.name, 50)}-{uuid.uuid4().hex[:6]}"
+    core = k8s.CoreV1Api(api_client)
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def kinesis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KinesisEmulator]:
+    """The faithful emulator (kinesis-local)."""
+    emulator = KinesisEmulator.start("kinesis-local", tmp_path_factory.mktemp("kinesis-local"))
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def kinesalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KinesisEmulator]:
+    """The fast emulator (kinesalite)."""
+    emulator = KinesisEmulator.start("kinesalite", tmp_path_factory.mktemp("kinesalite"))
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def stream_name(request: pytest.FixtureRequest) -> str:
+    return f"{_dns_label(request.node.name, 40)}-{uuid.uuid4().hex[:6]}"

@@ -1,0 +1,40 @@
+"""Typed access to StreamConsumer objects for tests (the generated client returns `object`)."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kubernetes import client as k8s
+
+from streamconsumer.models import GROUP, PLURAL, VERSION
+
+Object = dict[str, Any]
+
+
+class StreamConsumers:
+    def __init__(self, api_client: k8s.ApiClient, namespace: str) -> None:
+        self._api = k8s.CustomObjectsApi(api_client)
+        self.namespace = namespace
+
+    def _args(self) -> tuple[str, str, str, str]:
+        return GROUP, VERSION, self.namespace, PLURAL
+
+    def create(self, body: Object) -> Object:
+        return cast(Object, self._api.create_namespaced_custom_object(*self._args(), body))
+
+    def get(self, name: str) -> Object:
+        return cast(Object, self._api.get_namespaced_custom_object(*self._args(), name))
+
+    def replace_status(self, name: str, body: Object) -> Object:
+        return cast(
+            Object, self._api.replace_namespaced_custom_object_status(*self._args(), name, body)
+        )
+
+    def patch_scale(self, name: str, replicas: int) -> Object:
+        body = {"spec": {"replicas": replicas}}
+        return cast(
+            Object, self._api.patch_namespaced_custom_object_scale(*self._args(), name, body)
+        )
+
+    def get_scale(self, name: str) -> Object:
+        return cast(Object, self._api.get_namespaced_custom_object_scale(*self._args(), name))

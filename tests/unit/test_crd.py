@@ -1,0 +1,44 @@
+"""The CRD in crds/ is generated from the pydantic models and must not drift from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from streamconsumer.crd import custom_resource_definition, render, structural_schema
+from streamconsumer.models.resource import StreamConsumerSpec
+
+CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "streamconsumer.yaml"
+
+
+def test_committed_crd_matches_the_models() -> None:
+    assert CRD_FILE.read_text() == render(), "run `make crds` and commit the result"
+
+
+def test_schema_is_structural() -> None:
+    def walk(node: object, path: str) -> None:
+        if isinstance(node, dict):
+            for forbidden in ("$ref", "anyOf", "oneOf", "allOf", "title", "$defs"):
+                assert forbidden not in node, f"{forbidden} at {path}"
+            if "properties" in node:
+                assert node.get("type") == "object", f"untyped object at {path}"
+            for key, value in node.items():
+                walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+
+    walk(custom_resource_definition(), "crd")
+
+
+def test_cel_rules_reach_the_schema() -> None:
+    spec = structural_schema(StreamConsumerSpec)
+    rules = [v["rule"] for v in spec["x-kubernetes-validations"]]
+    assert any("AT_TIMESTAMP" in rule for rule in rules)
+    kinesis = spec["properties"]["source"]["properties"]["kinesis"]
+    assert (
+        kinesis["x-kubernetes-validations"][0]["rule"]
+        == "has(self.streamName) != has(self.streamARN)"
+    )
+    assert yaml.safe_load(render())["spec"]["versions"][0]["subresources"]["scale"]
