@@ -58,3 +58,8 @@ clean:  ## remove the venv and stamps (the control-plane cache stays in ~/.cache
 .PHONY: crds
 crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
 	$(BIN)/python -m streamconsumer.crd > crds/streamconsumer.yaml
+
+.PHONY: bench
+bench: venv  ## benchmarks; figures also go to bench/results.json
+	@rm -f bench/results.json
+	$(BIN)/python -m bench.lease_engine

@@ -1,0 +1,14 @@
+"""bench/results.json: flat `name: number` pairs, merged across benchmark scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results.json"
+
+
+def record(figures: dict[str, float]) -> None:
+    current = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    current.update(figures)
+    RESULTS.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")

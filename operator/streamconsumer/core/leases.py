@@ -1,0 +1,298 @@
+"""The lease engine: from shards, leases and worker liveness, the next leases and the
+actions that get there. Pure and deterministic — time is an argument, nothing is read or
+written — so the invariants of DESIGN §3 can be property-tested and benchmarked.
+
+A lease moves through these states (`LeaseState`):
+
+    Released --grant (epoch+1)--> Active --revoke--> HandOff --owner releases--> Released
+        ^                           |                                       |
+        +------- owner expires -----+---------------------------------------+
+    Active --checkpoint SHARD_END--> Finished
+
+A shard is only ever granted from Released, so it never has two owners; a planned move
+waits for the old owner to finish its batch, checkpoint and release (hand-off)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from streamconsumer.core.lineage import SHARD_END, Shard, assignable_shards
+from streamconsumer.models.resource import LeaseState
+
+ACTIVE, HANDOFF, RELEASED, FINISHED = (
+    LeaseState.ACTIVE,
+    LeaseState.HANDOFF,
+    LeaseState.RELEASED,
+    LeaseState.FINISHED,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLease:
+    shard_id: str
+    owner: str | None = None
+    epoch: int = 0
+    checkpoint: str | None = None
+    state: LeaseState = RELEASED
+    handoff_to: str | None = None  # the planned next owner during (or right after) a hand-off
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLiveness:
+    """What the operator knows of a worker: when it last heard from it, on its own
+    monotonic clock, and whether the worker is draining (shutting down)."""
+
+    name: str
+    last_heard: float
+    draining: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    lease_duration: float
+    expiry_grace: float = 0.0
+    max_per_worker: int | None = None
+
+    @property
+    def expiry_after(self) -> float:
+        """Silence after which a worker's leases are taken back (DESIGN §3.2)."""
+        return self.lease_duration + self.expiry_grace
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    shard_id: str
+    worker: str
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Revoke:
+    """Ask `worker` to hand `shard_id` off (finish the batch, checkpoint, release)."""
+
+    shard_id: str
+    worker: str
+    to: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelHandoff:
+    shard_id: str
+    worker: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expire:
+    """`worker` went silent; its shards are released at their last checkpoint."""
+
+    worker: str
+    shard_ids: tuple[str, ...]
+
+
+Action = Grant | Revoke | CancelHandoff | Expire
+
+
+@dataclass(slots=True)
+class Plan:
+    leases: dict[str, ShardLease]
+    actions: list[Action] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions)
+
+
+def plan(
+    shards: Sequence[Shard],
+    leases: Mapping[str, ShardLease],
+    workers: Iterable[WorkerLiveness],
+    now: float,
+    settings: EngineSettings,
+) -> Plan:
+    """One step of the engine: expire silent workers, then balance the assignable shards
+    over the live, non-draining workers with the fewest moves."""
+    result = Plan(leases=dict(leases))
+    alive = {w.name for w in workers if now - w.last_heard <= settings.expiry_after}
+    draining = {w.name for w in workers if w.draining}
+    receivers = sorted(alive - draining)
+
+    _expire_silent_owners(result, alive)
+    ready = assignable_shards(
+        shards, {sid: lease.checkpoint for sid, lease in result.leases.items()}
+    )
+    holders = _current_holders(ready, result.leases, set(receivers))
+    targets = _balanced_targets(len(ready), receivers, holders, settings.max_per_worker)
+    new_holders = _rebalance(ready, holders, targets, result.leases)
+    _apply(result, ready, new_holders)
+    return result
+
+
+def _expire_silent_owners(result: Plan, alive: set[str]) -> None:
+    expired: dict[str, list[str]] = {}
+    for shard_id, lease in result.leases.items():
+        if lease.owner is not None and lease.owner not in alive:
+            expired.setdefault(lease.owner, []).append(shard_id)
+            result.leases[shard_id] = replace(lease, owner=None, state=RELEASED, handoff_to=None)
+    for worker in sorted(expired):
+        result.actions.append(Expire(worker, tuple(sorted(expired[worker]))))
+
+
+def _current_holders(
+    ready: list[str], leases: Mapping[str, ShardLease], receivers: set[str]
+) -> dict[str, str | None]:
+    """Who each shard counts for when balancing: its owner, or where it is already
+    heading (a hand-off or a release aimed at a worker); None if nobody live has it."""
+    holders: dict[str, str | None] = {}
+    for shard_id in ready:
+        lease = leases.get(shard_id)
+        holder = None
+        if lease is not None:
+            if lease.handoff_to in receivers:
+                holder = lease.handoff_to
+            elif lease.state in (ACTIVE, HANDOFF) and lease.owner in receivers:
+                holder = lease.owner
+        holders[shard_id] = holder
+    return holders
+
+
+def _balanced_targets(
+    shard_count: int,
+    receivers: list[str],
+    holders: Mapping[str, str | None],
+    max_per_worker: int | None,
+) -> dict[str, int]:
+    """⌊S/W⌋ or ⌈S/W⌉ shards per worker (capped by max_per_worker); the ⌈S/W⌉ slots go
+    to the workers holding the most already, which is what keeps moves to a minimum."""
+    if not receivers:
+        return {}
+    counts = dict.fromkeys(receivers, 0)
+    for holder in holders.values():
+        if holder is not None:
+            counts[holder] += 1
+    base, extra = divmod(shard_count, len(receivers))
+    by_holdings = sorted(receivers, key=lambda w: (-counts[w], w))
+    targets = {w: base + (1 if rank < extra else 0) for rank, w in enumerate(by_holdings)}
+    if max_per_worker is not None:
+        targets = {w: min(t, max_per_worker) for w, t in targets.items()}
+    return targets
+
+
+def _rebalance(
+    ready: list[str],
+    holders: Mapping[str, str | None],
+    targets: Mapping[str, int],
+    leases: Mapping[str, ShardLease],
+) -> dict[str, str | None]:
+    held: dict[str, list[str]] = {w: [] for w in targets}
+    pool: list[str] = []
+    for shard_id in ready:
+        holder = holders[shard_id]
+        if holder is None:
+            pool.append(shard_id)
+        else:
+            held[holder].append(shard_id)
+
+    new_holders: dict[str, str | None] = dict(holders)
+    surplus: list[str] = []
+    for worker, shard_ids in held.items():
+        keep = targets[worker]
+        if len(shard_ids) > keep:
+            # Keep the shards the worker really owns; give up those still in transit to it.
+            def in_transit(shard_id: str, worker: str = worker) -> bool:
+                lease = leases.get(shard_id)
+                return lease is None or lease.owner != worker or lease.state is not ACTIVE
+
+            shard_ids.sort(key=lambda s: (in_transit(s), s))
+            surplus.extend(shard_ids[keep:])
+            del shard_ids[keep:]
+    for shard_id in surplus:
+        new_holders[shard_id] = None
+    pool = surplus + pool
+
+    position = 0
+    for worker in sorted(targets):
+        for _ in range(targets[worker] - len(held[worker])):
+            if position == len(pool):
+                return new_holders
+            new_holders[pool[position]] = worker
+            position += 1
+    return new_holders
+
+
+def _apply(result: Plan, ready: list[str], new_holders: Mapping[str, str | None]) -> None:
+    leases, actions = result.leases, result.actions
+    for shard_id in ready:
+        lease = leases.get(shard_id) or ShardLease(shard_id)
+        target = new_holders.get(shard_id)
+        if lease.state is ACTIVE:
+            if lease.owner != target:
+                assert lease.owner is not None
+                leases[shard_id] = replace(lease, state=HANDOFF, handoff_to=target)
+                actions.append(Revoke(shard_id, lease.owner, target))
+        elif lease.state is HANDOFF:
+            assert lease.owner is not None
+            if target == lease.owner:
+                leases[shard_id] = replace(lease, state=ACTIVE, handoff_to=None)
+                actions.append(CancelHandoff(shard_id, lease.owner))
+            elif target != lease.handoff_to:
+                leases[shard_id] = replace(lease, handoff_to=target)
+        elif lease.state is RELEASED:
+            if target is not None:
+                epoch = lease.epoch + 1
+                # Built directly, not with replace(): this is the hot path of a fresh start.
+                leases[shard_id] = ShardLease(shard_id, target, epoch, lease.checkpoint, ACTIVE)
+                actions.append(Grant(shard_id, target, epoch))
+            elif lease.handoff_to is not None:
+                leases[shard_id] = replace(lease, handoff_to=None)
+
+
+class CheckpointRefused(Exception):
+    """A checkpoint the lease table cannot take; `lease_lost` tells fencing from bad input."""
+
+    def __init__(self, message: str, *, lease_lost: bool) -> None:
+        super().__init__(message)
+        self.lease_lost = lease_lost
+
+
+def apply_checkpoint(
+    lease: ShardLease | None,
+    worker: str,
+    epoch: int,
+    sequence_number: str,
+    release: bool = False,
+) -> ShardLease:
+    """The lease after `worker` checkpoints `sequence_number` (or SHARD_END) under `epoch`.
+
+    Refused if the worker does not hold the lease under that epoch (fencing) or if the
+    checkpoint would go backwards. SHARD_END finishes the shard; `release` gives it up."""
+    if lease is None:
+        raise CheckpointRefused("unknown shard", lease_lost=False)
+    if lease.owner != worker or lease.epoch != epoch or lease.state not in (ACTIVE, HANDOFF):
+        raise CheckpointRefused(
+            f"{worker} does not hold {lease.shard_id} at epoch {epoch} "
+            f"(owner {lease.owner}, epoch {lease.epoch})",
+            lease_lost=True,
+        )
+    if lease.checkpoint == SHARD_END:
+        raise CheckpointRefused("the shard is already finished", lease_lost=False)
+    if (
+        sequence_number != SHARD_END
+        and lease.checkpoint is not None
+        and int(sequence_number) < int(lease.checkpoint)
+    ):
+        raise CheckpointRefused(
+            f"checkpoint {sequence_number} is behind {lease.checkpoint}", lease_lost=False
+        )
+    if sequence_number == SHARD_END:
+        return replace(lease, checkpoint=SHARD_END, owner=None, state=FINISHED, handoff_to=None)
+    if release:
+        return replace(lease, checkpoint=sequence_number, owner=None, state=RELEASED)
+    return replace(lease, checkpoint=sequence_number)
+
+
+def release(lease: ShardLease, worker: str, epoch: int) -> ShardLease:
+    """The lease after its owner gives it up without a new checkpoint."""
+    if lease.owner != worker or lease.epoch != epoch:
+        raise CheckpointRefused(f"{worker} does not hold {lease.shard_id}", lease_lost=True)
+    return replace(lease, owner=None, state=RELEASED)
