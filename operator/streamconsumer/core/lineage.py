@@ -16,6 +16,8 @@ class Shard:
     id: str
     parents: tuple[str, ...] = ()
     closed: bool = False
+    hash_range: tuple[int, int] | None = None
+    sequence_range: tuple[str, str | None] | None = None  # (starting, ending if closed)
 
 
 def assignable_shards(shards: Iterable[Shard], checkpoints: Mapping[str, str | None]) -> list[str]:

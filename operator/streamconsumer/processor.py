@@ -1,0 +1,211 @@
+"""The record-processor API: what a user writes to consume a stream.
+
+Write a class in the KCL v2 shape — one instance per shard, called in this order:
+
+    initialize(shard)                         once, before any record
+    process_records(records, checkpointer)    for each batch, in sequence order
+    ... then exactly one of:
+    shard_ended(checkpointer)                 the shard is closed and fully read: you
+                                              must call checkpointer.checkpoint() so
+                                              its children can start
+    shutdown_requested(checkpointer)          the worker is stopping, or the shard moves
+                                              to another worker (hand-off): checkpoint
+                                              what you have finished
+    lease_lost()                              another worker owns the shard now; do not
+                                              checkpoint (you cannot)
+
+or just a function `def handle(records: list[Record]) -> None`: the worker checkpoints
+after each batch that returns. A processor that raises is called again with the same
+batch after a back-off; a record is never skipped.
+
+Checkpoints are forward-only and never pass a record that was not delivered to you:
+checkpoint() records that every record delivered so far is done; checkpoint(record)
+that everything up to and including `record` is done.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, cast, runtime_checkable
+
+SHARD_END = "SHARD_END"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One user record. After de-aggregation of KPL records several share a
+    `sequence_number` and are told apart by `sub_sequence_number`."""
+
+    data: bytes
+    partition_key: str
+    sequence_number: str
+    approximate_arrival_timestamp: datetime | None = None
+    sub_sequence_number: int | None = None
+    explicit_hash_key: str | None = None
+    # What a checkpoint at this record may store: its sequence number once every
+    # sub-record of its aggregate is done, otherwise the last complete one before it.
+    checkpoint_sequence: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Total order of records within a shard."""
+        return int(self.sequence_number), self.sub_sequence_number or 0
+
+
+@dataclass(frozen=True, slots=True)
+class ShardInfo:
+    shard_id: str
+    start_sequence: str | None  # the checkpoint resumed from, if any
+    parents: tuple[str, ...] = ()
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that would go backwards or past what was delivered."""
+
+
+class LeaseLostError(RuntimeError):
+    """The shard now belongs to another worker; stop processing it."""
+
+
+Commit = Callable[[str], None]
+"""Stores a checkpoint (a sequence number or SHARD_END); raises LeaseLostError if fenced."""
+
+
+class Checkpointer:
+    """Records progress for one shard. The worker hands it to every lifecycle call."""
+
+    def __init__(self, shard_id: str, commit: Commit, start_sequence: str | None = None) -> None:
+        self.shard_id = shard_id
+        self._commit = commit
+        self._delivered: Record | None = None
+        self._committed: int = int(start_sequence) if start_sequence else -1
+        self._last_committed = start_sequence
+        self._at_shard_end = False
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        return self._last_committed
+
+    def checkpoint(self, at: Record | str | None = None) -> None:
+        """Checkpoint everything delivered so far, or up to and including `at`.
+
+        Inside `shard_ended`, a bare checkpoint() marks the shard finished (SHARD_END)."""
+        if at is None and self._at_shard_end:
+            self._store(SHARD_END)
+            return
+        target = self._sequence_for(at)
+        if target is None:
+            return  # nothing delivered, or only part of a first aggregate: nothing to store
+        value = int(target)
+        if value < self._committed:
+            raise CheckpointError(
+                f"{self.shard_id}: checkpoint {target} is behind {self._last_committed}"
+            )
+        if value > self._committed:
+            self._store(target)
+
+    def _sequence_for(self, at: Record | str | None) -> str | None:
+        delivered = self._delivered
+        if at is None:
+            return delivered.checkpoint_sequence if delivered else None
+        if isinstance(at, Record):
+            if delivered is None or at.position > delivered.position:
+                raise CheckpointError(f"{self.shard_id}: record {at.position} was not delivered")
+            return at.checkpoint_sequence
+        if not at.isdigit():
+            raise CheckpointError(f"{self.shard_id}: {at!r} is not a sequence number")
+        if delivered is None or int(at) > int(delivered.sequence_number):
+            raise CheckpointError(f"{self.shard_id}: sequence {at} was not delivered")
+        return at
+
+    def _store(self, value: str) -> None:
+        self._commit(value)
+        self._last_committed = value
+        if value != SHARD_END:
+            self._committed = int(value)
+
+    # Called by the worker runtime, not by processors.
+    def _delivering(self, records: Sequence[Record]) -> None:
+        if records:
+            self._delivered = records[-1]
+
+    def _shard_ended(self) -> None:
+        self._at_shard_end = True
+
+
+@runtime_checkable
+class RecordProcessor(Protocol):
+    """The KCL-v2-shaped processor. Subclass `BaseRecordProcessor` for the defaults."""
+
+    def initialize(self, shard: ShardInfo) -> None: ...
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None: ...
+    def lease_lost(self) -> None: ...
+    def shard_ended(self, checkpointer: Checkpointer) -> None: ...
+    def shutdown_requested(self, checkpointer: Checkpointer) -> None: ...
+
+
+class BaseRecordProcessor:
+    """Defaults: checkpoint at shard end and on shutdown; nothing on initialize or loss."""
+
+    def initialize(self, shard: ShardInfo) -> None:
+        self.shard = shard
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        raise NotImplementedError
+
+    def lease_lost(self) -> None:
+        return None
+
+    def shard_ended(self, checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+
+    def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+
+
+class FunctionProcessor(BaseRecordProcessor):
+    """The plain-function form: call `handle(records)`, checkpoint when it returns."""
+
+    def __init__(self, handle: Callable[[list[Record]], object]) -> None:
+        self.handle = handle
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        self.handle(records)
+        checkpointer.checkpoint()
+
+
+ProcessorFactory = Callable[[], RecordProcessor]
+_LIFECYCLE = ("initialize", "process_records", "lease_lost", "shard_ended", "shutdown_requested")
+
+
+def load_processor(entrypoint: str) -> ProcessorFactory:
+    """Resolves "package.module:Name" to a factory of per-shard processors.
+
+    `Name` may be a processor class (one instance per shard) or a plain function."""
+    module_name, sep, attribute = entrypoint.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f'entrypoint {entrypoint!r} must look like "package.module:Name"')
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(
+            f"entrypoint {entrypoint!r}: cannot import {module_name}: {error}"
+        ) from None
+    target = getattr(module, attribute, None)
+    if target is None:
+        raise ValueError(f"entrypoint {entrypoint!r}: {module_name} has no {attribute}")
+    if isinstance(target, type):
+        missing = [m for m in _LIFECYCLE if not callable(getattr(target, m, None))]
+        if missing:
+            raise ValueError(
+                f"entrypoint {entrypoint!r}: class lacks {', '.join(missing)}; "
+                "subclass streamconsumer.processor.BaseRecordProcessor"
+            )
+        return cast(ProcessorFactory, target)
+    if callable(target):
+        function = target
+        return lambda: FunctionProcessor(function)
+    raise ValueError(f"entrypoint {entrypoint!r} is neither a processor class nor a function")

@@ -1,0 +1,35 @@
+"""What every stream source provides: its shards with lineage, and a reader per shard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models.api import StartPosition
+from streamconsumer.processor import Record
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: list[Record]
+    millis_behind_latest: int | None
+    shard_end: bool = False  # the shard is closed and every record has been read
+    child_shards: tuple[str, ...] = ()
+
+
+class ShardReader(Protocol):
+    shard_id: str
+
+    def read(self) -> ReadResult:
+        """The next batch, in order; empty when caught up. Retries throttling and
+        recovers expired iterators by itself; after shard end returns shard_end again."""
+        ...
+
+
+class StreamSource(Protocol):
+    def list_shards(self) -> list[Shard]:
+        """Every shard still in the stream's retention, open or closed, with parents."""
+        ...
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader: ...

@@ -1,0 +1,109 @@
+"""A bad StreamConsumer is refused at `kubectl apply` by the real apiserver, with a
+message that says what to fix (the CEL rules and bounds come from the models)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from streamconsumer.models import API_VERSION, KIND
+from testbed.controlplane import ControlPlane
+
+VALID: dict[str, Any] = {
+    "apiVersion": API_VERSION,
+    "kind": KIND,
+    "metadata": {"name": "clicks"},
+    "spec": {
+        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+        "processor": {"image": "example/clicks:1", "entrypoint": "clicks.processor:Counter"},
+    },
+}
+
+
+def variant(**changes: Any) -> dict[str, Any]:
+    """VALID with `spec` keys replaced (dotted paths: source.kinesis.streamARN)."""
+    manifest = copy.deepcopy(VALID)
+    for path, value in changes.items():
+        node = manifest["spec"]
+        *parents, leaf = path.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    return manifest
+
+
+ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks"
+
+REFUSED = [
+    pytest.param(
+        variant(source__kinesis__streamARN=ARN),
+        "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
+        id="name-and-arn",
+    ),
+    pytest.param(
+        variant(source={"kinesis": {"region": "eu-west-1"}}),
+        "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
+        id="neither-name-nor-arn",
+    ),
+    pytest.param(
+        variant(initialPosition="AT_TIMESTAMP"),
+        "initialPosition AT_TIMESTAMP needs initialTimestamp",
+        id="at-timestamp-without-timestamp",
+    ),
+    pytest.param(
+        variant(initialTimestamp="2026-01-01T00:00:00Z"),
+        "initialTimestamp is only used with initialPosition AT_TIMESTAMP",
+        id="timestamp-without-at-timestamp",
+    ),
+    pytest.param(
+        variant(autoscaling={"minReplicas": 5, "maxReplicas": 2, "targetLagSeconds": 30}),
+        "minReplicas must not exceed maxReplicas",
+        id="min-above-max",
+    ),
+    pytest.param(
+        variant(autoscaling={"maxReplicas": 4}),
+        "set targetLagSeconds and/or targetRecordsPerWorker",
+        id="autoscaling-without-target",
+    ),
+    pytest.param(
+        variant(leases={"durationSeconds": 0}), "spec.leases.durationSeconds", id="zero-duration"
+    ),
+    pytest.param(
+        variant(processor__entrypoint="clicks.processor"),
+        "spec.processor.entrypoint",
+        id="entrypoint-without-name",
+    ),
+    pytest.param(
+        variant(initialPosition="EARLIEST"), 'supported values: "TRIM_HORIZON"', id="bad-position"
+    ),
+    pytest.param(variant(replicas=-1), "spec.replicas", id="negative-replicas"),
+]
+
+
+def apply(plane: ControlPlane, namespace: str, manifest: dict[str, Any]) -> tuple[int, str]:
+    result = plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
+    return result.returncode, result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(("manifest", "message"), REFUSED)
+def test_bad_spec_is_refused_with_a_clear_message(
+    control_plane: ControlPlane, namespace: str, manifest: dict[str, Any], message: str
+) -> None:
+    code, output = apply(control_plane, namespace, manifest)
+    assert code != 0, output
+    assert message in output, output
+    assert "Traceback" not in output
+
+
+def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -> None:
+    for manifest in (
+        VALID,
+        variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
+        variant(source={"kinesis": {"streamARN": ARN}}),
+        variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
+    ):
+        code, output = apply(control_plane, namespace, manifest)
+        assert code == 0, output

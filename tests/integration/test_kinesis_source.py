@@ -1,0 +1,139 @@
+"""The Kinesis source on the faithful emulator: lineage through a split and a merge,
+every start position, shard end with children, and KPL de-aggregation."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+from aws_kinesis_agg.aggregator import RecordAggregator
+
+from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.processor import Record
+from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.kinesis import KinesisShardReader, KinesisSource, StreamRef
+from testbed.kinesis import (
+    KinesisEmulator,
+    create_stream,
+    merge_shards,
+    put_records,
+    split_shard_in_half,
+)
+
+TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
+
+
+def drain(reader: KinesisShardReader, limit: int = 50) -> tuple[list[Record], ReadResult]:
+    """Reads until shard end, or until a read comes back empty."""
+    records: list[Record] = []
+    for _ in range(limit):
+        result = reader.read()
+        records.extend(result.records)
+        if result.shard_end or not result.records:
+            return records, result
+    raise AssertionError("reader did not stop")
+
+
+def test_listing_is_paginated_and_carries_lineage(
+    kinesis: KinesisEmulator, stream_name: str
+) -> None:
+    client = kinesis.client
+    create_stream(client, stream_name, shards=4)
+    source = KinesisSource(client, StreamRef(name=stream_name))
+    first = source.list_shards()
+    assert len(first) == 4
+    assert all(not s.closed and not s.parents for s in first)
+
+    split_shard_in_half(client, stream_name, first[0].id)
+    merge_shards(client, stream_name, first[2].id, first[3].id)
+    paged = source.list_shards(page_size=2)
+    assert paged == source.list_shards(), "pages add up to the same listing"
+    by_id = {s.id: s for s in paged}
+    assert len(paged) == 4 + 2 + 1
+    assert by_id[first[0].id].closed
+    split_children = [s for s in paged if s.parents == (first[0].id,)]
+    assert len(split_children) == 2
+    merged = [s for s in paged if len(s.parents) == 2]
+    assert len(merged) == 1
+    assert set(merged[0].parents) == {first[2].id, first[3].id}
+    low, high = (c.hash_range for c in sorted(split_children, key=lambda s: s.hash_range or (0, 0)))
+    assert low is not None
+    assert high is not None
+    assert low[1] + 1 == high[0], "the children cover the parent's hash range"
+
+
+def test_start_positions_and_resume_from_checkpoint(
+    kinesis: KinesisEmulator, stream_name: str
+) -> None:
+    client = kinesis.client
+    create_stream(client, stream_name, shards=1)
+    source = KinesisSource(client, StreamRef(name=stream_name), max_records=7)
+    shard_id = source.list_shards()[0].id
+    latest = source.open_reader(shard_id, StartPosition(type=StartPositionType.LATEST))
+    assert latest.read().records == []
+
+    put_records(client, stream_name, [("k", b"old-%d" % i) for i in range(20)])
+    time.sleep(1.1)  # arrival timestamps have second resolution in places
+    boundary = datetime.datetime.now(datetime.UTC)
+    time.sleep(0.1)
+    put_records(client, stream_name, [("k", b"new-%d" % i) for i in range(5)])
+
+    everything, _ = drain(source.open_reader(shard_id, TRIM_HORIZON))
+    assert [r.data for r in everything] == [b"old-%d" % i for i in range(20)] + [
+        b"new-%d" % i for i in range(5)
+    ]
+    assert [r.position for r in everything] == sorted(r.position for r in everything)
+
+    checkpoint = everything[9].sequence_number
+    resume = StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=checkpoint)
+    resumed, _ = drain(source.open_reader(shard_id, resume))
+    assert resumed == everything[10:], "resumes exactly after the checkpoint"
+
+    at_time = StartPosition(type=StartPositionType.AT_TIMESTAMP, timestamp=boundary)
+    recent, _ = drain(source.open_reader(shard_id, at_time))
+    assert [r.data for r in recent] == [b"new-%d" % i for i in range(5)]
+
+    new_only, _ = drain(latest)
+    assert [r.data for r in new_only] == [r.data for r in everything]
+    assert latest.read().millis_behind_latest is not None
+
+
+def test_reader_reaches_shard_end_with_children(kinesis: KinesisEmulator, stream_name: str) -> None:
+    client = kinesis.client
+    create_stream(client, stream_name, shards=2)
+    source = KinesisSource(client, StreamRef(name=stream_name))
+    a, b = source.list_shards()
+    put_records(client, stream_name, [(f"k{i}", b"%d" % i) for i in range(30)])
+    merge_shards(client, stream_name, a.id, b.id)
+    child = next(s for s in source.list_shards() if len(s.parents) == 2)
+    for parent in (a, b):
+        records, end = drain(source.open_reader(parent.id, TRIM_HORIZON))
+        assert end.shard_end
+        assert end.child_shards == (child.id,)
+        assert records, "both parents got some of the 30 records"
+
+
+def test_kpl_aggregated_records_are_unpacked(kinesis: KinesisEmulator, stream_name: str) -> None:
+    client = kinesis.client
+    create_stream(client, stream_name, shards=1)
+    aggregator = RecordAggregator()
+    for i in range(5):
+        aggregator.add_user_record(f"user-{i}", b"payload-%d" % i)
+    partition_key, _explicit_hash_key, data = aggregator.clear_and_get().get_contents()
+    put_records(client, stream_name, [("plain", b"before")])
+    client.put_record(StreamName=stream_name, PartitionKey=partition_key, Data=data)
+    put_records(client, stream_name, [("plain", b"after")])
+
+    source = KinesisSource(client, StreamRef(name=stream_name))
+    records, _ = drain(source.open_reader(source.list_shards()[0].id, TRIM_HORIZON))
+    assert [r.data for r in records] == [b"before"] + [b"payload-%d" % i for i in range(5)] + [
+        b"after"
+    ]
+    parts = records[1:6]
+    assert [r.partition_key for r in parts] == [f"user-{i}" for i in range(5)]
+    assert [r.sub_sequence_number for r in parts] == list(range(5))
+    assert len({r.sequence_number for r in parts}) == 1
+    # A checkpoint inside the aggregate stays on the record before it; only the last
+    # part may store the aggregate's own sequence number.
+    assert [r.checkpoint_sequence for r in parts[:-1]] == [records[0].sequence_number] * 4
+    assert parts[-1].checkpoint_sequence == parts[-1].sequence_number
