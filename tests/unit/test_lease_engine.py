@@ -26,6 +26,7 @@ from streamconsumer.core.leases import (
     ShardLease,
     WorkerLiveness,
     apply_checkpoint,
+    collectable,
     plan,
 )
 from streamconsumer.core.lineage import SHARD_END, Shard
@@ -92,10 +93,13 @@ def check_step(
             # No grant before release: nobody held the shard, or its owner just expired.
             assert old is None or old.owner is None or old.owner in expired, (action, old)
             assert after[action.shard_id].epoch == (old.epoch if old else 0) + 1
-    # Parents first: a held shard's parents are all finished or gone from the stream.
+    # Parents first: a shard starts only once its parents are finished or gone from the
+    # stream (after that, its parents' leases may be collected).
     by_id = {shard.id: shard for shard in shards}
     for shard_id, lease in after.items():
-        if lease.owner is not None and shard_id in by_id:
+        old = before.get(shard_id)
+        first_start = lease.epoch > 0 and (old is None or old.epoch == 0)
+        if first_start and shard_id in by_id:
             for parent in by_id[shard_id].parents:
                 assert parent not in listed or parent in finished, f"{shard_id} before {parent}"
 
@@ -299,6 +303,7 @@ events = st.lists(
         st.tuples(st.just("silence"), st.integers(0, 9)),
         st.tuples(st.just("finish"), st.integers(0, 40)),
         st.tuples(st.just("handoffs"), st.just(0)),
+        st.tuples(st.just("collect"), st.just(0)),
         st.tuples(st.just("tick"), st.integers(1, 15)),
     ),
     max_size=40,
@@ -316,6 +321,7 @@ def test_random_histories_keep_every_invariant(
     draining: set[str] = set()
     silent: set[str] = set()
     leases: dict[str, ShardLease] = {}
+    ever_finished: set[str] = set()
     for kind, arg in history:
         name = f"w{arg}"
         if kind == "join":
@@ -334,6 +340,10 @@ def test_random_histories_keep_every_invariant(
                 lease = leases[shard_id]
                 assert lease.owner is not None
                 leases[shard_id] = apply_checkpoint(lease, lease.owner, lease.epoch, SHARD_END)
+                ever_finished.add(shard_id)
+        elif kind == "collect":
+            for shard_id in collectable(shards, leases):
+                del leases[shard_id]
         elif kind == "handoffs":
             leases = complete_handoffs(leases)
         elif kind == "tick":
@@ -348,4 +358,22 @@ def test_random_histories_keep_every_invariant(
             if isinstance(action, Grant):
                 assert action.worker not in draining
                 assert now - heard[action.worker] <= SETTINGS.expiry_after
+                assert action.shard_id not in ever_finished, "a finished shard never restarts"
         leases = step.leases
+
+
+def test_finished_parents_leave_status_once_children_started() -> None:
+    shards = [Shard("p", closed=True), Shard("c1", ("p",)), Shard("c2", ("p",))]
+    leases = settle(shards, {}, live("A"))
+    assert collectable(shards, leases) == []
+    parent = leases["p"]
+    leases["p"] = apply_checkpoint(parent, "A", parent.epoch, SHARD_END)
+    assert collectable(shards, leases) == [], "children have not started yet"
+    leases = settle(shards, leases, live("A"))
+    assert collectable(shards, leases) == ["p"]
+    del leases["p"]
+    # Without the parent's lease, the engine neither restarts the parent nor blocks the
+    # children: a worker change moves them as usual.
+    leases = settle(shards, leases, live("B"))
+    assert "p" not in leases
+    assert owners(leases) == {"B": 2}

@@ -118,9 +118,9 @@ def plan(
     receivers = sorted(alive - draining)
 
     _expire_silent_owners(result, alive)
-    ready = assignable_shards(
-        shards, {sid: lease.checkpoint for sid, lease in result.leases.items()}
-    )
+    checkpoints = {sid: lease.checkpoint for sid, lease in result.leases.items()}
+    started = {sid for sid, lease in result.leases.items() if lease.epoch > 0}
+    ready = assignable_shards(shards, checkpoints, started)
     holders = _current_holders(ready, result.leases, set(receivers))
     targets = _balanced_targets(len(ready), receivers, holders, settings.max_per_worker)
     new_holders = _rebalance(ready, holders, targets, result.leases)
@@ -296,3 +296,22 @@ def release(lease: ShardLease, worker: str, epoch: int) -> ShardLease:
     if lease.owner != worker or lease.epoch != epoch:
         raise CheckpointRefused(f"{worker} does not hold {lease.shard_id}", lease_lost=True)
     return replace(lease, owner=None, state=RELEASED)
+
+
+def collectable(shards: Sequence[Shard], leases: Mapping[str, ShardLease]) -> list[str]:
+    """Finished leases that may leave the status: every child has started (lineage then
+    knows the parent is done from the child), or the shard is gone from the stream."""
+    listed = {shard.id for shard in shards}
+    children: dict[str, list[str]] = {}
+    for shard in shards:
+        for parent in shard.parents:
+            children.setdefault(parent, []).append(shard.id)
+    out = []
+    for shard_id, lease in leases.items():
+        if lease.state is not FINISHED:
+            continue
+        kids = children.get(shard_id, [])
+        started = bool(kids) and all(k in leases and leases[k].epoch > 0 for k in kids)
+        if shard_id not in listed or started:
+            out.append(shard_id)
+    return out
