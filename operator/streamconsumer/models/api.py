@@ -87,15 +87,23 @@ class CheckpointRequest(Model):
     worker: WorkerName
     shard_id: ShardId
     epoch: int = Field(ge=1)
-    sequence_number: ShardCheckpoint
+    sequence_number: ShardCheckpoint | None = Field(
+        default=None, description="None releases without a new checkpoint (needs release)."
+    )
     release: bool = Field(default=False, description="Give the lease up after this checkpoint.")
     wait: bool = Field(default=False, description="Answer only once the checkpoint is in status.")
+
+    @model_validator(mode="after")
+    def _checkpoint_or_release(self) -> CheckpointRequest:
+        if self.sequence_number is None and not self.release:
+            raise ValueError("give a sequenceNumber, or release the lease")
+        return self
 
 
 class CheckpointResponse(Model):
     shard_id: ShardId
     epoch: int
-    checkpoint: ShardCheckpoint
+    checkpoint: ShardCheckpoint | None
     persisted: bool
 
 

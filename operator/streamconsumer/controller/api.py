@@ -1,0 +1,141 @@
+"""The worker API (DESIGN §2), served by the operator process:
+
+    POST /v1/namespaces/{namespace}/streamconsumers/{name}/heartbeat
+    POST /v1/namespaces/{namespace}/streamconsumers/{name}/checkpoint
+
+Bad input gets a 4xx with a message, never a 500: 400 malformed, 401 no or invalid
+token, 403 not a worker of this consumer or speaking for another, 404 unknown consumer,
+409 lease lost (stale epoch)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from aiohttp import web
+from pydantic import ValidationError
+
+from streamconsumer.controller.auth import Caller
+from streamconsumer.controller.registry import Registry, worker_service_account
+from streamconsumer.core.leases import CheckpointRefused
+from streamconsumer.models import (
+    CheckpointRequest,
+    CheckpointResponse,
+    ErrorResponse,
+    HeartbeatRequest,
+)
+
+log = logging.getLogger(__name__)
+CHECKPOINT_WAIT_SECONDS = 10.0
+
+
+class Reviewer(Protocol):
+    async def review(self, token: str) -> Caller | None: ...
+
+
+def _error(status: int, error: str, message: str) -> web.Response:
+    body = ErrorResponse.model_validate({"error": error, "message": message})
+    return web.json_response(body.wire(), status=status)
+
+
+def _validation_message(error: ValidationError) -> str:
+    parts = []
+    for issue in error.errors()[:5]:
+        where = ".".join(str(p) for p in issue["loc"]) or "body"
+        parts.append(f"{where}: {issue['msg']}")
+    return "; ".join(parts)
+
+
+Handler = Callable[[web.Request, Any, Caller], Awaitable[web.Response]]
+
+
+class WorkerApi:
+    def __init__(self, registry: Registry, reviewer: Reviewer, clock: Callable[[], float]) -> None:
+        self.registry = registry
+        self.reviewer = reviewer
+        self.clock = clock
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=4 * 1024 * 1024)
+        base = "/v1/namespaces/{namespace}/streamconsumers/{name}"
+        app.router.add_post(f"{base}/heartbeat", self._guarded(HeartbeatRequest, self.heartbeat))
+        app.router.add_post(f"{base}/checkpoint", self._guarded(CheckpointRequest, self.checkpoint))
+        app.router.add_get("/healthz", self.healthz)
+        return app
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True})
+
+    def _guarded(
+        self, model: type[Any], handler: Handler
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def guarded(request: web.Request) -> web.Response:
+            namespace = request.match_info["namespace"]
+            name = request.match_info["name"]
+            header = request.headers.get("Authorization", "")
+            if not header.startswith("Bearer ") or not header[7:].strip():
+                return _error(401, "unauthorized", "a Bearer ServiceAccount token is required")
+            caller = await self.reviewer.review(header[7:].strip())
+            if caller is None:
+                return _error(401, "unauthorized", "the token was not accepted by TokenReview")
+            if caller.namespace != namespace or caller.service_account != worker_service_account(
+                name
+            ):
+                return _error(
+                    403, "forbidden", f"not a worker of streamconsumer {namespace}/{name}"
+                )
+            try:
+                message = model.model_validate_json(await request.read())
+            except ValidationError as error:
+                return _error(400, "bad_request", _validation_message(error))
+            if caller.pod_name is None or caller.pod_name != message.worker:
+                return _error(
+                    403, "forbidden", f"this token cannot speak for worker {message.worker}"
+                )
+            if self.registry.get(namespace, name) is None:
+                return _error(
+                    404, "not_found", f"streamconsumer {namespace}/{name} is not managed here"
+                )
+            return await handler(request, message, caller)
+
+        return guarded
+
+    async def heartbeat(
+        self, request: web.Request, message: HeartbeatRequest, caller: Caller
+    ) -> web.Response:
+        consumer = self.registry.get(request.match_info["namespace"], request.match_info["name"])
+        assert consumer is not None
+        response = consumer.coordinator.heartbeat(message, self.clock())
+        consumer.wake()
+        return web.json_response(response.wire())
+
+    async def checkpoint(
+        self, request: web.Request, message: CheckpointRequest, caller: Caller
+    ) -> web.Response:
+        consumer = self.registry.get(request.match_info["namespace"], request.match_info["name"])
+        assert consumer is not None
+        try:
+            lease = consumer.coordinator.checkpoint(message)
+        except CheckpointRefused as refused:
+            if refused.lease_lost:
+                return _error(409, "lease_lost", str(refused))
+            return _error(400, "bad_request", str(refused))
+        consumer.wake()
+        persisted = False
+        if message.wait:
+            try:
+                await asyncio.wait_for(
+                    consumer.persisted(consumer.coordinator.version), CHECKPOINT_WAIT_SECONDS
+                )
+                persisted = True
+            except TimeoutError:
+                persisted = False
+        body = CheckpointResponse(
+            shard_id=message.shard_id,
+            epoch=lease.epoch,
+            checkpoint=lease.checkpoint,
+            persisted=persisted,
+        )
+        return web.json_response(body.wire())

@@ -1,0 +1,58 @@
+"""Who is calling the worker API: a projected ServiceAccount token, validated by the
+apiserver's TokenReview. Pod-bound tokens carry the pod's name, so a worker can only
+speak for itself."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+from kubernetes import client as k8s
+
+AUDIENCE = "streamconsumer.io"
+_POD_NAME = "authentication.kubernetes.io/pod-name"
+
+
+@dataclass(frozen=True)
+class Caller:
+    namespace: str
+    service_account: str
+    pod_name: str | None
+
+
+class TokenReviewer:
+    """TokenReview with a short cache, so steady heartbeats cost the apiserver little."""
+
+    def __init__(
+        self, api_client: k8s.ApiClient, audience: str = AUDIENCE, ttl: float = 30.0
+    ) -> None:
+        self._api = k8s.AuthenticationV1Api(api_client)
+        self._audience = audience
+        self._ttl = ttl
+        self._cache: dict[str, tuple[float, Caller | None]] = {}
+
+    async def review(self, token: str) -> Caller | None:
+        now = time.monotonic()
+        cached = self._cache.get(token)
+        if cached and now - cached[0] < self._ttl:
+            return cached[1]
+        caller = await asyncio.to_thread(self._review, token)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[token] = (now, caller)
+        return caller
+
+    def _review(self, token: str) -> Caller | None:
+        body = k8s.V1TokenReview(
+            spec=k8s.V1TokenReviewSpec(token=token, audiences=[self._audience])
+        )
+        status = self._api.create_token_review(body).status
+        if status is None or not status.authenticated or status.user is None:
+            return None
+        parts = (status.user.username or "").split(":")
+        if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
+            return None
+        pod_names = (status.user.extra or {}).get(_POD_NAME) or []
+        pod_name = pod_names[0] if pod_names else None
+        return Caller(namespace=parts[2], service_account=parts[3], pod_name=pod_name)

@@ -1,0 +1,115 @@
+"""The objects a StreamConsumer owns: the workers' ServiceAccount and Deployment.
+Built as plain manifests (pure), applied by `main`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.registry import (
+    CONSUMER_LABEL,
+    worker_deployment,
+    worker_service_account,
+)
+from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.worker.config import WorkerConfig
+
+TOKEN_DIR = "/var/run/secrets/streamconsumer.io"
+GRACE_SECONDS = 30
+
+
+def selector_labels(consumer: str) -> dict[str, str]:
+    return {CONSUMER_LABEL: consumer, "app.kubernetes.io/name": "streamconsumer-worker"}
+
+
+def label_selector(consumer: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(consumer).items()))
+
+
+def service_account(consumer: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": worker_service_account(consumer), "labels": selector_labels(consumer)},
+        # Workers never call the Kubernetes API; their token only proves who they are.
+        "automountServiceAccountToken": False,
+    }
+
+
+def deployment(
+    namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
+) -> dict[str, Any]:
+    kinesis = spec.source.kinesis
+    config = WorkerConfig(
+        operator_url=operator_url,
+        namespace=namespace,
+        consumer=consumer,
+        worker_name="$(POD_NAME)",
+        token_path=f"{TOKEN_DIR}/token",
+        entrypoint=spec.processor.entrypoint,
+        stream_name=kinesis.stream_name,
+        stream_arn=kinesis.stream_arn,
+        region=kinesis.region,
+        endpoint_url=kinesis.endpoint_url,
+        max_records=spec.reading.max_records,
+        idle_between_reads_ms=spec.reading.idle_between_reads_ms,
+        prefetch=spec.reading.prefetch,
+    )
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *({"name": k, "value": v} for k, v in config.to_env().items()),
+        *({"name": e.name, "value": e.value} for e in spec.processor.env),
+    ]
+    container: dict[str, Any] = {
+        "name": "worker",
+        "image": spec.processor.image,
+        "command": ["python", "-m", "streamconsumer.worker"],
+        "env": env,
+        "volumeMounts": [
+            {"name": "streamconsumer-token", "mountPath": TOKEN_DIR, "readOnly": True}
+        ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+        },
+    }
+    if spec.processor.resources:
+        container["resources"] = spec.processor.resources
+    labels = selector_labels(consumer)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": worker_deployment(consumer), "labels": labels},
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": labels},
+            # Start the new worker before stopping an old one; hand-off does the rest.
+            "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": worker_service_account(consumer),
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": GRACE_SECONDS,
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "streamconsumer-token",
+                            "projected": {
+                                "sources": [
+                                    {
+                                        "serviceAccountToken": {
+                                            "audience": AUDIENCE,
+                                            "expirationSeconds": 3600,
+                                            "path": "token",
+                                        }
+                                    }
+                                ]
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,38 @@
+"""`python -m streamconsumer.worker`: configured by STREAMCONSUMER_* environment."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from streamconsumer.processor import load_processor
+from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
+from streamconsumer.worker.client import OperatorClient
+from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.runtime import Worker
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=os.environ.get("STREAMCONSUMER_LOG_LEVEL", "WARNING").upper(),
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+    )
+    config = WorkerConfig.from_env()
+    try:
+        factory = load_processor(config.entrypoint)
+    except ValueError as error:
+        sys.exit(f"worker: {error}")
+    source = KinesisSource(
+        kinesis_client(config.region, config.endpoint_url),
+        StreamRef(name=config.stream_name, arn=config.stream_arn),
+        max_records=config.max_records,
+    )
+    operator = OperatorClient(
+        config.operator_url, config.namespace, config.consumer, config.token_path
+    )
+    Worker(config, operator, source, factory).run()
+
+
+if __name__ == "__main__":
+    main()

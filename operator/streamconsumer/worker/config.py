@@ -1,0 +1,58 @@
+"""The worker's configuration, passed as environment variables by the pod template the
+operator writes. One model names them for both sides."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from pydantic import Field, ValidationError
+
+from streamconsumer.models.base import Model
+
+PREFIX = "STREAMCONSUMER_"
+
+
+class WorkerConfig(Model):
+    operator_url: str = Field(pattern=r"^https?://")
+    namespace: str
+    consumer: str
+    worker_name: str
+    token_path: str
+    entrypoint: str
+    stream_name: str | None = None
+    stream_arn: str | None = None
+    region: str | None = None
+    endpoint_url: str | None = None
+    max_records: int = 1000
+    idle_between_reads_ms: int = 500
+    prefetch: int = 3
+
+    @staticmethod
+    def env_name(field: str) -> str:
+        return PREFIX + field.upper()
+
+    def to_env(self) -> dict[str, str]:
+        return {
+            self.env_name(name): str(value)
+            for name, value in self.model_dump().items()
+            if value is not None
+        }
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
+        environ = os.environ if environ is None else environ
+        values = {
+            name: environ[cls.env_name(name)]
+            for name in cls.model_fields
+            if cls.env_name(name) in environ
+        }
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            missing = [
+                cls.env_name(str(e["loc"][0])) for e in error.errors() if e["type"] == "missing"
+            ]
+            if missing:
+                raise SystemExit(f"worker: missing environment: {', '.join(missing)}") from None
+            raise SystemExit(f"worker: bad configuration: {error}") from None

@@ -1,0 +1,261 @@
+"""A local kubelet for tests: runs the worker Deployment's Pods as local processes.
+
+It watches Pods on the real apiserver, starts each as a process with the pod's command
+and environment (field references and $(VAR) expansion resolved, the projected
+ServiceAccount token minted by TokenRequest bound to the Pod and written to a file),
+marks it Running and Ready, and stops it (SIGTERM, then SIGKILL after the grace period)
+when the Pod is deleted. A process that dies on its own marks its Pod Failed, so the
+ReplicaSet replaces it — a lost pod, as on a real node. Scaling, kills and rollouts are
+then real API operations."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes import watch
+
+log = logging.getLogger(__name__)
+Pod = dict[str, Any]
+
+
+@dataclass
+class RunningPod:
+    name: str
+    uid: str
+    process: subprocess.Popen[bytes]
+    grace: float
+    stopping: bool = False
+
+
+class LocalKubelet:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        namespace: str,
+        label_selector: str,
+        workdir: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        self._api_client = api_client
+        self._core = k8s.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.workdir = workdir
+        self.extra_env = extra_env or {}
+        self.pods: dict[str, RunningPod] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._watch, name="kubelet-watch", daemon=True),
+            threading.Thread(target=self._monitor, name="kubelet-monitor", daemon=True),
+        ]
+
+    def start(self) -> LocalKubelet:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+        for thread in self._threads:
+            thread.join(10)
+        with self._lock:
+            pods = list(self.pods.values())
+        for pod in pods:
+            self._terminate(pod, grace=5.0)
+
+    def running(self) -> list[str]:
+        with self._lock:
+            return sorted(n for n, p in self.pods.items() if p.process.poll() is None)
+
+    def kill(self, pod_name: str, sig: int = signal.SIGKILL) -> None:
+        """Kills a pod's process behind Kubernetes' back (a crash)."""
+        with self._lock:
+            pod = self.pods[pod_name]
+        os.killpg(pod.process.pid, sig)
+
+    # --- watching -----------------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stopped.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(
+                    self._core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=self.label_selector,
+                    timeout_seconds=2,
+                ):
+                    if self._stopped.is_set():
+                        break
+                    # Plain camelCase dicts, as in a manifest.
+                    pod: Pod = self._api_client.sanitize_for_serialization(event["object"])
+                    if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+                        self._deleted(pod)
+                    else:
+                        self._seen(pod)
+            except Exception:  # the watch reconnects; a test's teardown may race it
+                if not self._stopped.is_set():
+                    log.exception("kubelet watch failed; retrying")
+                    time.sleep(0.5)
+            finally:
+                stream.stop()
+
+    def _seen(self, pod: Pod) -> None:
+        name = pod["metadata"]["name"]
+        with self._lock:
+            if name in self.pods or pod.get("status", {}).get("phase") in ("Failed", "Succeeded"):
+                return
+            self.pods[name] = self._launch(pod)
+        self._set_phase(name, "Running", ready=True)
+
+    def _deleted(self, pod: Pod) -> None:
+        with self._lock:
+            running = self.pods.get(pod["metadata"]["name"])
+        if running is not None and not running.stopping:
+            threading.Thread(target=self._terminate, args=(running,), daemon=True).start()
+
+    def _terminate(self, pod: RunningPod, grace: float | None = None) -> None:
+        pod.stopping = True
+        if pod.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pod.process.pid, signal.SIGTERM)
+            try:
+                pod.process.wait(pod.grace if grace is None else grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pod.process.pid, signal.SIGKILL)
+                pod.process.wait()
+
+    def _monitor(self) -> None:
+        while not self._stopped.wait(0.2):
+            with self._lock:
+                died = [
+                    p for p in self.pods.values() if not p.stopping and p.process.poll() is not None
+                ]
+                for pod in died:
+                    pod.stopping = True
+            for pod in died:
+                log.info("pod %s exited with %s", pod.name, pod.process.returncode)
+                with contextlib.suppress(Exception):
+                    self._set_phase(pod.name, "Failed", ready=False)
+
+    def _set_phase(self, name: str, phase: str, ready: bool) -> None:
+        now = datetime.datetime.now(datetime.UTC).isoformat()
+        status = {
+            "phase": phase,
+            "podIP": "127.0.0.1",
+            "startTime": now,
+            "conditions": [
+                {"type": "Ready", "status": str(ready), "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": str(ready), "lastTransitionTime": now},
+            ],
+        }
+        self._core.patch_namespaced_pod_status(name, self.namespace, {"status": status})
+
+    # --- launching ----------------------------------------------------------------
+
+    def _launch(self, pod: Pod) -> RunningPod:
+        spec = pod["spec"]
+        container = spec["containers"][0]
+        name = pod["metadata"]["name"]
+        pod_dir = self.workdir / name
+        pod_dir.mkdir(parents=True, exist_ok=True)
+        mounts = self._project_volumes(pod, pod_dir)
+        env = {**self._base_env(), **self.extra_env}
+        for var in container.get("env", []):
+            env[var["name"]] = self._value(var, pod, env, mounts)
+        command = [sys.executable if c == "python" else c for c in container.get("command", [])]
+        command += list(container.get("args", []))
+        log_file = (pod_dir / "output.log").open("ab")
+        process = subprocess.Popen(
+            command,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log_file.close()
+        return RunningPod(
+            name=name,
+            uid=pod["metadata"]["uid"],
+            process=process,
+            grace=float(spec.get("terminationGracePeriodSeconds", 30)),
+        )
+
+    @staticmethod
+    def _base_env() -> dict[str, str]:
+        keep = ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
+        return {k: os.environ[k] for k in keep if k in os.environ}
+
+    def _project_volumes(self, pod: Pod, pod_dir: Path) -> dict[str, str]:
+        """Writes projected ServiceAccount tokens; returns mount path -> local directory."""
+        metadata, spec = pod["metadata"], pod["spec"]
+        local: dict[str, str] = {}
+        for volume in spec.get("volumes", []):
+            if "projected" not in volume:
+                continue
+            directory = pod_dir / volume["name"]
+            directory.mkdir(exist_ok=True)
+            for source in volume["projected"].get("sources", []):
+                token = source.get("serviceAccountToken")
+                if token is None:
+                    continue
+                request = {
+                    "spec": {
+                        "audiences": [token["audience"]] if token.get("audience") else [],
+                        "expirationSeconds": token.get("expirationSeconds", 3600),
+                        # Bound to the Pod, as a real kubelet does: TokenReview then
+                        # names the pod, and the token dies with it.
+                        "boundObjectRef": {
+                            "kind": "Pod",
+                            "apiVersion": "v1",
+                            "name": metadata["name"],
+                            "uid": metadata["uid"],
+                        },
+                    }
+                }
+                issued = self._core.create_namespaced_service_account_token(
+                    spec.get("serviceAccountName", "default"),
+                    self.namespace,
+                    request,  # type: ignore[arg-type]  # the client takes a plain dict too
+                )
+                assert issued.status is not None
+                (directory / token["path"]).write_text(issued.status.token)
+            for mount in spec["containers"][0].get("volumeMounts", []):
+                if mount["name"] == volume["name"]:
+                    local[mount["mountPath"]] = str(directory)
+        return local
+
+    @staticmethod
+    def _value(var: dict[str, Any], pod: Pod, env: dict[str, str], mounts: dict[str, str]) -> str:
+        if "valueFrom" in var:
+            field = var["valueFrom"].get("fieldRef", {}).get("fieldPath", "")
+            values = {
+                "metadata.name": pod["metadata"]["name"],
+                "metadata.namespace": pod["metadata"]["namespace"],
+                "metadata.uid": pod["metadata"]["uid"],
+                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
+            }
+            return str(values.get(field, ""))
+        value = re.sub(
+            r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m[1], m[0]), var.get("value", "")
+        )
+        for mount_path, directory in mounts.items():
+            if value.startswith(mount_path + "/"):
+                value = directory + value[len(mount_path) :]
+        return value

@@ -1,0 +1,69 @@
+"""Runs the real operator (`kopf run`) as a process against the local control plane."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from pathlib import Path
+
+from testbed.processes import Server, free_port
+
+
+class OperatorProcess:
+    def __init__(
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        workdir: Path,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._argv = [
+            sys.executable,
+            "-m",
+            "kopf",
+            "run",
+            "--standalone",
+            "--quiet",
+            f"--namespace={namespace}",
+            "-m",
+            "streamconsumer.controller.main",
+        ]
+        self._env = {
+            "KUBECONFIG": str(kubeconfig),
+            "STREAMCONSUMER_API_HOST": "127.0.0.1",
+            "STREAMCONSUMER_API_PORT": str(self.port),
+            "STREAMCONSUMER_API_URL": self.url,
+            "STREAMCONSUMER_SHARD_SYNC_SECONDS": "1",
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            **(env or {}),
+        }
+        self._workdir = workdir
+        self.server: Server | None = None
+
+    def start(self) -> OperatorProcess:
+        self._workdir.mkdir(parents=True, exist_ok=True)
+        self.server = Server("operator", self._argv, self._workdir, self._env)
+        self.server.wait_until(self._healthy, 60, "serving the worker API")
+        return self
+
+    def _healthy(self) -> bool:
+        with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
+            return bool(response.status == 200)
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def kill(self) -> None:
+        """A crash: SIGKILL, no cleanup."""
+        if self.server is not None:
+            self.server.process.kill()
+            self.server.process.wait()
+            self.server.stop()
+            self.server = None

@@ -1,0 +1,142 @@
+"""One StreamConsumer running for real: a stream on the emulator, the operator process,
+the local kubelet running worker pods, and the recording processor. Used by the
+end-to-end tests and by `make demo`."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from streamconsumer.controller.children import label_selector
+from streamconsumer.models import API_VERSION, KIND
+from testbed.controlplane import ControlPlane
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.kube import StreamConsumers
+from testbed.kubelet import LocalKubelet
+from testbed.operator_process import OperatorProcess
+from testbed.recording import Report, read_report
+
+TESTS_DIR = Path(__file__).resolve().parents[1]
+
+
+class Scenario:
+    def __init__(
+        self,
+        plane: ControlPlane,
+        api_client: k8s.ApiClient,
+        kinesis: KinesisEmulator,
+        namespace: str,
+        stream: str,
+        workdir: Path,
+        name: str = "clicks",
+    ) -> None:
+        self.plane = plane
+        self.api_client = api_client
+        self.kinesis = kinesis
+        self.namespace = namespace
+        self.stream = stream
+        self.workdir = workdir
+        self.name = name
+        self.records_dir = workdir / "records"
+        self.consumers = StreamConsumers(api_client, namespace)
+        self.produced: set[str] = set()
+        self._counter = itertools.count()
+        self.operator: OperatorProcess | None = None
+        self.kubelet: LocalKubelet | None = None
+
+    def manifest(self, replicas: int, lease_seconds: float, delay: float) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": self.name},
+            "spec": {
+                "source": {
+                    "kinesis": {
+                        "streamName": self.stream,
+                        "region": "us-east-1",
+                        "endpointURL": self.kinesis.endpoint_url,
+                    }
+                },
+                "processor": {
+                    "image": "local/recording:dev",
+                    "entrypoint": "testbed.recording:RecordingProcessor",
+                    "env": [
+                        {"name": "RECORD_DIR", "value": str(self.records_dir)},
+                        {"name": "RECORD_DELAY_SECONDS", "value": str(delay)},
+                        # The emulator takes any credentials; real ones never go in a spec.
+                        {"name": "AWS_ACCESS_KEY_ID", "value": "testing"},
+                        {"name": "AWS_SECRET_ACCESS_KEY", "value": "testing"},
+                    ],
+                },
+                "replicas": replicas,
+                "leases": {"durationSeconds": lease_seconds},
+                "reading": {"maxRecords": 100, "idleBetweenReadsMs": 100},
+            },
+        }
+
+    def start(
+        self, shards: int, replicas: int, lease_seconds: float = 6.0, delay: float = 0.0
+    ) -> Scenario:
+        create_stream(self.kinesis.client, self.stream, shards)
+        self.start_operator()
+        self.kubelet = LocalKubelet(
+            self.api_client,
+            self.namespace,
+            label_selector(self.name),
+            self.workdir / "pods",
+            extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
+        ).start()
+        self.consumers.create(self.manifest(replicas, lease_seconds, delay))
+        return self
+
+    def start_operator(self) -> None:
+        self.operator = OperatorProcess(
+            self.plane.kubeconfig, self.namespace, self.workdir / "operator"
+        ).start()
+
+    def stop(self) -> None:
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        if self.operator is not None:
+            self.operator.stop()
+
+    # --- driving ------------------------------------------------------------------
+
+    def produce(self, count: int) -> None:
+        batch = [f"r-{next(self._counter)}" for _ in range(count)]
+        put_records(self.kinesis.client, self.stream, [(value, value.encode()) for value in batch])
+        self.produced.update(batch)
+
+    def scale(self, replicas: int) -> None:
+        self.consumers.patch_scale(self.name, replicas)
+
+    def status(self) -> dict[str, Any]:
+        return dict(self.consumers.get(self.name).get("status") or {})
+
+    def owners(self) -> Counter[str]:
+        leases = self.status().get("leases", {})
+        return Counter(
+            lease["owner"] for lease in leases.values() if lease.get("state") == "Active"
+        )
+
+    def report(self) -> Report:
+        return read_report(self.records_dir, self.produced)
+
+    def all_processed(self) -> bool:
+        return not self.report().lost
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> float:
+    """Waits until `condition()`; returns the seconds it took."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
