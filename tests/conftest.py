@@ -4,6 +4,7 @@ session (per xdist worker), a fresh namespace and stream name per test."""
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,11 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
             "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_PATH)
         )
         assert result.returncode == 0, result.stderr
+        # Established is not the end: the new resource's storage may still be initializing.
+        deadline = time.monotonic() + 60
+        while plane.kubectl("get", "streamconsumers", "-A").returncode != 0:
+            assert time.monotonic() < deadline, "StreamConsumer storage never became ready"
+            time.sleep(0.2)
         yield plane
     finally:
         plane.stop()

@@ -26,7 +26,6 @@ class OperatorProcess:
             "kopf",
             "run",
             "--standalone",
-            "--quiet",
             f"--namespace={namespace}",
             "-m",
             "streamconsumer.controller.main",

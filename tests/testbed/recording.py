@@ -60,6 +60,12 @@ class Report:
     order_violations: list[str] = field(default_factory=list)
     by_worker: Counter[str] = field(default_factory=Counter)
     by_shard: dict[str, list[str]] = field(default_factory=dict)
+    # shard -> (first, last) wall time a record of it was processed
+    shard_times: dict[str, tuple[float, float]] = field(default_factory=dict)
+    # shard -> workers in the order they processed it (consecutive repeats collapsed)
+    shard_owners: dict[str, list[str]] = field(default_factory=dict)
+    # worker -> wall time of the last record it processed
+    last_processed: dict[str, float] = field(default_factory=dict)
 
 
 def read_report(directory: Path, produced: set[str]) -> Report:
@@ -80,6 +86,16 @@ def read_report(directory: Path, produced: set[str]) -> Report:
         if key not in done:
             done.add(key)
             first_seen[event["shard"]].append((int(event["seq"]), event["sub"]))
+    shard_times: dict[str, tuple[float, float]] = {}
+    shard_owners: dict[str, list[str]] = defaultdict(list)
+    last_processed: dict[str, float] = {}
+    for event in events:
+        shard, when, worker = event["shard"], event["t"], event["worker"]
+        first, _ = shard_times.get(shard, (when, when))
+        shard_times[shard] = (first, when)
+        if not shard_owners[shard] or shard_owners[shard][-1] != worker:
+            shard_owners[shard].append(worker)
+        last_processed[worker] = when
     violations = []
     for shard, positions in first_seen.items():
         # Per-shard order: every record is first processed after all records before it
@@ -95,4 +111,7 @@ def read_report(directory: Path, produced: set[str]) -> Report:
         order_violations=violations,
         by_worker=Counter(e["worker"] for e in events),
         by_shard=dict(by_shard),
+        shard_times=shard_times,
+        shard_owners=dict(shard_owners),
+        last_processed=last_processed,
     )

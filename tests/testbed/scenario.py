@@ -48,6 +48,7 @@ class Scenario:
         self.produced: set[str] = set()
         self._counter = itertools.count()
         self.operator: OperatorProcess | None = None
+        self._operator_port: int | None = None
         self.kubelet: LocalKubelet | None = None
 
     def manifest(self, replicas: int, lease_seconds: float, delay: float) -> dict[str, Any]:
@@ -96,9 +97,12 @@ class Scenario:
         return self
 
     def start_operator(self) -> None:
+        """Starts (or restarts) the operator; a restart keeps its address, as a Service would."""
+        port = self._operator_port
         self.operator = OperatorProcess(
-            self.plane.kubeconfig, self.namespace, self.workdir / "operator"
+            self.plane.kubeconfig, self.namespace, self.workdir / "operator", port=port
         ).start()
+        self._operator_port = self.operator.port
 
     def stop(self) -> None:
         if self.kubelet is not None:

@@ -100,7 +100,8 @@ async def reconcile_children(
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
 
 
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+# A failed loop restarts after 2 s (kopf defaults to 60 s), from the persisted status.
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, backoff=2.0)
 async def consume(
     body: kopf.Body,
     name: str,
@@ -111,8 +112,13 @@ async def consume(
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
     spec = spec_of(body)
-    current = k8s.CustomObjectsApi(kube()).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name
+    current = await asyncio.to_thread(
+        k8s.CustomObjectsApi(kube()).get_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        namespace,
+        PLURAL,
+        name,
     )
     assert isinstance(current, dict)
     writer = StatusWriter(kube(), namespace, name)

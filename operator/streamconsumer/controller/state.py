@@ -139,6 +139,13 @@ class Coordinator:
         for shard_id in list(progress.millis_behind):
             if shard_id not in held:
                 del progress.millis_behind[shard_id]
+        for shard_id, lease in list(self.leases.items()):
+            # Asked to hand off a shard it never started (the revocation came before the
+            # worker picked up the grant): nothing to finish, so release it right away.
+            # Safe because a worker reports every shard it runs in each heartbeat.
+            if lease.owner == request.worker and lease.state is HANDOFF and shard_id not in held:
+                self.leases[shard_id] = release(lease, request.worker, lease.epoch)
+                self._changed()
         assignments = [
             self._assignment(lease)
             for lease in self.leases.values()

@@ -124,18 +124,21 @@ class ShardConsumer:
         )
 
     def _call_operator(self, request: CheckpointRequest) -> None:
-        """Checkpoints, retrying while the operator is unreachable but the lease is ours."""
+        """Checkpoints, retrying while the operator is unreachable. Meanwhile this shard
+        delivers nothing more, and once the lease runs out the whole worker is fenced; an
+        outage costs a pause: when the operator is back the checkpoint lands if the lease
+        is still ours (same epoch), or is refused as lost (DESIGN §3.8)."""
         backoff = Backoff(base=0.05, cap=1.0)
         attempt = 0
         while True:
             try:
                 self._operator.checkpoint(request)
                 return
-            except OperatorUnavailable:
-                if not self._fence.open():
-                    raise LeaseLostError(
-                        "lease ran out while the operator was unreachable"
-                    ) from None
+            except OperatorUnavailable as error:
+                if self._stop is Stop.LOST:
+                    raise LeaseLostError("revoked while the operator was unreachable") from error
+                if attempt == 0:
+                    log.warning("%s: checkpoint waits for the operator: %s", self.shard_id, error)
                 time.sleep(backoff.delay(attempt))
                 attempt += 1
 

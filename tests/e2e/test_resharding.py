@@ -1,0 +1,41 @@
+"""Split and merge while consuming: children start only after their parents' last record."""
+
+from __future__ import annotations
+
+from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
+from testbed.scenario import Scenario, wait_for
+
+
+def test_split_and_merge_keep_parents_before_children(scenario: Scenario) -> None:
+    scenario.start(shards=4, replicas=2)
+    client = scenario.kinesis.client
+    scenario.produce(200)
+    wait_for(scenario.all_processed, 60, "records before resharding")
+    first = sorted(s["ShardId"] for s in list_all_shards(client, scenario.stream))
+    split_shard_in_half(client, scenario.stream, first[0])
+    scenario.produce(200)
+    merge_shards(client, scenario.stream, first[2], first[3])
+    scenario.produce(200)
+    wait_for(scenario.all_processed, 90, "records after the split and the merge")
+
+    report = scenario.report()
+    assert report.lost == set()
+    assert report.order_violations == []
+    assert report.duplicates == 0
+    shards = list_all_shards(client, scenario.stream)
+    children = [s for s in shards if s.get("ParentShardId")]
+    assert len(children) == 3
+    for child in children:
+        if child["ShardId"] not in report.shard_times:
+            continue  # no record hashed to it
+        parents = [child["ParentShardId"], child.get("AdjacentParentShardId")]
+        child_first = report.shard_times[child["ShardId"]][0]
+        for parent in filter(None, parents):
+            assert report.shard_times[parent][1] <= child_first, (
+                f"{child['ShardId']} started before {parent} finished"
+            )
+    wait_for(
+        lambda: {first[0], first[2], first[3]}.isdisjoint(scenario.status()["leases"]),
+        30,
+        "finished parents to leave the status once their children started",
+    )

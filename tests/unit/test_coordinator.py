@@ -1,0 +1,112 @@
+"""The operator's protocol state for one consumer: heartbeats, grants, hand-offs and
+fenced checkpoints, driven without I/O."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamconsumer.controller.state import Coordinator, leases_from_status
+from streamconsumer.core.leases import ACTIVE, RELEASED, CheckpointRefused
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import (
+    CheckpointRequest,
+    HeartbeatRequest,
+    HeldShard,
+    RevocationReason,
+    StartPositionType,
+)
+from streamconsumer.models.resource import StreamConsumerSpec
+
+SPEC = StreamConsumerSpec.model_validate(
+    {
+        "source": {"kinesis": {"streamName": "s"}},
+        "processor": {"image": "i", "entrypoint": "m:f"},
+        "leases": {"durationSeconds": 10},
+    }
+)
+
+
+def beat(coordinator: Coordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
+    request = HeartbeatRequest(
+        worker=worker, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
+    )
+    return coordinator.heartbeat(request, now)
+
+
+def started(coordinator: Coordinator) -> Coordinator:
+    coordinator.set_shards([Shard(f"s{i}") for i in range(4)])
+    return coordinator
+
+
+def test_grant_reaches_the_worker_with_its_start_position() -> None:
+    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)
+    response = beat(coordinator, "a", 0.1)
+    assert sorted(a.shard_id for a in response.assignments) == ["s0", "s1", "s2", "s3"]
+    assert all(a.start.type is StartPositionType.TRIM_HORIZON for a in response.assignments)
+    assert response.lease_duration_ms == 10_000
+
+
+def test_handoff_of_a_shard_never_started_releases_at_once() -> None:
+    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)  # a gets all four, but has not heard yet
+    beat(coordinator, "b", 0.0)
+    coordinator.step(0.0)  # two of them must move to b: hand-off
+    response = beat(coordinator, "a", 0.1)  # a never started them
+    assert len(response.assignments) == 2
+    assert sum(lease.state is RELEASED for lease in coordinator.leases.values()) == 2
+    coordinator.step(0.2)
+    assert len(beat(coordinator, "b", 0.3).assignments) == 2
+
+
+def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
+    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)
+    held = [(a.shard_id, a.epoch) for a in beat(coordinator, "a", 0.1).assignments]
+    beat(coordinator, "b", 0.2)
+    coordinator.step(0.2)
+    response = beat(coordinator, "a", 0.3, *held)
+    moving = [r.shard_id for r in response.revocations]
+    assert len(moving) == 2
+    assert all(r.reason is RevocationReason.HANDOFF for r in response.revocations)
+    assert beat(coordinator, "b", 0.4).assignments == [], "no grant before release"
+    for shard_id in moving:
+        epoch = coordinator.leases[shard_id].epoch
+        coordinator.checkpoint(
+            CheckpointRequest(
+                worker="a", shard_id=shard_id, epoch=epoch, sequence_number="7", release=True
+            )
+        )
+    coordinator.step(0.5)
+    granted = beat(coordinator, "b", 0.6).assignments
+    assert sorted(a.shard_id for a in granted) == sorted(moving)
+    assert all(a.start.sequence_number == "7" for a in granted), "resumes after the checkpoint"
+
+
+def test_stale_epoch_is_lost_and_fenced() -> None:
+    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)
+    epoch = coordinator.leases["s0"].epoch
+    response = beat(coordinator, "a", 0.1, ("s0", epoch + 1))
+    assert [(r.shard_id, r.reason) for r in response.revocations] == [("s0", RevocationReason.LOST)]
+    with pytest.raises(CheckpointRefused) as refused:
+        coordinator.checkpoint(
+            CheckpointRequest(worker="a", shard_id="s0", epoch=epoch + 1, sequence_number="1")
+        )
+    assert refused.value.lease_lost
+
+
+def test_restart_waits_a_lease_before_expiring_owners_from_status() -> None:
+    status = {"leases": {"s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"}}}
+    coordinator = started(Coordinator(SPEC, leases_from_status(status), now=100.0))
+    coordinator.step(100.0 + 13.0)
+    assert coordinator.leases["s0"].owner == "a", "within lease + grace of the restart"
+    response = beat(coordinator, "a", 113.5, ("s0", 3))
+    assert response.revocations == [], "the same lease, same epoch, is renewed"
+    assert coordinator.leases["s0"].state is ACTIVE
+    coordinator.step(113.5 + 14.0)
+    assert coordinator.leases["s0"].owner != "a", "silent too long after the restart"
