@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ class LocalKubelet:
         label_selector: str,
         workdir: Path,
         extra_env: dict[str, str] | None = None,
+        pod_env: Callable[[str], dict[str, str]] | None = None,
     ) -> None:
         self._api_client = api_client
         self._core = k8s.CoreV1Api(api_client)
@@ -55,6 +57,7 @@ class LocalKubelet:
         self.label_selector = label_selector
         self.workdir = workdir
         self.extra_env = extra_env or {}
+        self.pod_env = pod_env
         self.pods: dict[str, RunningPod] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -178,6 +181,8 @@ class LocalKubelet:
         env = {**self._base_env(), **self.extra_env}
         for var in container.get("env", []):
             env[var["name"]] = self._value(var, pod, env, mounts)
+        if self.pod_env is not None:
+            env.update(self.pod_env(name))
         command = [sys.executable if c == "python" else c for c in container.get("command", [])]
         command += list(container.get("args", []))
         log_file = (pod_dir / "output.log").open("ab")

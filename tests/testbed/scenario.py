@@ -82,7 +82,12 @@ class Scenario:
         }
 
     def start(
-        self, shards: int, replicas: int, lease_seconds: float = 6.0, delay: float = 0.0
+        self,
+        shards: int,
+        replicas: int,
+        lease_seconds: float = 6.0,
+        delay: float = 0.0,
+        pod_env: Callable[[str], dict[str, str]] | None = None,
     ) -> Scenario:
         create_stream(self.kinesis.client, self.stream, shards)
         self.start_operator()
@@ -92,6 +97,7 @@ class Scenario:
             label_selector(self.name),
             self.workdir / "pods",
             extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
+            pod_env=pod_env,
         ).start()
         self.consumers.create(self.manifest(replicas, lease_seconds, delay))
         return self

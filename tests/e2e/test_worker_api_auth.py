@@ -1,0 +1,81 @@
+"""The worker API trusts only pod-bound tokens of the consumer's own workers, each
+speaking for itself; bad input is a 4xx with a message, never a 500."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from kubernetes import client as k8s
+
+from streamconsumer.controller.auth import AUDIENCE
+from testbed.scenario import Scenario, wait_for
+
+
+def token_for(api: k8s.ApiClient, namespace: str, account: str, audience: str = AUDIENCE) -> str:
+    core = k8s.CoreV1Api(api)
+    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[audience]))
+    status = core.create_namespaced_service_account_token(account, namespace, request).status
+    assert status is not None
+    assert status.token is not None
+    return status.token
+
+
+def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
+    scenario.start(shards=2, replicas=1)
+    wait_for(lambda: sum(scenario.owners().values()) == 2, 60, "both shards owned")
+    assert scenario.operator is not None
+    leases = scenario.status()["leases"]
+    shard, lease = sorted(leases.items())[0]
+    worker, epoch = lease["owner"], lease["epoch"]
+    pod_token = (
+        Path(scenario.workdir) / "pods" / worker / "streamconsumer-token" / "token"
+    ).read_text()
+    api, namespace = scenario.api_client, scenario.namespace
+    k8s.CoreV1Api(api).create_namespaced_service_account(
+        namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="other-worker"))
+    )
+    base = f"{scenario.operator.url}/v1/namespaces/{namespace}/streamconsumers/{scenario.name}"
+
+    def checkpoint(token: str | None, **body: object) -> httpx.Response:
+        payload = {
+            "worker": worker,
+            "shardId": shard,
+            "epoch": epoch,
+            "sequenceNumber": "1",
+            **body,
+        }
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.post(f"{base}/checkpoint", json=payload, headers=headers, timeout=10)
+
+    cases = {
+        "no token": (checkpoint(None), 401),
+        "not a token": (checkpoint("not-a-token"), 401),
+        "another audience": (
+            checkpoint(token_for(api, namespace, f"{scenario.name}-worker", "x")),
+            401,
+        ),
+        "another consumer's worker": (checkpoint(token_for(api, namespace, "other-worker")), 403),
+        "not bound to a pod": (
+            checkpoint(token_for(api, namespace, f"{scenario.name}-worker")),
+            403,
+        ),
+        "speaks for another worker": (checkpoint(pod_token, worker="someone-else"), 403),
+        "malformed": (checkpoint(pod_token, sequenceNumber="12abc"), 400),
+        "unknown field": (checkpoint(pod_token, shard="x"), 400),
+        "stale epoch": (checkpoint(pod_token, epoch=epoch + 5), 409),
+        "unknown shard": (checkpoint(pod_token, shardId="shardId-999"), 400),
+    }
+    for case, (response, expected) in cases.items():
+        assert response.status_code == expected, (case, response.status_code, response.text)
+        body = response.json()
+        assert body["message"], case
+        assert "Traceback" not in response.text
+    garbage = httpx.post(
+        f"{base}/heartbeat",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {pod_token}"},
+        timeout=10,
+    )
+    assert garbage.status_code == 400, garbage.text
+    assert scenario.status()["leases"][shard]["epoch"] == epoch, "nothing forged got through"
