@@ -63,3 +63,7 @@ crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
 bench: venv  ## benchmarks; figures also go to bench/results.json
 	@rm -f bench/results.json
 	$(BIN)/python -m bench.lease_engine
+
+.PHONY: demo
+demo: venv emulators controlplane  ## the whole system live: 3 workers, 4 shards, a split and a pod kill
+	PYTHONPATH=tests $(BIN)/python -m testbed.demo

@@ -115,3 +115,20 @@ def read_report(directory: Path, produced: set[str]) -> Report:
         shard_owners=dict(shard_owners),
         last_processed=last_processed,
     )
+
+
+class CountingProcessor(BaseRecordProcessor):
+    """A near no-op processor for throughput benchmarks: counts records per shard and
+    notes, once per batch, the count and the time in $RECORD_DIR/<shard>.count."""
+
+    def initialize(self, shard: ShardInfo) -> None:
+        super().initialize(shard)
+        self.path = Path(os.environ["RECORD_DIR"]) / f"{shard.shard_id}.count"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.count = 0
+        self.started = time.time()
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        self.count += len(records)
+        self.path.write_text(f"{self.count} {self.started} {time.time()}")
+        checkpointer.checkpoint()
