@@ -37,10 +37,10 @@ def view(scenario: Scenario, phase: str) -> Group:
     report = scenario.report()
     processed = Counter({shard: len(data) for shard, data in report.by_shard.items()})
     table = Table(title=f"StreamConsumer {scenario.namespace}/{scenario.name} — {phase}")
-    for column in ("shard", "state", "owner", "epoch", "lag ms", "processed", "checkpoint"):
-        table.add_column(
-            column, justify="right" if column in ("epoch", "lag ms", "processed") else "left"
-        )
+    table.add_column("shard", no_wrap=True, min_width=20)
+    for column in ("state", "owner", "epoch", "lag ms", "processed", "checkpoint"):
+        numeric = column in ("epoch", "lag ms", "processed")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for shard, lease in sorted(status.get("leases", {}).items()):
         checkpoint = lease.get("checkpoint") or "-"
         table.add_row(
