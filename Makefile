@@ -60,9 +60,10 @@ crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
 	$(BIN)/python -m streamconsumer.crd > crds/streamconsumer.yaml
 
 .PHONY: bench
-bench: venv  ## benchmarks; figures also go to bench/results.json
+bench: venv emulators controlplane  ## benchmarks; figures also go to bench/results.json
 	@rm -f bench/results.json
 	$(BIN)/python -m bench.lease_engine
+	PYTHONPATH=tests $(BIN)/python -m bench.system
 
 .PHONY: demo
 demo: venv emulators controlplane  ## the whole system live: 3 workers, 4 shards, a split and a pod kill

@@ -130,5 +130,7 @@ class CountingProcessor(BaseRecordProcessor):
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
         self.count += len(records)
-        self.path.write_text(f"{self.count} {self.started} {time.time()}")
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(f"{self.count} {self.started} {time.time()}")
+        partial.replace(self.path)  # readers never see a half-written file
         checkpointer.checkpoint()

@@ -51,7 +51,14 @@ class Scenario:
         self._operator_port: int | None = None
         self.kubelet: LocalKubelet | None = None
 
-    def manifest(self, replicas: int, lease_seconds: float, delay: float) -> dict[str, Any]:
+    def manifest(
+        self,
+        replicas: int,
+        lease_seconds: float,
+        delay: float,
+        processor: str = "testbed.recording:RecordingProcessor",
+        max_records: int = 100,
+    ) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -66,7 +73,7 @@ class Scenario:
                 },
                 "processor": {
                     "image": "local/recording:dev",
-                    "entrypoint": "testbed.recording:RecordingProcessor",
+                    "entrypoint": processor,
                     "env": [
                         {"name": "RECORD_DIR", "value": str(self.records_dir)},
                         {"name": "RECORD_DELAY_SECONDS", "value": str(delay)},
@@ -77,19 +84,22 @@ class Scenario:
                 },
                 "replicas": replicas,
                 "leases": {"durationSeconds": lease_seconds},
-                "reading": {"maxRecords": 100, "idleBetweenReadsMs": 100},
+                "reading": {"maxRecords": max_records, "idleBetweenReadsMs": 100},
             },
         }
 
     def start(
         self,
-        shards: int,
+        shards: int | None,
         replicas: int,
         lease_seconds: float = 6.0,
         delay: float = 0.0,
         pod_env: Callable[[str], dict[str, str]] | None = None,
+        processor: str = "testbed.recording:RecordingProcessor",
+        max_records: int = 100,
     ) -> Scenario:
-        create_stream(self.kinesis.client, self.stream, shards)
+        if shards is not None:  # None: the stream is there already
+            create_stream(self.kinesis.client, self.stream, shards)
         self.start_operator()
         self.kubelet = LocalKubelet(
             self.api_client,
@@ -99,7 +109,8 @@ class Scenario:
             extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
             pod_env=pod_env,
         ).start()
-        self.consumers.create(self.manifest(replicas, lease_seconds, delay))
+        manifest = self.manifest(replicas, lease_seconds, delay, processor, max_records)
+        self.consumers.create(manifest)
         return self
 
     def start_operator(self) -> None:

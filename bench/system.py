@@ -1,0 +1,428 @@
+"""The system under load, on the real parts, each figure beside a baseline measured in
+the same run:
+
+- worker throughput over 4 shards (no-op processor) vs a raw boto3 GetRecords loop over
+  the same records, both on kinesalite;
+- checkpoint round trip through the worker API vs a bare HTTP round trip to the same server;
+- failover: a worker killed -> its shards processing elsewhere, vs lease + grace;
+- control plane at scale: 1,000 shards, 50 simulated workers heartbeating and
+  checkpointing: status writes per second, status size, operator CPU.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch
+
+from bench.results import record
+from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.models import GROUP, PLURAL, VERSION
+from testbed.controlplane import ControlPlane
+from testbed.kinesis import KinesisEmulator, create_stream, list_all_shards, put_records
+from testbed.scenario import Scenario, wait_for
+
+CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
+RECORDS = 40_000
+PAYLOAD = b"x" * 100
+
+
+def namespace(api: k8s.ApiClient, name: str) -> str:
+    k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=name)))
+    return name
+
+
+def fill(emulator: KinesisEmulator, stream: str, shards: int, count: int) -> None:
+    create_stream(emulator.client, stream, shards)
+    keys = [f"k{i}" for i in range(count)]
+    with ThreadPoolExecutor(4) as pool:
+        chunks = [keys[i : i + 2000] for i in range(0, count, 2000)]
+        list(
+            pool.map(
+                lambda c: put_records(emulator.client, stream, [(k, PAYLOAD) for k in c]), chunks
+            )
+        )
+
+
+def raw_read_seconds(emulator: KinesisEmulator, stream: str, expected: int) -> float:
+    """Baseline: one thread per shard, GetRecords from TRIM_HORIZON until all are read."""
+    shards = [s["ShardId"] for s in list_all_shards(emulator.client, stream)]
+    counts = dict.fromkeys(shards, 0)
+
+    def drain(shard: str) -> None:
+        client = emulator.client
+        iterator = client.get_shard_iterator(
+            StreamName=stream, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while True:
+            response = client.get_records(ShardIterator=iterator, Limit=1000)
+            counts[shard] += len(response["Records"])
+            if not response["Records"] or not response.get("NextShardIterator"):
+                return
+            iterator = response["NextShardIterator"]
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(shards)) as pool:
+        list(pool.map(drain, shards))
+    elapsed = time.perf_counter() - started
+    assert sum(counts.values()) == expected, counts
+    return elapsed
+
+
+def worker_throughput(
+    plane: ControlPlane, api: k8s.ApiClient, fast: KinesisEmulator, work: Path
+) -> Scenario:
+    fill(fast, "throughput", 4, RECORDS)
+    raw = raw_read_seconds(fast, "throughput", RECORDS)
+    scenario = Scenario(
+        plane, api, fast, namespace(api, "bench-throughput"), "throughput", work / "tp"
+    )
+    scenario.start(
+        shards=None, replicas=1, processor="testbed.recording:CountingProcessor", max_records=1000
+    )
+    counts = scenario.records_dir
+
+    def totals() -> tuple[int, float, float]:
+        done, first, last = 0, float("inf"), 0.0
+        for path in counts.glob("*.count"):
+            n, started, at = path.read_text().split()
+            done, first, last = done + int(n), min(first, float(started)), max(last, float(at))
+        return done, first, last
+
+    wait_for(lambda: totals()[0] >= RECORDS, 300, "the worker to read every record", poll=0.5)
+    _, first, last = totals()
+    worker = last - first
+    ratio = raw / worker
+    print(f"throughput, {RECORDS} records over 4 shards on kinesalite:")
+    print(f"  raw boto3 GetRecords loop  {RECORDS / raw:9.0f} records/s  (baseline)")
+    print(
+        f"  one worker, no-op processor{RECORDS / worker:9.0f} records/s  ({ratio:.2f}x baseline)"
+    )
+    record(
+        {
+            "worker_records_per_second": round(RECORDS / worker),
+            "raw_records_per_second": round(RECORDS / raw),
+            "worker_vs_raw_throughput_ratio": round(ratio, 3),
+        }
+    )
+    return scenario
+
+
+def checkpoint_rtt(scenario: Scenario) -> None:
+    assert scenario.operator is not None
+    time.sleep(2)  # the worker is idle: let the last coalesced status write land
+    leases = scenario.status()["leases"]
+    shard, lease = sorted(leases.items())[0]
+    worker = lease["owner"]
+    token = (scenario.workdir / "pods" / worker / "streamconsumer-token" / "token").read_text()
+    path = f"/v1/namespaces/{scenario.namespace}/streamconsumers/{scenario.name}"
+    base = scenario.operator.url + path
+    body = {
+        "worker": worker,
+        "shardId": shard,
+        "epoch": lease["epoch"],
+        "sequenceNumber": lease["checkpoint"],
+    }
+    headers = {"Authorization": f"Bearer {token}"}
+
+    def timed(call: Any, n: int) -> list[float]:
+        samples = []
+        for _ in range(n):
+            started = time.perf_counter()
+            response = call()
+            samples.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, response.text
+        return sorted(samples)
+
+    with httpx.Client() as http:
+        http.post(f"{base}/checkpoint", json=body, headers=headers)  # warms the TokenReview cache
+        bare = timed(lambda: http.get(f"{scenario.operator.url}/healthz"), 500)
+        rtt = timed(lambda: http.post(f"{base}/checkpoint", json=body, headers=headers), 500)
+    p50, p99 = rtt[len(rtt) // 2], rtt[int(len(rtt) * 0.99)]
+    bare_p50 = bare[len(bare) // 2]
+    print("checkpoint round trip through the worker API (500 calls):")
+    print(f"  bare HTTP GET /healthz     p50 {bare_p50:6.2f} ms  (baseline)")
+    print(
+        f"  POST checkpoint            p50 {p50:6.2f} ms  p99 {p99:6.2f} ms"
+        f"  ({p50 / bare_p50:.1f}x baseline)"
+    )
+    record(
+        {
+            "checkpoint_rtt_p50_ms": round(p50, 2),
+            "checkpoint_rtt_p99_ms": round(p99, 2),
+            "http_rtt_p50_ms": round(bare_p50, 2),
+        }
+    )
+
+
+def failover(
+    plane: ControlPlane, api: k8s.ApiClient, faithful: KinesisEmulator, work: Path
+) -> None:
+    lease = 6.0
+    scenario = Scenario(
+        plane, api, faithful, namespace(api, "bench-failover"), "failover", work / "fo"
+    )
+    try:
+        scenario.start(shards=4, replicas=2, lease_seconds=lease)
+        wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 60, "2/2 balance")
+        victim = sorted(scenario.owners())[0]
+        leases = scenario.status()["leases"]
+        shards = {s for s, lease in leases.items() if lease.get("owner") == victim}
+        stop = threading.Event()
+
+        def produce() -> None:
+            while not stop.wait(0.2):
+                scenario.produce(8)
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        time.sleep(2)
+        assert scenario.kubelet is not None
+        killed = time.time()
+        scenario.kubelet.kill(victim, signal.SIGKILL)
+
+        def resumed() -> bool:
+            report = scenario.report()
+            return all(
+                s in report.shard_owners and report.shard_owners[s][-1] != victim for s in shards
+            )
+
+        wait_for(resumed, 120, "the victim's shards to process elsewhere", poll=0.1)
+        stop.set()
+        producer.join()
+        # The first record each victim shard processed after the kill, on its new owner.
+        seconds = max(
+            min(e for e in new_owner_times(scenario, s, victim) if e > killed) - killed
+            for s in shards
+        )
+        bound = lease * 4 / 3
+        print("failover, kill -9 of one of 2 workers (lease 6 s):")
+        print(f"  lease + grace (the floor)  {bound:6.1f} s  (baseline)")
+        print(f"  shards processing again    {seconds:6.1f} s  ({seconds / bound:.2f}x baseline)")
+        record({"failover_seconds": round(seconds, 2)})
+    finally:
+        scenario.stop()
+
+
+def new_owner_times(scenario: Scenario, shard: str, victim: str) -> list[float]:
+    times = []
+    for path in scenario.records_dir.glob("*.jsonl"):
+        if path.stem == victim:
+            continue
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event["shard"] == shard:
+                times.append(event["t"])
+    return times
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def control_plane_at_scale(
+    plane: ControlPlane, api: k8s.ApiClient, fast: KinesisEmulator, work: Path
+) -> None:
+    shards, workers, window, lease = 1000, 50, 30.0, 15.0
+    ns = namespace(api, "bench-scale")
+    create_stream(fast.client, "scale", shards)
+    scenario = Scenario(plane, api, fast, ns, "scale", work / "scale", name="scale")
+    scenario.start_operator()
+    manifest = scenario.manifest(replicas=0, lease_seconds=lease, delay=0)
+    scenario.consumers.create(manifest)
+    core = k8s.CoreV1Api(api)
+    wait_for(lambda: _exists(core, ns, "scale-worker"), 60, "the worker ServiceAccount")
+    tokens = {}
+    for i in range(workers):
+        name = f"sim-worker-{i:02d}"
+        pod = k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name=name),
+            spec=k8s.V1PodSpec(
+                service_account_name="scale-worker",
+                automount_service_account_token=False,
+                containers=[k8s.V1Container(name="w", image="none")],
+            ),
+        )
+        created = core.create_namespaced_pod(ns, pod)
+        assert created.metadata is not None
+        request = k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(
+                audiences=[AUDIENCE],
+                bound_object_ref=k8s.V1BoundObjectReference(
+                    kind="Pod", api_version="v1", name=name, uid=created.metadata.uid
+                ),
+            )
+        )
+        issued = core.create_namespaced_service_account_token("scale-worker", ns, request)
+        assert issued.status is not None
+        tokens[name] = issued.status.token
+    assert scenario.operator is not None
+    assert scenario.operator.server is not None
+    base = f"{scenario.operator.url}/v1/namespaces/{ns}/streamconsumers/scale"
+    checkpoints = 0
+
+    async def simulate(name: str, deadline: float) -> None:
+        nonlocal checkpoints
+        held: dict[str, int] = {}
+        sequence = 0
+        headers = {"Authorization": f"Bearer {tokens[name]}"}
+        async with httpx.AsyncClient(timeout=30) as http:
+            while time.monotonic() < deadline:
+                beat = {
+                    "worker": name,
+                    "held": [{"shardId": s, "epoch": e} for s, e in held.items()],
+                }
+                response = (await http.post(f"{base}/heartbeat", json=beat, headers=headers)).json()
+                for assignment in response["assignments"]:
+                    held[assignment["shardId"]] = assignment["epoch"]
+                for revocation in response["revocations"]:
+                    held.pop(revocation["shardId"], None)
+                sequence += 1
+                for shard, epoch in list(held.items()):
+                    body = {
+                        "worker": name,
+                        "shardId": shard,
+                        "epoch": epoch,
+                        "sequenceNumber": str(sequence),
+                    }
+                    if (
+                        await http.post(f"{base}/checkpoint", json=body, headers=headers)
+                    ).status_code == 200:
+                        checkpoints += 1
+                await asyncio.sleep(lease / 3)
+
+    def status_size() -> int:
+        obj = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+            GROUP, VERSION, ns, PLURAL, "scale"
+        )
+        return len(json.dumps(obj))
+
+    watch = StatusWatch(api, ns, "scale").start()
+
+    async def run() -> tuple[float, float, int, int]:
+        warmup = time.monotonic() + 3 * lease / 3 + 5
+        total = warmup + window
+        tasks = [asyncio.create_task(simulate(n, total)) for n in tokens]
+        await asyncio.sleep(warmup - time.monotonic())
+        writes_before = watch.count
+        cpu_before, wall_before = cpu_seconds(scenario.operator.server.pid), time.monotonic()  # type: ignore[union-attr]
+        calls_before = checkpoints
+        await asyncio.gather(*tasks)
+        wall = time.monotonic() - wall_before
+        cpu = cpu_seconds(scenario.operator.server.pid) - cpu_before  # type: ignore[union-attr]
+        return wall, cpu, watch.count - writes_before, checkpoints - calls_before
+
+    try:
+        wall, cpu, writes, calls = asyncio.run(run())
+        size = status_size()
+        owned = sum(scenario.owners().values())
+        print(f"control plane, {shards} shards x {workers} simulated workers, {wall:.0f} s window:")
+        print(
+            f"  checkpoint calls           {calls / wall:8.1f} /s"
+            "  (baseline: what a write-through store would write)"
+        )
+        print(
+            f"  status writes              {writes / wall:8.2f} /s"
+            f"  ({writes / max(calls, 1):.4f}x baseline)"
+        )
+        print(f"  status object              {size / 1024:8.1f} KiB  ({owned} shards owned)")
+        print(f"  operator CPU               {cpu / wall:8.2f} cores")
+        record(
+            {
+                "status_writes_per_second": round(writes / wall, 2),
+                "status_object_kib": round(size / 1024, 1),
+                "operator_cpu_cores": round(cpu / wall, 3),
+                "checkpoint_calls_per_second": round(calls / wall, 1),
+            }
+        )
+    finally:
+        watch.stop()
+        scenario.stop()
+
+
+def _exists(core: k8s.CoreV1Api, ns: str, account: str) -> bool:
+    try:
+        core.read_namespaced_service_account(account, ns)
+        return True
+    except k8s.exceptions.ApiException:
+        return False
+
+
+class StatusWatch:
+    """Counts the writes that changed an object's status, through a real watch."""
+
+    def __init__(self, api: k8s.ApiClient, ns: str, name: str) -> None:
+        self._api, self._ns, self._name = api, ns, name
+        self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> StatusWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        objects = k8s.CustomObjectsApi(self._api)
+        last: object = None
+        while not self._stop.is_set():
+            stream = watch.Watch()  # type: ignore[no-untyped-call]
+            for event in stream.stream(  # type: ignore[no-untyped-call]
+                objects.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                self._ns,
+                PLURAL,
+                field_selector=f"metadata.name={self._name}",
+                timeout_seconds=2,
+            ):
+                status = event["object"].get("status")
+                if event["type"] == "MODIFIED" and status != last:
+                    self.count += 1
+                last = status
+                if self._stop.is_set():
+                    break
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-"))
+    plane = ControlPlane.start(work / "cp")
+    fast = KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
+    faithful = KinesisEmulator.start("kinesis-local", work / "kinesis-local")
+    try:
+        assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
+        wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
+        api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+        scenario = worker_throughput(plane, api, fast, work)
+        try:
+            checkpoint_rtt(scenario)
+        finally:
+            scenario.stop()
+        failover(plane, api, faithful, work)
+        control_plane_at_scale(plane, api, fast, work)
+    finally:
+        faithful.stop()
+        fast.stop()
+        plane.remove()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    main()
