@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -107,3 +108,10 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
     ):
         code, output = apply(control_plane, namespace, manifest)
         assert code == 0, output
+
+
+def test_readme_example_applies(control_plane: ControlPlane, namespace: str) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
+    result = control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=example)
+    assert result.returncode == 0, result.stderr
