@@ -43,6 +43,7 @@ def test_killed_worker_shards_are_taken_over_after_the_lease(scenario: Scenario)
     # The recording processor checkpoints after every batch (at most 100 records), so only
     # the batch in flight when the worker died may be processed twice.
     assert report.duplicates <= 100 * len(victim_shards)
+    assert any(r == "LeaseExpired" and victim in m for r, m in scenario.events())
 
 
 def test_operator_restart_loses_nothing_and_moves_nothing(scenario: Scenario) -> None:

@@ -21,3 +21,19 @@ def test_scale_up_hands_off_without_duplicates(scenario: Scenario) -> None:
     assert report.order_violations == []
     assert report.duplicates == 0, "planned moves hand off: no record is processed twice"
     assert len(report.by_worker) == 3
+    reasons = {reason for reason, _ in scenario.events()}
+    assert {"LeaseGranted", "HandOff"} <= reasons
+
+
+def test_failing_processor_is_retried_and_skips_nothing(scenario: Scenario) -> None:
+    scenario.start(shards=2, replicas=1, processor_env={"RECORD_FAIL_EVERY": "2"})
+    for _ in range(6):
+        scenario.produce(50)
+    wait_for(scenario.all_processed, 90, "every record despite the failures")
+    report = scenario.report()
+    assert report.lost == set()
+    assert report.order_violations == []
+    assert report.duplicates == 0, "a failed attempt records nothing and is retried"
+    assert scenario.kubelet is not None
+    pod_logs = "".join(p.read_text() for p in scenario.workdir.glob("pods/*/output.log"))
+    assert "processor failed; retrying the same batch" in pod_logs

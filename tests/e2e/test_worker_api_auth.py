@@ -79,3 +79,12 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
     )
     assert garbage.status_code == 400, garbage.text
     assert scenario.status()["leases"][shard]["epoch"] == epoch, "nothing forged got through"
+
+    # The real worker's own token, speaking for itself: accepted. With wait=true the answer
+    # comes once the checkpoint is in the status (here: the lease released at once).
+    released = checkpoint(pod_token, sequenceNumber=None, release=True, wait=True)
+    assert released.status_code == 200, released.text
+    assert released.json()["persisted"] is True
+    after = scenario.status()["leases"][shard]
+    # Released in the status — or already granted again, under a new epoch.
+    assert after.get("owner") is None or after["epoch"] > epoch, after

@@ -28,8 +28,17 @@ class RecordingProcessor(BaseRecordProcessor):
         self.worker = os.environ.get("STREAMCONSUMER_WORKER_NAME", "worker")
         self.path = directory / f"{self.worker}.jsonl"
         self.delay = float(os.environ.get("RECORD_DELAY_SECONDS", "0"))
+        # Fail the first attempt of every n-th batch (0: never), to exercise retries.
+        self.fail_every = int(os.environ.get("RECORD_FAIL_EVERY", "0"))
+        self.batches = 0
+        self.failed = False
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.fail_every and not self.failed and self.batches % self.fail_every == 0:
+            self.failed = True
+            raise RuntimeError("injected failure: the sink is down")
+        self.failed = False
+        self.batches += 1
         lines = "".join(
             json.dumps(
                 {

@@ -58,6 +58,7 @@ class Scenario:
         delay: float,
         processor: str = "testbed.recording:RecordingProcessor",
         max_records: int = 100,
+        processor_env: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
@@ -80,6 +81,7 @@ class Scenario:
                         # The emulator takes any credentials; real ones never go in a spec.
                         {"name": "AWS_ACCESS_KEY_ID", "value": "testing"},
                         {"name": "AWS_SECRET_ACCESS_KEY", "value": "testing"},
+                        *({"name": k, "value": v} for k, v in (processor_env or {}).items()),
                     ],
                 },
                 "replicas": replicas,
@@ -97,6 +99,7 @@ class Scenario:
         pod_env: Callable[[str], dict[str, str]] | None = None,
         processor: str = "testbed.recording:RecordingProcessor",
         max_records: int = 100,
+        processor_env: dict[str, str] | None = None,
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             create_stream(self.kinesis.client, self.stream, shards)
@@ -109,7 +112,9 @@ class Scenario:
             extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
             pod_env=pod_env,
         ).start()
-        manifest = self.manifest(replicas, lease_seconds, delay, processor, max_records)
+        manifest = self.manifest(
+            replicas, lease_seconds, delay, processor, max_records, processor_env
+        )
         self.consumers.create(manifest)
         return self
 
@@ -145,6 +150,15 @@ class Scenario:
         return Counter(
             lease["owner"] for lease in leases.values() if lease.get("state") == "Active"
         )
+
+    def events(self) -> list[tuple[str, str]]:
+        """(reason, message) of the Events posted about the StreamConsumer."""
+        listed = k8s.CoreV1Api(self.api_client).list_namespaced_event(self.namespace)
+        return [
+            (event.reason or "", event.message or "")
+            for event in listed.items
+            if event.involved_object.kind == "StreamConsumer"
+        ]
 
     def report(self) -> Report:
         return read_report(self.records_dir, self.produced)

@@ -11,9 +11,10 @@ import threading
 import time
 from collections.abc import Callable
 from enum import Enum
+from typing import Protocol
 
 from streamconsumer.core.backoff import Backoff
-from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
+from streamconsumer.models import Assignment, CheckpointRequest, CheckpointResponse, HeldShard
 from streamconsumer.processor import (
     SHARD_END,
     Checkpointer,
@@ -23,10 +24,16 @@ from streamconsumer.processor import (
     ShardInfo,
 )
 from streamconsumer.sources.base import ReadResult, StreamSource
-from streamconsumer.worker.client import OperatorClient, OperatorUnavailable
+from streamconsumer.worker.client import OperatorUnavailable
 from streamconsumer.worker.fence import Fence
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointSink(Protocol):
+    """Where checkpoints go: the operator's API (OperatorClient) in a real worker."""
+
+    def checkpoint(self, request: CheckpointRequest) -> CheckpointResponse: ...
 
 
 class Stop(Enum):
@@ -40,7 +47,7 @@ class ShardConsumer:
         worker: str,
         assignment: Assignment,
         source: StreamSource,
-        operator: OperatorClient,
+        operator: CheckpointSink,
         processor_factory: ProcessorFactory,
         fence: Fence,
         prefetch: int,
