@@ -26,14 +26,16 @@ $(STAMPS)/emulators: tests/kinesis/package.json tests/kinesis/package-lock.json
 	@cd tests/kinesis && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-.PHONY: venv emulators controlplane
+.PHONY: venv emulators controlplane helm
 venv: $(STAMPS)/venv  ## create .venv with the package and the dev tools
 emulators: $(STAMPS)/emulators  ## install the Kinesis emulators
 controlplane:  ## build etcd, kube-apiserver, kube-controller-manager, kubectl (cached)
 	@tests/controlplane/build.sh >/dev/null
+helm:  ## build helm from Go modules for the chart tests (cached; a helm on PATH is used)
+	@tests/helm/build.sh >/dev/null
 
 .PHONY: test
-test: venv emulators controlplane  ## unit, property and integration tests on the real parts
+test: venv emulators controlplane helm  ## unit, property and integration tests on the real parts
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -58,6 +60,7 @@ clean:  ## remove the venv and stamps (the control-plane cache stays in ~/.cache
 .PHONY: crds
 crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
 	$(BIN)/python -m streamconsumer.crd > crds/streamconsumer.yaml
+	cp crds/streamconsumer.yaml charts/streamconsumer/crds/streamconsumer.yaml
 
 .PHONY: bench
 bench: venv emulators controlplane  ## benchmarks; figures also go to bench/results.json
@@ -68,3 +71,31 @@ bench: venv emulators controlplane  ## benchmarks; figures also go to bench/resu
 .PHONY: demo
 demo: venv emulators controlplane  ## the whole system live: 3 workers, 4 shards, a split and a pod kill
 	PYTHONPATH=tests $(BIN)/python -m testbed.demo
+
+# --- for users with Docker and kind (these cannot run on machines without a Docker engine) ---
+KIND_CLUSTER ?= streamconsumer
+IMAGE_TAG ?= dev
+OPERATOR_IMAGE ?= streamconsumer/operator:$(IMAGE_TAG)
+WORKER_IMAGE ?= streamconsumer/worker:$(IMAGE_TAG)
+EXAMPLE_IMAGE ?= streamconsumer/clickstream:$(IMAGE_TAG)
+
+.PHONY: kind-up images kind-load deploy e2e-kind
+kind-up:  ## create a kind cluster
+	kind create cluster --name $(KIND_CLUSTER)
+
+images:  ## build the operator, worker and example images
+	docker build -f operator/Dockerfile -t $(OPERATOR_IMAGE) .
+	docker build -f worker-image/Dockerfile -t $(WORKER_IMAGE) .
+	docker build -f examples/clickstream/Dockerfile --build-arg WORKER_IMAGE=$(WORKER_IMAGE) -t $(EXAMPLE_IMAGE) .
+
+kind-load: images  ## load the images into the kind cluster
+	kind load docker-image --name $(KIND_CLUSTER) $(OPERATOR_IMAGE) $(WORKER_IMAGE) $(EXAMPLE_IMAGE)
+
+deploy: kind-load  ## install the chart into the kind cluster
+	helm upgrade --install streamconsumer charts/streamconsumer \
+	  --namespace streamconsumer-system --create-namespace --wait \
+	  --set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG)
+
+e2e-kind: deploy  ## apply the example (edit its stream and credentials first) and wait for Ready
+	kubectl apply -f examples/clickstream/streamconsumer.yaml
+	kubectl wait streamconsumer/clickstream --for=condition=Ready --timeout=180s

@@ -194,20 +194,19 @@ def failover(
         killed = time.time()
         scenario.kubelet.kill(victim, signal.SIGKILL)
 
-        def resumed() -> bool:
+        def moved_on() -> bool:
             report = scenario.report()
             return all(
                 s in report.shard_owners and report.shard_owners[s][-1] != victim for s in shards
             )
 
-        wait_for(resumed, 120, "the victim's shards to process elsewhere", poll=0.1)
+        wait_for(moved_on, 120, "the victim's shards to process elsewhere", poll=0.1)
         stop.set()
         producer.join()
         # The first record each victim shard processed after the kill, on its new owner.
-        seconds = max(
-            min(e for e in new_owner_times(scenario, s, victim) if e > killed) - killed
-            for s in shards
-        )
+        report = scenario.report()
+        resumed = [report.first_processed(s, after=killed, besides=victim) for s in shards]
+        seconds = max(at - killed for at in resumed if at is not None)
         bound = lease * 4 / 3
         print("failover, kill -9 of one of 2 workers (lease 6 s):")
         print(f"  lease + grace (the floor)  {bound:6.1f} s  (baseline)")
@@ -215,18 +214,6 @@ def failover(
         record({"failover_seconds": round(seconds, 2)})
     finally:
         scenario.stop()
-
-
-def new_owner_times(scenario: Scenario, shard: str, victim: str) -> list[float]:
-    times = []
-    for path in scenario.records_dir.glob("*.jsonl"):
-        if path.stem == victim:
-            continue
-        for line in path.read_text().splitlines():
-            event = json.loads(line)
-            if event["shard"] == shard:
-                times.append(event["t"])
-    return times
 
 
 def cpu_seconds(pid: int) -> float:

@@ -4,6 +4,7 @@ session (per xdist worker), a fresh namespace and stream name per test."""
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -90,3 +91,12 @@ def kinesalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KinesisEmul
 @pytest.fixture
 def stream_name(request: pytest.FixtureRequest) -> str:
     return f"{_dns_label(request.node.name, 40)}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """helm, built from its Go module when there is none on PATH (tests/helm/build.sh)."""
+    out = subprocess.run(
+        [str(REPO / "tests" / "helm" / "build.sh")], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])

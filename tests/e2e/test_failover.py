@@ -28,18 +28,15 @@ def test_killed_worker_shards_are_taken_over_after_the_lease(scenario: Scenario)
     scenario.produce(200)
     wait_for(scenario.all_processed, 90, "records of the killed worker's shards")
 
-    report = scenario.report()
-    assert report.lost == set()
-    assert report.order_violations == []
-    resumed = min(
-        time.time() if s not in report.shard_times else report.shard_times[s][1]
-        for s in victim_shards
-    )
-    took_over = resumed - killed_at
-    # Expiry needs the lease plus its grace (a third); then one heartbeat to be granted.
-    assert took_over <= LEASE * 4 / 3 + LEASE / 3 + 5, took_over
+    report = scenario.delivered(duplicates_at_most=None)
     for shard in victim_shards:
         assert report.shard_owners[shard][-1] != victim
+        resumed = report.first_processed(shard, after=killed_at, besides=victim)
+        assert resumed is not None
+        took_over = resumed - killed_at
+        # Expiry needs the lease plus its grace (a third), then a heartbeat for the grant;
+        # the rest is slack for a loaded 2-core machine.
+        assert 0 < took_over <= LEASE * 4 / 3 + LEASE / 3 + 5, took_over
     # The recording processor checkpoints after every batch (at most 100 records), so only
     # the batch in flight when the worker died may be processed twice.
     assert report.duplicates <= 100 * len(victim_shards)
@@ -61,10 +58,7 @@ def test_operator_restart_loses_nothing_and_moves_nothing(scenario: Scenario) ->
     scenario.produce(100)
     wait_for(scenario.all_processed, 60, "records across the restart")
 
-    report = scenario.report()
-    assert report.lost == set()
-    assert report.order_violations == []
-    assert report.duplicates == 0
+    report = scenario.delivered()
     for shard, owners in report.shard_owners.items():
         assert len(owners) == 1, f"{shard} changed hands across a restart: {owners}"
 
@@ -89,10 +83,7 @@ def test_scale_to_zero_and_back_resumes_from_checkpoints(scenario: Scenario) -> 
     scenario.scale(2)
     wait_for(scenario.all_processed, 60, "records after scaling back")
 
-    report = scenario.report()
-    assert report.lost == set()
-    assert report.order_violations == []
-    assert report.duplicates == 0
+    scenario.delivered()
     checkpoints = [lease.get("checkpoint") for lease in scenario.status()["leases"].values()]
     assert all(checkpoints)
     assert len(list_all_shards(scenario.kinesis.client, scenario.stream)) == 4

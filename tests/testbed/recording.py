@@ -12,6 +12,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 
@@ -75,6 +76,16 @@ class Report:
     shard_owners: dict[str, list[str]] = field(default_factory=dict)
     # worker -> wall time of the last record it processed
     last_processed: dict[str, float] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    def first_processed(self, shard: str, after: float, besides: str) -> float | None:
+        """When a worker other than `besides` first processed `shard` after `after`."""
+        times = [
+            e["t"]
+            for e in self.events
+            if e["shard"] == shard and e["worker"] != besides and e["t"] > after
+        ]
+        return min(times, default=None)
 
 
 def read_report(directory: Path, produced: set[str]) -> Report:
@@ -123,6 +134,7 @@ def read_report(directory: Path, produced: set[str]) -> Report:
         shard_times=shard_times,
         shard_owners=dict(shard_owners),
         last_processed=last_processed,
+        events=events,
     )
 
 

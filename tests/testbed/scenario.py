@@ -163,6 +163,16 @@ class Scenario:
     def report(self) -> Report:
         return read_report(self.records_dir, self.produced)
 
+    def delivered(self, duplicates_at_most: int | None = 0) -> Report:
+        """The report, after checking the guarantees every test shares: nothing lost,
+        per-shard order, and no more duplicates than allowed (None: any)."""
+        report = self.report()
+        assert report.lost == set(), f"{len(report.lost)} records lost"
+        assert report.order_violations == []
+        if duplicates_at_most is not None:
+            assert report.duplicates <= duplicates_at_most, report.duplicates
+        return report
+
     def all_processed(self) -> bool:
         return not self.report().lost
 

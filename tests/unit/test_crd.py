@@ -9,11 +9,16 @@ import yaml
 from streamconsumer.crd import custom_resource_definition, render, structural_schema
 from streamconsumer.models.resource import StreamConsumerSpec
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "crds" / "streamconsumer.yaml"
+REPO = Path(__file__).resolve().parents[2]
+CRD_FILES = [
+    REPO / "crds" / "streamconsumer.yaml",
+    REPO / "charts/streamconsumer/crds/streamconsumer.yaml",
+]
 
 
-def test_committed_crd_matches_the_models() -> None:
-    assert CRD_FILE.read_text() == render(), "run `make crds` and commit the result"
+def test_committed_crds_match_the_models() -> None:
+    for path in CRD_FILES:
+        assert path.read_text() == render(), f"{path}: run `make crds` and commit the result"
 
 
 def test_schema_is_structural() -> None:

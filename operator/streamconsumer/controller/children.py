@@ -26,11 +26,15 @@ def label_selector(consumer: str) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(consumer).items()))
 
 
-def service_account(consumer: str) -> dict[str, Any]:
+def service_account(consumer: str, spec: StreamConsumerSpec) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": worker_service_account(consumer), "labels": selector_labels(consumer)},
+        "metadata": {
+            "name": worker_service_account(consumer),
+            "labels": selector_labels(consumer),
+            "annotations": dict(spec.processor.service_account_annotations),
+        },
         # Workers never call the Kubernetes API; their token only proves who they are.
         "automountServiceAccountToken": False,
     }
@@ -74,6 +78,10 @@ def deployment(
             "allowPrivilegeEscalation": False,
         },
     }
+    if spec.processor.env_from:
+        container["envFrom"] = [
+            {"secretRef": {"name": source.secret_ref.name}} for source in spec.processor.env_from
+        ]
     if spec.processor.resources:
         container["resources"] = spec.processor.resources
     labels = selector_labels(consumer)

@@ -87,7 +87,7 @@ async def reconcile_children(
     assert namespace is not None, "StreamConsumer is namespaced"
     spec = spec_of(body)
     manifests = [
-        children.service_account(name),
+        children.service_account(name, spec),
         children.deployment(namespace, name, spec, config.api_url),
     ]
     for manifest in manifests:

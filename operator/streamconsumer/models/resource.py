@@ -93,6 +93,16 @@ class EnvVar(Model):
     value: str = Field(default="", max_length=32768)
 
 
+class SecretRef(Model):
+    name: str = Field(min_length=1, max_length=253)
+
+
+class EnvFrom(Model):
+    """Environment from a Secret (e.g. AWS credentials): never put secrets in the spec."""
+
+    secret_ref: SecretRef
+
+
 class Processor(Model):
     """The user's record processor and the image it runs in."""
 
@@ -105,6 +115,11 @@ class Processor(Model):
         description='The processor class or function, as "package.module:Name".',
     )
     env: list[EnvVar] = Field(default_factory=list, max_length=256)
+    env_from: list[EnvFrom] = Field(default_factory=list, max_length=16)
+    service_account_annotations: dict[str, str] = Field(
+        default_factory=dict,
+        description="Annotations for the workers' ServiceAccount, e.g. an IRSA role ARN.",
+    )
     resources: dict[str, Any] | None = Field(
         default=None,
         description="Kubernetes resource requests and limits for the worker container.",
