@@ -4,6 +4,7 @@ held per shard, and count duplicates."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -17,6 +18,7 @@ from typing import Any
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 
 _lock = threading.Lock()
+_serial = threading.Lock()
 
 
 class RecordingProcessor(BaseRecordProcessor):
@@ -57,7 +59,10 @@ class RecordingProcessor(BaseRecordProcessor):
         with _lock, self.path.open("a") as out:
             out.write(lines)
         if self.delay:
-            time.sleep(self.delay)
+            # RECORD_SERIAL=1: one batch at a time per worker, like a CPU-bound processor,
+            # so more workers mean more capacity.
+            with _serial if os.environ.get("RECORD_SERIAL") else contextlib.nullcontext():
+                time.sleep(self.delay)
         checkpointer.checkpoint()
 
 

@@ -59,6 +59,7 @@ class Scenario:
         processor: str = "testbed.recording:RecordingProcessor",
         max_records: int = 100,
         processor_env: dict[str, str] | None = None,
+        autoscaling: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
@@ -85,6 +86,7 @@ class Scenario:
                     ],
                 },
                 "replicas": replicas,
+                **({"autoscaling": autoscaling} if autoscaling else {}),
                 "leases": {"durationSeconds": lease_seconds},
                 "reading": {"maxRecords": max_records, "idleBetweenReadsMs": 100},
             },
@@ -100,6 +102,7 @@ class Scenario:
         processor: str = "testbed.recording:RecordingProcessor",
         max_records: int = 100,
         processor_env: dict[str, str] | None = None,
+        autoscaling: dict[str, Any] | None = None,
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             create_stream(self.kinesis.client, self.stream, shards)
@@ -110,10 +113,14 @@ class Scenario:
             label_selector(self.name),
             self.workdir / "pods",
             extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
-            pod_env=pod_env,
+            pod_env=lambda pod: {
+                # Worker pods share this host's ports: metrics only where a test asks.
+                "STREAMCONSUMER_METRICS_PORT": "0",
+                **(pod_env(pod) if pod_env else {}),
+            },
         ).start()
         manifest = self.manifest(
-            replicas, lease_seconds, delay, processor, max_records, processor_env
+            replicas, lease_seconds, delay, processor, max_records, processor_env, autoscaling
         )
         self.consumers.create(manifest)
         return self

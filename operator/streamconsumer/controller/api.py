@@ -15,8 +15,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from streamconsumer.controller import metrics
 from streamconsumer.controller.auth import Caller
 from streamconsumer.controller.registry import Registry, worker_service_account
 from streamconsumer.core.leases import CheckpointRefused
@@ -63,10 +65,15 @@ class WorkerApi:
         app.router.add_post(f"{base}/heartbeat", self._guarded(HeartbeatRequest, self.heartbeat))
         app.router.add_post(f"{base}/checkpoint", self._guarded(CheckpointRequest, self.checkpoint))
         app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/metrics", self.serve_metrics)
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
+
+    async def serve_metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(metrics.REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _guarded(
         self, model: type[Any], handler: Handler
@@ -119,9 +126,12 @@ class WorkerApi:
         try:
             lease = consumer.coordinator.checkpoint(message)
         except CheckpointRefused as refused:
+            result = "lease_lost" if refused.lease_lost else "invalid"
+            metrics.CHECKPOINTS.labels(consumer.namespace, consumer.name, result).inc()
             if refused.lease_lost:
                 return _error(409, "lease_lost", str(refused))
             return _error(400, "bad_request", str(refused))
+        metrics.CHECKPOINTS.labels(consumer.namespace, consumer.name, "ok").inc()
         consumer.wake()
         persisted = False
         if message.wait:

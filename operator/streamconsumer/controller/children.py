@@ -16,6 +16,21 @@ from streamconsumer.worker.config import WorkerConfig
 
 TOKEN_DIR = "/var/run/secrets/streamconsumer.io"
 GRACE_SECONDS = 30
+WORKER_METRICS_PORT = 9102
+
+
+def autoscaled(spec: StreamConsumerSpec) -> bool:
+    """With the lag autoscaler on, the Deployment's replicas are the autoscaler's to set."""
+    return spec.autoscaling is not None and spec.autoscaling.enabled
+
+
+def scale_patch(consumer: str, replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": worker_deployment(consumer)},
+        "spec": {"replicas": replicas},
+    }
 
 
 def selector_labels(consumer: str) -> dict[str, str]:
@@ -58,6 +73,7 @@ def deployment(
         max_records=spec.reading.max_records,
         idle_between_reads_ms=spec.reading.idle_between_reads_ms,
         prefetch=spec.reading.prefetch,
+        metrics_port=WORKER_METRICS_PORT,
     )
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -72,6 +88,7 @@ def deployment(
         "volumeMounts": [
             {"name": "streamconsumer-token", "mountPath": TOKEN_DIR, "readOnly": True}
         ],
+        "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
         "securityContext": {
             "runAsNonRoot": True,
             "readOnlyRootFilesystem": True,
@@ -90,7 +107,7 @@ def deployment(
         "kind": "Deployment",
         "metadata": {"name": worker_deployment(consumer), "labels": labels},
         "spec": {
-            "replicas": spec.replicas,
+            **({} if autoscaled(spec) else {"replicas": spec.replicas}),
             "selector": {"matchLabels": labels},
             # Start the new worker before stopping an old one; hand-off does the rest.
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},

@@ -11,6 +11,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from streamconsumer.controller import metrics
+from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.state import Coordinator, leases_from_status
@@ -48,6 +50,7 @@ async def run_consumer(
     generation: Callable[[], int | None],
     emit: EventSink,
     stopped: Callable[[], bool],
+    autoscaler: Autoscaler | None = None,
 ) -> None:
     coordinator = consumer.coordinator
     last_sync = -float("inf")
@@ -55,6 +58,7 @@ async def run_consumer(
     source_error: str | None = None
     conditions: list[Condition] = []
     listed_children: set[str] = set()
+    lag_gauges = metrics.LagGauges(consumer.namespace, consumer.name)
     while not stopped():
         now = time.monotonic()
         finished_unknown = any(
@@ -82,6 +86,19 @@ async def run_consumer(
                 coordinator.set_shards(shards)
         for action in coordinator.step(time.monotonic()):
             emit(*describe(action))
+            metrics.count_action(consumer.namespace, consumer.name, action)
+        lag_gauges.update(
+            coordinator.lag_millis(),
+            workers=sum(1 for w in coordinator.workers.values() if not w.draining),
+            open_shards=sum(1 for s in coordinator.shards if not s.closed),
+        )
+        if autoscaler is not None:
+            scaled = await asyncio.to_thread(autoscaler.tick, time.monotonic(), coordinator)
+            if scaled is not None:
+                before, after, lag = scaled
+                emit("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
+                coordinator.desired_replicas = after
+                coordinator.version += 1
         now = time.monotonic()
         if (
             coordinator.version > coordinator.persisted_version
@@ -101,6 +118,7 @@ async def run_consumer(
                 adopt(coordinator, stale.current.get("status"), time.monotonic())
                 continue
             last_write = time.monotonic()
+            metrics.STATUS_WRITES.labels(consumer.namespace, consumer.name).inc()
             await consumer.mark_persisted(version)
         await consumer.sleep(min(0.2, config.status_interval_seconds))
 

@@ -18,6 +18,7 @@ from kubernetes import config as k8s_config
 from streamconsumer.controller import children
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import TokenReviewer
+from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.loop import run_consumer, spec_of
 from streamconsumer.controller.registry import ManagedConsumer, Registry
@@ -27,6 +28,7 @@ from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
 
 FIELD_MANAGER = "streamconsumer-operator"
+AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
 registry = Registry()
 config = OperatorConfig.from_env()
 _state: dict[str, Any] = {}
@@ -132,6 +134,22 @@ async def consume(
         StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
     )
 
+    def scale(replicas: int) -> None:
+        patch = children.scale_patch(name, replicas)
+        k8s.AppsV1Api(kube()).patch_namespaced_deployment(
+            patch["metadata"]["name"],
+            namespace,
+            patch,
+            field_manager=AUTOSCALER_FIELD_MANAGER,
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+
+    # After a restart, carry on from what the autoscaler last asked for.
+    desired = (current.get("status") or {}).get("desiredReplicas")
+    autoscaler = Autoscaler(desired if desired is not None else spec.replicas, scale)
+    coordinator.desired_replicas = desired
+
     def emit(kind: str, reason: str, message: str) -> None:
         if kind == "Warning":
             kopf.warn(body, reason=reason, message=message)
@@ -147,6 +165,7 @@ async def consume(
             generation=lambda: body.get("metadata", {}).get("generation"),
             emit=emit,
             stopped=lambda: bool(stopped),
+            autoscaler=autoscaler,
         )
     finally:
         registry.remove(namespace, name)

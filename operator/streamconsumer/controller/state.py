@@ -61,6 +61,7 @@ class Coordinator:
                 self.workers.setdefault(lease.owner, WorkerProgress(last_heard=now))
         self.version = 0
         self.persisted_version = 0
+        self.desired_replicas: int | None = None  # set by the lag autoscaler
 
     # --- settings ------------------------------------------------------------------
 

@@ -109,6 +109,7 @@ def render(
     return StreamConsumerStatus(
         observed_generation=generation,
         replicas=sum(1 for w in workers.values() if not w.draining),
+        desired_replicas=coordinator.desired_replicas,
         label_selector=label_selector(name),
         shards=sum(1 for shard in coordinator.shards if not shard.closed),
         lag_millis=max(lag.values()) if lag else None,

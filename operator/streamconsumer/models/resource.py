@@ -228,7 +228,10 @@ class Condition(Model):
 
 class StreamConsumerStatus(Model):
     observed_generation: int | None = None
-    replicas: int = 0
+    replicas: int = Field(default=0, description="Live, non-draining workers.")
+    desired_replicas: int | None = Field(
+        default=None, description="Workers the lag autoscaler asks for (when enabled)."
+    )
     label_selector: str | None = None
     shards: int = Field(default=0, description="Open shards.")
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")

@@ -8,6 +8,7 @@ import sys
 
 from streamconsumer.processor import load_processor
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
+from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
@@ -19,6 +20,7 @@ def main() -> None:
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
     config = WorkerConfig.from_env()
+    metrics.serve(config.metrics_port)
     try:
         factory = load_processor(config.entrypoint)
     except ValueError as error:

@@ -27,6 +27,7 @@ class WorkerConfig(Model):
     max_records: int = 1000
     idle_between_reads_ms: int = 500
     prefetch: int = 3
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
 
     @staticmethod
     def env_name(field: str) -> str:

@@ -24,6 +24,7 @@ from streamconsumer.processor import (
     ShardInfo,
 )
 from streamconsumer.sources.base import ReadResult, StreamSource
+from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorUnavailable
 from streamconsumer.worker.fence import Fence
 
@@ -189,6 +190,7 @@ class ShardConsumer:
                     self.last_processed = batch.records[-1].sequence_number
                 if batch.millis_behind_latest is not None:
                     self.millis_behind = batch.millis_behind_latest
+                    metrics.MILLIS_BEHIND.labels(self.shard_id).set(batch.millis_behind_latest)
                 if batch.shard_end:
                     checkpointer._shard_ended()
                     processor.shard_ended(checkpointer)
@@ -219,12 +221,18 @@ class ShardConsumer:
         while True:
             if self._stop is Stop.LOST or not self._fence.open():
                 return False
+            started = time.perf_counter()
             try:
                 processor.process_records(list(batch.records), checkpointer)
+                metrics.PROCESS_SECONDS.observe(time.perf_counter() - started)
+                metrics.RECORDS.labels(self.shard_id).inc(len(batch.records))
+                metrics.BYTES.labels(self.shard_id).inc(sum(len(r.data) for r in batch.records))
                 return True
             except LeaseLostError:
                 raise
             except Exception:
+                metrics.PROCESS_SECONDS.observe(time.perf_counter() - started)
+                metrics.PROCESS_FAILURES.labels(self.shard_id).inc()
                 log.exception("%s: processor failed; retrying the same batch", self.shard_id)
                 time.sleep(backoff.delay(attempt))
                 attempt += 1

@@ -1,0 +1,50 @@
+"""The lag autoscaler: load faster than one worker can process scales the consumer up; once
+it has caught up it scales back down. Nothing is lost; moves are hand-offs."""
+
+from __future__ import annotations
+
+import threading
+
+from testbed.scenario import Scenario, wait_for
+
+
+def test_lag_scales_up_catches_up_and_scales_down(scenario: Scenario) -> None:
+    scenario.start(
+        shards=4,
+        replicas=1,
+        delay=0.5,
+        processor_env={"RECORD_SERIAL": "1"},  # one worker: one batch at a time
+        autoscaling={
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "targetLagSeconds": 2,
+            "scaleUpStabilizationSeconds": 2,
+            "scaleDownStabilizationSeconds": 10,
+        },
+    )
+    kubelet = scenario.kubelet
+    assert kubelet is not None
+    stop = threading.Event()
+
+    def produce() -> None:  # ~300 records/s; one worker manages ~200
+        while not stop.wait(0.2):
+            scenario.produce(60)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    try:
+        wait_for(lambda: (scenario.status().get("desiredReplicas") or 1) > 1, 90, "a scale-up")
+        wait_for(lambda: len(kubelet.running()) > 1, 60, "more worker pods running")
+        peak = scenario.status()["desiredReplicas"]
+    finally:
+        stop.set()
+        producer.join()
+    wait_for(scenario.all_processed, 120, "the workers to catch up")
+    wait_for(lambda: scenario.status().get("desiredReplicas") == 1, 90, "the scale-down")
+    wait_for(lambda: len(kubelet.running()) == 1, 60, "one worker pod left")
+
+    scenario.delivered()  # nothing lost, in order, no duplicates: scaling moves hand off
+    scaled = [message for reason, message in scenario.events() if reason == "Scaled"]
+    assert any(m.startswith("workers 1 -> ") for m in scaled), scaled
+    assert any(m.startswith(f"workers {n} -> ") for n in range(2, peak + 1) for m in scaled)
+    assert scenario.consumers.get(scenario.name)["spec"]["replicas"] == 1, "spec untouched"
