@@ -66,7 +66,7 @@ REFUSED = [
     ),
     pytest.param(
         variant(autoscaling={"maxReplicas": 4}),
-        "set targetLagSeconds and/or targetRecordsPerWorker",
+        "spec.autoscaling.targetLagSeconds: Required value",
         id="autoscaling-without-target",
     ),
     pytest.param(

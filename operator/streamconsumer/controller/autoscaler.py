@@ -14,7 +14,7 @@ from streamconsumer.models.resource import Autoscaling
 
 
 def policy_of(autoscaling: Autoscaling | None) -> ScalingPolicy | None:
-    if autoscaling is None or not autoscaling.enabled or autoscaling.target_lag_seconds is None:
+    if autoscaling is None or not autoscaling.enabled:
         return None
     return ScalingPolicy(
         min_replicas=autoscaling.min_replicas,

@@ -129,21 +129,22 @@ class Processor(Model):
 
 class Autoscaling(Model):
     """The built-in lag autoscaler. When enabled, the operator (not the user) sets the
-    number of workers; `spec.replicas` is then only the starting point."""
+    number of workers; `spec.replicas` is then only the starting point.
+
+    It scales on time behind (MillisBehindLatest), the backlog measure Kinesis reports; a
+    records-behind target is not offered because Kinesis exposes no record count behind
+    a shard's tip (see docs/architecture.md)."""
 
     model_config = _cel(
         ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
-        (
-            "has(self.targetLagSeconds) || has(self.targetRecordsPerWorker)",
-            "set targetLagSeconds and/or targetRecordsPerWorker",
-        ),
     )
 
     enabled: bool = True
     min_replicas: int = Field(default=1, ge=0, le=1000)
     max_replicas: int = Field(default=10, ge=1, le=1000)
-    target_lag_seconds: float | None = Field(default=None, gt=0, le=86400)
-    target_records_per_worker: int | None = Field(default=None, ge=1)
+    target_lag_seconds: float = Field(
+        gt=0, le=86400, description="Scale so the slowest shard stays about this far behind."
+    )
     scale_up_stabilization_seconds: int = Field(default=30, ge=0, le=3600)
     scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=86400)
     allow_idle_workers: bool = Field(
