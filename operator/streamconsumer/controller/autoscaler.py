@@ -9,7 +9,6 @@ from collections.abc import Callable
 
 from streamconsumer.controller.state import Coordinator
 from streamconsumer.core.autoscale import ScalingPolicy, Stabilizer, recommend
-from streamconsumer.core.lineage import assignable_shards
 from streamconsumer.models.resource import Autoscaling
 
 
@@ -42,10 +41,7 @@ class Autoscaler:
         if policy != self._policy or self._stabilizer is None:
             self._policy, self._stabilizer = policy, Stabilizer(policy)
         lag = max(coordinator.lag_millis().values(), default=0) / 1000
-        checkpoints = {s: lease.checkpoint for s, lease in coordinator.leases.items()}
-        started = {s for s, lease in coordinator.leases.items() if lease.epoch > 0}
-        assignable = len(assignable_shards(coordinator.shards, checkpoints, started))
-        wanted = recommend(policy, self.replicas, lag, assignable)
+        wanted = recommend(policy, self.replicas, lag, len(coordinator.assignable()))
         decided = self._stabilizer.decide(now, self.replicas, wanted)
         if decided == self.replicas:
             return None

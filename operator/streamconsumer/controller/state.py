@@ -20,7 +20,7 @@ from streamconsumer.core.leases import (
     plan,
     release,
 )
-from streamconsumer.core.lineage import Shard
+from streamconsumer.core.lineage import Shard, assignable_shards
 from streamconsumer.models import (
     Assignment,
     CheckpointRequest,
@@ -203,6 +203,12 @@ class Coordinator:
         return updated
 
     # --- views ---------------------------------------------------------------------
+
+    def assignable(self) -> list[str]:
+        """Shards a worker may hold now (not finished, parents done)."""
+        checkpoints = {s: lease.checkpoint for s, lease in self.leases.items()}
+        started = {s for s, lease in self.leases.items() if lease.epoch > 0}
+        return assignable_shards(self.shards, checkpoints, started)
 
     def lag_millis(self) -> dict[str, int]:
         lag: dict[str, int] = {}

@@ -13,7 +13,6 @@ from kubernetes.client.exceptions import ApiException
 from streamconsumer.controller.children import label_selector
 from streamconsumer.controller.state import Coordinator
 from streamconsumer.core.leases import ACTIVE, HANDOFF
-from streamconsumer.core.lineage import assignable_shards
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, WorkerSummary
 
@@ -59,9 +58,7 @@ def render(
     source_error: str | None,
 ) -> StreamConsumerStatus:
     leases = coordinator.status_leases()
-    checkpoints = {sid: lease.checkpoint for sid, lease in coordinator.leases.items()}
-    started = {sid for sid, lease in coordinator.leases.items() if lease.epoch > 0}
-    ready = assignable_shards(coordinator.shards, checkpoints, started)
+    ready = coordinator.assignable()
     owned = sum(
         1 for sid in ready if sid in coordinator.leases and coordinator.leases[sid].state is ACTIVE
     )
