@@ -79,6 +79,24 @@ def test_hpa_example_applies_on_the_real_apiserver(
     assert applied.returncode == 0, applied.stderr
 
 
+def test_service_monitor_is_optional_and_scrapes_the_metrics_endpoint(helm: Path) -> None:
+    assert "ServiceMonitor" not in template(helm).stdout, "off by default"
+    rendered = template(
+        helm, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom"
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    monitor = next(
+        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "ServiceMonitor"
+    )
+    service = next(d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Service")
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+
+
 def test_examples_apply_on_the_real_apiserver(control_plane: ControlPlane, namespace: str) -> None:
     example = REPO / "examples" / "clickstream" / "streamconsumer.yaml"
     applied = control_plane.kubectl(
