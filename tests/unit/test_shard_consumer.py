@@ -163,3 +163,16 @@ def test_a_fenced_worker_delivers_nothing_until_renewed(events: list[str]) -> No
     fence.renew(time.monotonic(), 60)
     assert done.wait(5)
     assert events == ["initialize", "process 1", "shard_ended"]
+
+
+def test_empty_reads_reach_only_processors_that_ask_for_them(events: list[str]) -> None:
+    class Timed(Journal):
+        wants_empty_batches = True
+
+    _, _, done = run([batch(1), batch(), batch(2, end=True)], Timed(events))
+    assert done.wait(5)
+    assert events == ["initialize", "process 1", "process ", "process 2", "shard_ended"]
+    events.clear()
+    _, _, done = run([batch(1), batch(), batch(2, end=True)], Journal(events))
+    assert done.wait(5)
+    assert events == ["initialize", "process 1", "process 2", "shard_ended"]

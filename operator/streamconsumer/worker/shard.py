@@ -157,6 +157,8 @@ class ShardConsumer:
         )
         ended = False
         pending: ReadResult | None = None  # kept until processed: a batch is never dropped
+        # Processors that flush on time (KCL's callProcessRecordsEvenForEmptyRecordList).
+        wants_empty = bool(getattr(processor, "wants_empty_batches", False))
         try:
             processor.initialize(
                 ShardInfo(
@@ -183,10 +185,11 @@ class ShardConsumer:
                         raise item
                     pending = item
                 batch = pending
-                if batch.records:
+                if batch.records or wants_empty:
                     checkpointer._delivering(batch.records)
                     if not self._process(processor, batch, checkpointer):
                         continue
+                if batch.records:
                     self.last_processed = batch.records[-1].sequence_number
                 if batch.millis_behind_latest is not None:
                     self.millis_behind = batch.millis_behind_latest
