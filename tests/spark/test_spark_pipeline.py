@@ -23,11 +23,24 @@ from testbed.kinesis import KinesisEmulator, create_stream, put_records
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
+@pytest.fixture(scope="module", params=["local", "connect"])
+def spark(
+    request: pytest.FixtureRequest, monkeypatch_module: pytest.MonkeyPatch
+) -> Iterator[SparkSession]:
+    """Spark in the worker, then Spark Connect (a local Connect server: what SPARK_REMOTE
+    points a worker at); every test runs on both."""
+    if request.param == "connect":
+        monkeypatch_module.setenv("SPARK_REMOTE", "local[2]")
     session = spark_session()
+    assert ("connect" in type(session).__module__) == (request.param == "connect")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module() -> Iterator[pytest.MonkeyPatch]:
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
 
 
 def decode(df: DataFrame, batch: BatchInfo) -> DataFrame:
