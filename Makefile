@@ -12,13 +12,19 @@ PYTEST_ARGS ?=
 help:  ## list the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(STAMPS)/venv: pyproject.toml
+$(STAMPS)/venv: pyproject.toml requirements/dev.lock
 	@mkdir -p $(STAMPS)
 	@echo "==> Python environment ($(VENV))"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install --quiet --upgrade pip
-	@$(BIN)/pip install --quiet -e '.[dev]'
+	@$(BIN)/pip install --quiet -c requirements/dev.lock -e '.[dev]'
 	@touch $@
+
+.PHONY: lock
+lock:  ## re-resolve the dev dependencies into requirements/dev.lock
+	@rm -rf .lockenv && $(PYTHON) -m venv .lockenv && .lockenv/bin/pip install --quiet -e '.[dev]'
+	@{ sed -n 1,2p requirements/dev.lock; .lockenv/bin/pip freeze --exclude-editable; } > requirements/dev.lock.new
+	@mv requirements/dev.lock.new requirements/dev.lock && rm -rf .lockenv
 
 $(STAMPS)/emulators: tests/kinesis/package.json tests/kinesis/package-lock.json
 	@mkdir -p $(STAMPS)
@@ -67,6 +73,7 @@ bench: venv emulators controlplane  ## benchmarks; figures also go to bench/resu
 	@rm -f bench/results.json
 	$(BIN)/python -m bench.lease_engine
 	PYTHONPATH=tests $(BIN)/python -m bench.system
+	PYTHONPATH=tests $(BIN)/python -m bench.spark
 
 .PHONY: demo
 demo: venv emulators controlplane  ## the whole system live: 3 workers, 4 shards, a split and a pod kill

@@ -1,0 +1,120 @@
+"""SparkBatchProcessor throughput: 100k records of one kinesalite shard read by the real
+reader and processed (a) by a no-op processor that checkpoints — the baseline — and (b)
+by SparkBatchProcessor in 100k-record batches (Arrow path, a transform, Parquet sink),
+both timed end to end in the same run; plus the sink's cost per batch."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from bench.results import record
+from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
+from streamconsumer.sources.kinesis import KinesisSource, StreamRef
+from streamconsumer.spark import BatchInfo, ParquetSink, SparkBatchProcessor
+from streamconsumer.spark.processor import spark_session
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
+
+RECORDS = 100_000
+
+
+class NoOp(BaseRecordProcessor):
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+
+
+@dataclass
+class TimedSink:
+    sink: ParquetSink
+    seconds: list[float] = field(default_factory=list)
+
+    def write(self, df: DataFrame, batch: BatchInfo) -> None:
+        started = time.perf_counter()
+        self.sink.write(df, batch)
+        self.seconds.append(time.perf_counter() - started)
+
+
+def transform(df: DataFrame, batch: BatchInfo) -> DataFrame:
+    return df.withColumn("text", F.col("data").cast("string")).drop("data")
+
+
+def run(source: KinesisSource, shard: str, processor: BaseRecordProcessor) -> float:
+    """Seconds to read the shard from TRIM_HORIZON to its tip through `processor`."""
+    checkpoints: list[str] = []
+    checkpointer = Checkpointer(shard, checkpoints.append)
+    processor.initialize(ShardInfo(shard, None))
+    reader = source.open_reader(shard, StartPosition(type=StartPositionType.TRIM_HORIZON))
+    started = time.perf_counter()
+    seen = 0
+    while True:
+        result = reader.read()
+        checkpointer._delivering(result.records)
+        processor.process_records(result.records, checkpointer)
+        seen += len(result.records)
+        if not result.records:
+            break
+    processor.shutdown_requested(checkpointer)
+    elapsed = time.perf_counter() - started
+    assert seen == RECORDS, seen
+    assert checkpoints, "the batch was checkpointed"
+    return elapsed
+
+
+def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-spark-"))
+    emulator = KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
+    spark = spark_session()
+    try:
+        create_stream(emulator.client, "spark", 1)
+        keys = [f"k{i}" for i in range(RECORDS)]
+        with ThreadPoolExecutor(4) as pool:
+            chunks = [keys[i : i + 2000] for i in range(0, RECORDS, 2000)]
+            list(
+                pool.map(
+                    lambda c: put_records(
+                        emulator.client, "spark", [(k, b'{"page":"/"}') for k in c]
+                    ),
+                    chunks,
+                )
+            )
+        source = KinesisSource(emulator.client, StreamRef(name="spark"), max_records=10_000)
+        shard = source.list_shards()[0].id
+        baseline = run(source, shard, NoOp())
+        warm = SparkBatchProcessor(
+            transform, ParquetSink(str(work / "warm")), "spark", 1000, 3600, lambda: spark
+        )
+        warm.initialize(ShardInfo("warm", None))  # the first Spark job pays for JIT and planning
+        sink = TimedSink(ParquetSink(str(work / "out")))
+        processor = SparkBatchProcessor(transform, sink, "spark", RECORDS, 3600, lambda: spark)
+        spark_seconds = run(source, shard, processor)
+        ratio = baseline / spark_seconds
+        print(f"SparkBatchProcessor, {RECORDS} records from one kinesalite shard:")
+        print(f"  no-op processor              {RECORDS / baseline:9.0f} records/s  (baseline)")
+        print(
+            f"  Spark, 100k batch -> Parquet {RECORDS / spark_seconds:9.0f} records/s"
+            f"  ({ratio:.2f}x baseline)"
+        )
+        print(f"  sink write per batch         {sum(sink.seconds) / len(sink.seconds):9.2f} s")
+        record(
+            {
+                "spark_records_per_second": round(RECORDS / spark_seconds),
+                "spark_vs_noop_ratio": round(ratio, 3),
+                "spark_sink_seconds_per_batch": round(sum(sink.seconds) / len(sink.seconds), 3),
+            }
+        )
+    finally:
+        spark.stop()
+        emulator.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
