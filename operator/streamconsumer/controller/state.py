@@ -18,9 +18,10 @@ from streamconsumer.core.leases import (
     apply_checkpoint,
     collectable,
     plan,
+    ready_shards,
     release,
 )
-from streamconsumer.core.lineage import Shard, assignable_shards
+from streamconsumer.core.lineage import Shard
 from streamconsumer.models import (
     Assignment,
     CheckpointRequest,
@@ -52,6 +53,7 @@ class Coordinator:
         self.spec = spec
         self.leases: dict[str, ShardLease] = dict(leases)
         self.shards: list[Shard] = []
+        self._by_id: dict[str, Shard] = {}
         self.shards_known = False
         self.workers: dict[str, WorkerProgress] = {}
         # After a (re)start nobody has been heard yet: every owner in the status gets a
@@ -88,6 +90,7 @@ class Coordinator:
         shards = list(shards)
         changed = shards != self.shards
         self.shards = shards
+        self._by_id = {shard.id: shard for shard in shards}
         self.shards_known = True
         if changed:
             self._changed()
@@ -161,7 +164,7 @@ class Coordinator:
         )
 
     def _assignment(self, lease: ShardLease) -> Assignment:
-        shard = next((s for s in self.shards if s.id == lease.shard_id), None)
+        shard = self._by_id.get(lease.shard_id)
         parents = list(shard.parents) if shard else []
         return Assignment(
             shard_id=lease.shard_id,
@@ -206,9 +209,7 @@ class Coordinator:
 
     def assignable(self) -> list[str]:
         """Shards a worker may hold now (not finished, parents done)."""
-        checkpoints = {s: lease.checkpoint for s, lease in self.leases.items()}
-        started = {s for s, lease in self.leases.items() if lease.epoch > 0}
-        return assignable_shards(self.shards, checkpoints, started)
+        return ready_shards(self.shards, self.leases)
 
     def lag_millis(self) -> dict[str, int]:
         lag: dict[str, int] = {}

@@ -5,6 +5,7 @@ overwrite a newer lease table (DESIGN §3.7)."""
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from typing import Any, cast
 
 from kubernetes import client as k8s
@@ -63,9 +64,10 @@ def render(
         1 for sid in ready if sid in coordinator.leases and coordinator.leases[sid].state is ACTIVE
     )
     moving = sum(1 for lease in coordinator.leases.values() if lease.state is HANDOFF)
+    held = Counter(lease.owner for lease in coordinator.leases.values() if lease.owner)
     workers = {
         worker: WorkerSummary(
-            shards=sum(1 for lease in coordinator.leases.values() if lease.owner == worker),
+            shards=held[worker],
             draining=progress.draining,
         )
         for worker, progress in sorted(coordinator.workers.items())

@@ -118,14 +118,19 @@ def plan(
     receivers = sorted(alive - draining)
 
     _expire_silent_owners(result, alive)
-    checkpoints = {sid: lease.checkpoint for sid, lease in result.leases.items()}
-    started = {sid for sid, lease in result.leases.items() if lease.epoch > 0}
-    ready = assignable_shards(shards, checkpoints, started)
+    ready = ready_shards(shards, result.leases)
     holders = _current_holders(ready, result.leases, set(receivers))
     targets = _balanced_targets(len(ready), receivers, holders, settings.max_per_worker)
     new_holders = _rebalance(ready, holders, targets, result.leases)
     _apply(result, ready, new_holders)
     return result
+
+
+def ready_shards(shards: Sequence[Shard], leases: Mapping[str, ShardLease]) -> list[str]:
+    """The shards that may be held now, given the lease table (see assignable_shards)."""
+    checkpoints = {sid: lease.checkpoint for sid, lease in leases.items()}
+    started = {sid for sid, lease in leases.items() if lease.epoch > 0}
+    return assignable_shards(shards, checkpoints, started)
 
 
 def _expire_silent_owners(result: Plan, alive: set[str]) -> None:
