@@ -98,10 +98,6 @@ class Plan:
     leases: dict[str, ShardLease]
     actions: list[Action] = field(default_factory=list)
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.actions)
-
 
 def plan(
     shards: Sequence[Shard],

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
-from streamconsumer.spark.schema import RECORD_SCHEMA, to_arrow
+from streamconsumer.spark.schema import to_arrow
 from streamconsumer.spark.sinks import Sink
 
 if TYPE_CHECKING:
@@ -109,6 +109,3 @@ class SparkBatchProcessor(BaseRecordProcessor):
 
     def shutdown_requested(self, checkpointer: Checkpointer) -> None:
         self.flush(checkpointer)
-
-
-__all__ = ["RECORD_SCHEMA", "BatchInfo", "SparkBatchProcessor", "spark_session"]
