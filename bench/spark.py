@@ -20,7 +20,7 @@ from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef
 from streamconsumer.spark import BatchInfo, ParquetSink, SparkBatchProcessor
-from streamconsumer.spark.processor import spark_session
+from streamconsumer.spark.session import spark_session
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
 
 RECORDS = 100_000

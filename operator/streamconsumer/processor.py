@@ -209,3 +209,11 @@ def load_processor(entrypoint: str) -> ProcessorFactory:
         function = target
         return lambda: FunctionProcessor(function)
     raise ValueError(f"entrypoint {entrypoint!r} is neither a processor class nor a function")
+
+
+def warm_up(factory: ProcessorFactory) -> None:
+    """Runs the processor's optional `warm_up()` once, before the worker takes any lease,
+    so slow starts (a JVM, a model, a connection pool) never eat into a lease."""
+    hook = getattr(factory(), "warm_up", None)
+    if callable(hook):
+        hook()

@@ -1,7 +1,20 @@
 """Records to a PySpark pipeline without breaking the KCL contract: a shard's checkpoint
-moves only after the pipeline's output is committed. Install `streamconsumer[spark]`."""
+moves only after the pipeline's output is committed. Install `streamconsumer[spark]`, or
+`streamconsumer[bronze]` for JVM-free workers that land batches for a Spark job."""
 
-from streamconsumer.spark.processor import BatchInfo, SparkBatchProcessor
-from streamconsumer.spark.sinks import ForeachBatchSink, ParquetSink, Sink
+from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
+from streamconsumer.spark.bronze import BronzeProcessor
+from streamconsumer.spark.processor import SparkBatchProcessor, Transform
+from streamconsumer.spark.sinks import DeltaSink, ForeachBatchSink, ParquetSink, Sink
 
-__all__ = ["BatchInfo", "ForeachBatchSink", "ParquetSink", "Sink", "SparkBatchProcessor"]
+__all__ = [
+    "BatchInfo",
+    "BatchingProcessor",
+    "BronzeProcessor",
+    "DeltaSink",
+    "ForeachBatchSink",
+    "ParquetSink",
+    "Sink",
+    "SparkBatchProcessor",
+    "Transform",
+]

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-from streamconsumer.processor import load_processor
+from streamconsumer.processor import load_processor, warm_up
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
@@ -25,6 +25,10 @@ def main() -> None:
         factory = load_processor(config.entrypoint)
     except ValueError as error:
         sys.exit(f"worker: {error}")
+    try:
+        warm_up(factory)
+    except Exception as error:  # a broken environment (no Java, a bad path): say so and stop
+        sys.exit(f"worker: processor warm-up failed: {error}")
     source = KinesisSource(
         kinesis_client(config.region, config.endpoint_url),
         StreamRef(name=config.stream_name, arn=config.stream_arn),

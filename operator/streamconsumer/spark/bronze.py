@@ -1,0 +1,99 @@
+"""Bronze landing: workers stay JVM-free and land raw batches as Parquet files; a Spark
+Structured Streaming job (bronze_job.py) processes them later, exactly once.
+
+Layout: `<path>/<shard id>/<first sequence>.parquet`, one file per batch, written to a
+hidden temporary name (Spark's file source skips names starting with '.') and renamed
+into place; the checkpoint moves only after the rename. Each file records its batch's
+last sequence in its Parquet metadata.
+
+A file is never replaced once it exists: the streaming job may already have read it. If
+the worker dies after the rename but before the checkpoint, the next owner resumes at the
+same first record, finds that file, skips the records it already holds and checkpoints
+them. So every record lands in exactly one file, whatever size the replayed reads have."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pyarrow.parquet as pq
+from pyarrow import fs
+
+from streamconsumer.processor import Checkpointer, Record, ShardInfo
+from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
+from streamconsumer.spark.schema import to_arrow
+
+LAST_SEQUENCE_KEY = b"streamconsumer.last_sequence"
+
+
+class BronzeProcessor(BatchingProcessor):
+    """`path` is a local directory (a mounted volume) or any URI pyarrow reads (s3://…)."""
+
+    def __init__(
+        self,
+        path: str,
+        stream: str | None = None,
+        max_records: int = 10_000,
+        max_wait: float = 5.0,
+    ) -> None:
+        super().__init__(stream, max_records, max_wait)
+        self.filesystem, self.root = fs.FileSystem.from_uri(
+            path if "://" in path else os.path.abspath(path)
+        )
+        self._landed_through: int | None = None  # recovery: records up to here are in a file
+
+    def initialize(self, shard: ShardInfo) -> None:
+        super().initialize(shard)
+        self.directory = f"{self.root.rstrip('/')}/{shard.shard_id}"
+        self.filesystem.create_dir(self.directory, recursive=True)
+        self._checking = True  # the first record after a resume may start a landed file
+
+    def file_for(self, first_sequence: str) -> str:
+        return f"{self.directory}/{first_sequence}.parquet"
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if records and self._checking:
+            self._checking = False
+            self._landed_through = self._landed_last_sequence(records[0].sequence_number)
+        if records and self._landed_through is not None:
+            records = self._skip_landed(records, checkpointer)
+        super().process_records(records, checkpointer)
+
+    def _landed_last_sequence(self, first_sequence: str) -> int | None:
+        path = self.file_for(first_sequence)
+        if self.filesystem.get_file_info(path).type != fs.FileType.File:
+            return None
+        with self.filesystem.open_input_file(path) as handle:
+            metadata = pq.read_metadata(handle).metadata or {}
+        return int(metadata[LAST_SEQUENCE_KEY])
+
+    def _skip_landed(self, records: list[Record], checkpointer: Checkpointer) -> list[Record]:
+        assert self._landed_through is not None
+        landed = [r for r in records if int(r.sequence_number) <= self._landed_through]
+        if landed:
+            checkpointer.checkpoint(landed[-1])  # already durable in the landed file
+        if len(landed) < len(records):
+            self._landed_through = None  # past the landed file: back to normal
+        return records[len(landed) :]
+
+    def commit(self, records: list[Record], batch: BatchInfo) -> None:
+        table = to_arrow(self.stream, batch.shard_id, records).replace_schema_metadata(
+            {LAST_SEQUENCE_KEY: batch.last_sequence.encode()}
+        )
+        final = self.file_for(batch.first_sequence)
+        temporary = f"{self.directory}/.{batch.first_sequence}.{uuid.uuid4().hex}.tmp"
+        pq.write_table(table, temporary, filesystem=self.filesystem)
+        _sync(self.filesystem, temporary)
+        self.filesystem.move(temporary, final)
+        _sync(self.filesystem, self.directory)
+
+
+def _sync(filesystem: fs.FileSystem, path: str) -> None:
+    """On a local disk, make the file (or the rename in a directory) survive a node crash
+    before the checkpoint says it did. Object stores are durable on return."""
+    if isinstance(filesystem, fs.LocalFileSystem):
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)

@@ -1,0 +1,51 @@
+"""The SparkSession a worker uses: in-process `local[N]` sized for a small pod, or Spark
+Connect when SPARK_REMOTE is set (then the worker needs no JVM)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Delta Lake 4.4 is built for Spark 4.2 (hence pyspark 4.2.x in the `spark` extra). Ivy
+# fetches the jars from Maven Central on first use and caches them (~/.ivy2.5.2); the
+# Spark worker image fetches them at build time.
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
+DELTA_CONF: Mapping[str, str] = {
+    "spark.jars.packages": DELTA_PACKAGE,
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # The default (50) spreads reading a table's log over 50 tasks: slow on 2 cores.
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
+
+
+def small_pod_conf() -> dict[str, str]:
+    """What worked in a 2-core pod: 1g driver, few shuffle partitions, no UI."""
+    return {
+        "spark.driver.memory": os.environ.get("SPARK_DRIVER_MEMORY", "1g"),
+        "spark.sql.shuffle.partitions": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "4"),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
+    """Spark Connect when SPARK_REMOTE is set, otherwise `local[N]` (SPARK_MASTER, default
+    local[2]). `conf` adds what a sink needs (e.g. DELTA_CONF). A remote `sc://` server is
+    configured on its side, so static settings are not sent to it."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("streamconsumer")
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote and remote.startswith("sc://"):
+        return builder.remote(remote).getOrCreate()
+    settings = {**small_pod_conf(), **(conf or {})}
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    if remote:  # "local[N]": pyspark starts a Spark Connect server in this process's JVM
+        return builder.remote(remote).getOrCreate()
+    return builder.master(os.environ.get("SPARK_MASTER", "local[2]")).getOrCreate()
