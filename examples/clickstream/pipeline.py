@@ -73,11 +73,12 @@ class LandInBronze(BronzeProcessor):
 
 def read_page_views(path: str) -> Counter[tuple[str, str]]:
     """Sums the partial counts under a Parquet output path (either mode)."""
-    if not os.path.isdir(path):
-        return Counter()
-    table = ds.dataset(path, format="parquet", partitioning="hive").to_table(
-        columns=["minute", "page", "views"]
+    dataset = (
+        ds.dataset(path, format="parquet", partitioning="hive") if os.path.isdir(path) else None
     )
+    if dataset is None or not dataset.files:
+        return Counter()
+    table = dataset.to_table(columns=["minute", "page", "views"])
     views: Counter[tuple[str, str]] = Counter()
     columns = (table[name].to_pylist() for name in ("minute", "page", "views"))
     for minute, page, count in zip(*columns, strict=True):
