@@ -76,8 +76,9 @@ bench: venv emulators controlplane  ## benchmarks; figures also go to bench/resu
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
 
 .PHONY: demo
-demo: venv emulators controlplane  ## the whole system live: 3 workers, 4 shards, a split and a pod kill
-	PYTHONPATH=tests $(BIN)/python -m testbed.demo
+PIPELINE ?= recording
+demo: venv emulators controlplane  ## the system live: 4 shards, a split, a pod kill (PIPELINE=recording|spark|bronze)
+	PYTHONPATH=tests:examples $(BIN)/python -m testbed.demo --pipeline $(PIPELINE)
 
 # --- for users with Docker and kind (these cannot run on machines without a Docker engine) ---
 KIND_CLUSTER ?= streamconsumer

@@ -28,6 +28,8 @@ def test_spark_in_the_worker_counts_each_event_once(scenario: Scenario, tmp_path
     kill_a_worker(scenario)  # its shards replay from their checkpoints elsewhere
     run.produce(400)
     wait_for(lambda: run.counted() == run.expected(), 180, "page views after the kill")
+    # The Deployment's replacement pod warms its Spark up, then joins and takes shards.
+    wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 180, "2/2 balance again")
     assert sum((run.counted() or {}).values()) == 800
 
 

@@ -12,6 +12,8 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 from clickstream.events import expected_page_views, make_events
 from clickstream.pipeline import read_page_views
 
@@ -75,10 +77,26 @@ class ClickstreamRun:
 
     def landed(self) -> int:
         """Records in the bronze files so far (bronze mode)."""
-        import pyarrow.parquet as pq
+        return sum(self.by_shard().values()) if self.mode == "bronze" else 0
 
-        files = self.bronze.glob("*/*.parquet")
-        return sum(pq.read_metadata(path).num_rows for path in files)
+    def by_shard(self) -> Counter[str]:
+        """Per shard: events landed (bronze) or counted in the page views (spark)."""
+        done: Counter[str] = Counter()
+        if self.mode == "bronze":
+            for path in self.bronze.glob("*/*.parquet"):
+                done[path.parent.name] += pq.read_metadata(path).num_rows
+            return done
+        try:
+            table = ds.dataset(self.output, format="parquet", partitioning="hive").to_table(
+                columns=["shard", "views"]
+            )
+        except (FileNotFoundError, pa.ArrowInvalid):
+            return done  # nothing yet, or a batch directory mid-replacement
+        for shard, views in zip(
+            table["shard"].to_pylist(), table["views"].to_pylist(), strict=True
+        ):
+            done[shard] += views
+        return done
 
     def run_bronze_job(self) -> subprocess.CompletedProcess[str]:
         """The Structured Streaming job over what has landed, once, as its own process."""

@@ -1,10 +1,15 @@
 """`make demo`: the whole system on this machine, in one command.
 
 Starts a real control plane and the Kinesis emulator, installs the CRD, runs the operator
-and the local kubelet, applies a StreamConsumer (3 workers over 4 shards), produces
+and the local kubelet, applies a StreamConsumer (workers over 4 shards), produces
 records, and shows per shard who owns it, its lag and what was processed. Midway it
-splits a shard and kills a worker pod. It ends with the tally — produced, processed,
-duplicates, lost (must be 0) — and cleans up after itself."""
+splits a shard and kills a worker pod. It cleans up after itself.
+
+`--pipeline recording` (the default) tallies produced, processed, duplicates and lost
+(must be 0). `--pipeline spark` runs the clickstream example's Spark pipeline inside the
+worker pods; `--pipeline bronze` lands raw batches from JVM-free workers and then runs
+the Structured Streaming job over them. Both end by comparing the per-minute page views
+with what was produced: each event must be counted exactly once."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Protocol
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -24,6 +30,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from testbed.clickstream import ClickstreamRun
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, list_all_shards, split_shard_in_half
 from testbed.scenario import Scenario, wait_for
@@ -32,10 +39,114 @@ CRD = Path(__file__).resolve().parents[2] / "crds" / "streamconsumer.yaml"
 console = Console()
 
 
-def view(scenario: Scenario, phase: str) -> Group:
+class Pipeline(Protocol):
+    """What the demo runs behind the processor, and how it tells that nothing was lost."""
+
+    replicas: int
+
+    def start(self) -> None: ...
+    def produce(self) -> None: ...
+    def by_shard(self) -> Counter[str]: ...
+    def totals(self) -> list[str]: ...
+    def done(self) -> bool: ...
+    def finish(self) -> bool: ...
+
+
+class RecordingPipeline:
+    """The recording processor: every record written down, then tallied."""
+
+    replicas = 3
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+
+    def start(self) -> None:
+        self.scenario.start(shards=4, replicas=self.replicas, lease_seconds=6.0)
+
+    def produce(self) -> None:
+        self.scenario.produce(25)
+
+    def by_shard(self) -> Counter[str]:
+        report = self.scenario.report()
+        return Counter({shard: len(data) for shard, data in report.by_shard.items()})
+
+    def totals(self) -> list[str]:
+        report = self.scenario.report()
+        return [
+            f"produced [bold]{len(self.scenario.produced)}[/]",
+            f"processed [bold]{report.processed}[/]",
+            f"duplicates [bold]{report.duplicates}[/]",
+            f"waiting [bold]{len(report.lost)}[/]",
+        ]
+
+    def done(self) -> bool:
+        return not self.scenario.report().lost
+
+    def finish(self) -> bool:
+        report = self.scenario.report()
+        ok = not report.lost and not report.order_violations
+        console.print(
+            f"\n[bold]Summary[/]: produced {len(self.scenario.produced)}, processed "
+            f"{report.processed} ({report.unique} unique), duplicates {report.duplicates}, "
+            f"lost [bold {'green' if ok else 'red'}]{len(report.lost)}[/], "
+            f"per-shard order violations {len(report.order_violations)}"
+        )
+        return ok
+
+
+class ClickstreamPipeline:
+    """The clickstream example on Spark: page views per minute, each event counted once."""
+
+    replicas = 2  # each worker starts a JVM (spark mode): two fit two cores
+
+    def __init__(self, scenario: Scenario, mode: str, workdir: Path) -> None:
+        self.run = ClickstreamRun(scenario, mode, workdir)
+
+    def start(self) -> None:
+        self.run.start(shards=4, replicas=self.replicas, lease_seconds=6.0)
+
+    def produce(self) -> None:
+        self.run.produce(25)
+
+    def by_shard(self) -> Counter[str]:
+        return self.run.by_shard()
+
+    def totals(self) -> list[str]:
+        verb = "landed" if self.run.mode == "bronze" else "counted"
+        return [
+            f"events produced [bold]{len(self.run.events)}[/]",
+            f"{verb} [bold]{sum(self.by_shard().values())}[/]",
+        ]
+
+    def done(self) -> bool:
+        return sum(self.by_shard().values()) >= len(self.run.events)
+
+    def finish(self) -> bool:
+        if self.run.mode == "bronze":
+            console.print("bronze job: Structured Streaming over the landed files (--once)…")
+            job = self.run.run_bronze_job()
+            if job.returncode != 0:
+                console.print(job.stderr[-3000:])
+                return False
+        counted, expected = self.run.counted() or Counter(), self.run.expected()
+        table = Table(title="page views per minute (busiest first)")
+        for column in ("minute", "page", "views", "produced"):
+            table.add_column(column, justify="right" if column in ("views", "produced") else "left")
+        for (minute, page), views in expected.most_common(8):
+            table.add_row(minute, page, str(counted.get((minute, page), 0)), str(views))
+        console.print(table)
+        ok = counted == expected
+        console.print(
+            f"[bold]Summary[/]: events produced {len(self.run.events)}, counted "
+            f"{sum(counted.values())} across {len(counted)} (minute, page) pairs; "
+            f"matches what was produced: [bold {'green' if ok else 'red'}]{ok}[/]"
+        )
+        return ok
+
+
+def view(scenario: Scenario, pipeline: Pipeline, phase: str) -> Group:
     status = scenario.status()
-    report = scenario.report()
-    processed = Counter({shard: len(data) for shard, data in report.by_shard.items()})
+    processed = pipeline.by_shard()
     table = Table(title=f"StreamConsumer {scenario.namespace}/{scenario.name} — {phase}")
     table.add_column("shard", no_wrap=True, min_width=20)
     for column in ("state", "owner", "epoch", "lag ms", "processed", "checkpoint"):
@@ -56,17 +167,14 @@ def view(scenario: Scenario, phase: str) -> Group:
     ready = next((c for c in conditions if c["type"] == "Ready"), {})
     totals = Table.grid(padding=(0, 2))
     totals.add_row(
-        f"produced [bold]{len(scenario.produced)}[/]",
-        f"processed [bold]{report.processed}[/]",
-        f"duplicates [bold]{report.duplicates}[/]",
-        f"waiting [bold]{len(report.lost)}[/]",
+        *pipeline.totals(),
         f"workers [bold]{len(status.get('workers', {}))}[/]",
         f"Ready={ready.get('status', '?')} ({ready.get('message', '')})",
     )
     return Group(table, totals)
 
 
-def run(duration: float, workdir: Path) -> int:
+def run(duration: float, workdir: Path, pipeline_name: str) -> int:
     console.print("[bold]1/4[/] control plane (etcd, kube-apiserver, kube-controller-manager)…")
     plane = ControlPlane.start(workdir / "control-plane")
     emulator: KinesisEmulator | None = None
@@ -82,20 +190,20 @@ def run(duration: float, workdir: Path) -> int:
         emulator = KinesisEmulator.start("kinesis-local", workdir / "kinesis")
         api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
         k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="demo")))
-        console.print("[bold]3/4[/] operator, local kubelet, StreamConsumer (3 workers, 4 shards)…")
         scenario = Scenario(plane, api, emulator, "demo", "clicks", workdir / "scenario")
-        scenario.start(shards=4, replicas=3, lease_seconds=6.0)
-        console.print(f"[bold]4/4[/] producing for {duration:.0f}s; a split and a pod kill midway")
-        run_live(scenario, duration)
-        report = scenario.report()
-        ok = not report.lost and not report.order_violations
-        console.print(
-            f"\n[bold]Summary[/]: produced {len(scenario.produced)}, processed "
-            f"{report.processed} ({report.unique} unique), duplicates {report.duplicates}, "
-            f"lost [bold {'green' if ok else 'red'}]{len(report.lost)}[/], "
-            f"per-shard order violations {len(report.order_violations)}"
+        pipeline: Pipeline = (
+            RecordingPipeline(scenario)
+            if pipeline_name == "recording"
+            else ClickstreamPipeline(scenario, pipeline_name, workdir / "data")
         )
-        return 0 if ok else 1
+        console.print(
+            f"[bold]3/4[/] operator, local kubelet, StreamConsumer ({pipeline.replicas} workers, "
+            f"4 shards, pipeline: {pipeline_name})…"
+        )
+        pipeline.start()
+        console.print(f"[bold]4/4[/] producing for {duration:.0f}s; a split and a pod kill midway")
+        run_live(scenario, pipeline, duration)
+        return 0 if pipeline.finish() else 1
     finally:
         console.print("cleaning up…")
         if scenario is not None:
@@ -105,18 +213,18 @@ def run(duration: float, workdir: Path) -> int:
         plane.remove()
 
 
-def run_live(scenario: Scenario, duration: float) -> None:
+def run_live(scenario: Scenario, pipeline: Pipeline, duration: float) -> None:
     stop = threading.Event()
 
     def produce() -> None:
         while not stop.wait(0.5):
-            scenario.produce(25)
+            pipeline.produce()
 
     producer = threading.Thread(target=produce, daemon=True)
     started = time.monotonic()
     split_done = killed = False
     phase = "starting"
-    with Live(view(scenario, phase), console=console, refresh_per_second=2) as live:
+    with Live(view(scenario, pipeline, phase), console=console, refresh_per_second=2) as live:
         producer.start()
         while time.monotonic() - started < duration:
             elapsed = time.monotonic() - started
@@ -131,26 +239,32 @@ def run_live(scenario: Scenario, duration: float) -> None:
                 if running:
                     scenario.kubelet.kill(running[0], signal.SIGKILL)
                     killed, phase = True, f"killed pod {running[0]} (kill -9)"
-            live.update(view(scenario, phase))
+            live.update(view(scenario, pipeline, phase))
             time.sleep(0.5)
         stop.set()
         producer.join()
         phase = "draining: waiting for every record"
-        deadline = time.monotonic() + 60
-        while scenario.report().lost and time.monotonic() < deadline:
-            live.update(view(scenario, phase))
+        deadline = time.monotonic() + 120
+        while not pipeline.done() and time.monotonic() < deadline:
+            live.update(view(scenario, pipeline, phase))
             time.sleep(0.5)
-        live.update(view(scenario, "done"))
+        live.update(view(scenario, pipeline, "done"))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--duration", type=float, default=40.0, help="seconds of production")
+    parser.add_argument(
+        "--pipeline",
+        choices=("recording", "spark", "bronze"),
+        default="recording",
+        help="what the workers run (default: recording)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="streamconsumer-demo-") as workdir:
         code = 1
         with contextlib.suppress(KeyboardInterrupt):
-            code = run(args.duration, Path(workdir))
+            code = run(args.duration, Path(workdir), args.pipeline)
     sys.exit(code)
 
 
