@@ -1,5 +1,6 @@
-"""The worker extra is slim: installing `streamconsumer[worker]` (what the worker image
-does) brings neither kopf nor the Kubernetes client, and the worker imports without them."""
+"""The worker extras are slim: `streamconsumer[worker]` (what the worker image installs)
+brings neither kopf nor the Kubernetes client, and `streamconsumer[bronze]` (bronze
+landing workers) adds pyarrow but no pyspark: the workers import and run without them."""
 
 from __future__ import annotations
 
@@ -7,30 +8,41 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
+WORKER = "import streamconsumer.worker.__main__, streamconsumer.worker.runtime"
 
 
-def test_worker_install_has_no_kopf_and_no_kubernetes(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("extra", "present", "absent", "probe"),
+    [
+        ("worker", {"boto3", "httpx", "pydantic"}, {"kopf", "kubernetes"}, WORKER),
+        (
+            "bronze",
+            {"boto3", "pyarrow"},
+            {"kopf", "kubernetes", "pyspark"},
+            f"{WORKER}; from streamconsumer.spark import BronzeProcessor",
+        ),
+    ],
+)
+def test_worker_install_is_slim(
+    tmp_path: Path, extra: str, present: set[str], absent: set[str], probe: str
+) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip"]
     subprocess.run(
-        [*pip, "install", "--quiet", f"{REPO}[worker]"],
+        [*pip, "install", "--quiet", "-c", str(REPO / "requirements/dev.lock"), f"{REPO}[{extra}]"],
         check=True,
         capture_output=True,
         timeout=600,
     )
     installed = subprocess.run([*pip, "list", "--format=freeze"], capture_output=True, text=True)
     names = {line.split("==")[0].lower() for line in installed.stdout.splitlines()}
-    assert {"boto3", "httpx", "pydantic"} <= names
-    assert not {"kopf", "kubernetes"} & names
-    probe = subprocess.run(
-        [
-            str(venv / "bin" / "python"),
-            "-c",
-            "import streamconsumer.worker.__main__, streamconsumer.worker.runtime",
-        ],
-        capture_output=True,
-        text=True,
+    assert present <= names
+    assert not absent & names
+    imported = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True
     )
-    assert probe.returncode == 0, probe.stderr
+    assert imported.returncode == 0, imported.stderr

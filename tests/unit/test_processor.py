@@ -3,8 +3,11 @@ SHARD_END only at shard end, and entrypoint loading with clear errors."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +19,9 @@ from streamconsumer.processor import (
     FunctionProcessor,
     Record,
     load_processor,
+    warm_up,
 )
+from streamconsumer.worker.config import WorkerConfig
 
 
 def rec(sequence: int, sub: int | None = None, safe: int | None = None) -> Record:
@@ -123,3 +128,46 @@ def test_load_processor_resolves_classes_and_functions() -> None:
                 load_processor(entrypoint)
     finally:
         del sys.modules["user_processors"]
+
+
+def test_warm_up_runs_once_on_a_fresh_instance() -> None:
+    warmed: list[object] = []
+
+    class Slow(BaseRecordProcessor):
+        def warm_up(self) -> None:
+            warmed.append(self)
+
+    warm_up(Slow)
+    warm_up(lambda: FunctionProcessor(print))  # no hook: nothing to do
+    assert len(warmed) == 1
+
+
+def test_worker_says_why_when_warm_up_fails(tmp_path: Path) -> None:
+    (tmp_path / "broken.py").write_text(
+        "from streamconsumer.processor import BaseRecordProcessor\n"
+        "class NeedsJava(BaseRecordProcessor):\n"
+        "    def warm_up(self):\n"
+        "        raise FileNotFoundError('java: command not found')\n"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(tmp_path),
+        **WorkerConfig(
+            operator_url="http://127.0.0.1:9",
+            namespace="n",
+            consumer="c",
+            worker_name="w",
+            token_path=str(tmp_path / "token"),
+            entrypoint="broken:NeedsJava",
+        ).to_env(),
+    }
+    worker = subprocess.run(
+        [sys.executable, "-m", "streamconsumer.worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert worker.returncode == 1
+    assert "processor warm-up failed: java: command not found" in worker.stderr
+    assert "Traceback" not in worker.stderr

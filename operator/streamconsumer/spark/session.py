@@ -5,22 +5,42 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Delta Lake 4.4 is built for Spark 4.2 (hence pyspark 4.2.x in the `spark` extra). Ivy
-# fetches the jars from Maven Central on first use and caches them (~/.ivy2.5.2); the
-# Spark worker image fetches them at build time.
+# Delta Lake 4.4 is built for Spark 4.2 (hence pyspark 4.2.x in the `spark` extra).
 DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
-DELTA_CONF: Mapping[str, str] = {
-    "spark.jars.packages": DELTA_PACKAGE,
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-    # The default (50) spreads reading a table's log over 50 tasks: slow on 2 cores.
-    "spark.databricks.delta.snapshotPartitions": "2",
-}
+# A directory of jars fetched ahead of time (`python -m streamconsumer.spark.jars DIR`, as
+# the Spark worker image does): pods then need neither Maven Central nor a writable cache.
+JARS_DIR_ENV = "STREAMCONSUMER_SPARK_JARS"
+
+
+def delta_conf() -> dict[str, str]:
+    """The settings Delta Lake needs: its jars (from JARS_DIR_ENV, else fetched by Ivy
+    from Maven Central on first use and cached), its SQL extension and catalog."""
+    return {
+        **_jars(),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        # The default (50) spreads reading a table's log over 50 tasks: slow on 2 cores.
+        "spark.databricks.delta.snapshotPartitions": "2",
+    }
+
+
+def _jars() -> dict[str, str]:
+    directory = os.environ.get(JARS_DIR_ENV)
+    if not directory:
+        return {"spark.jars.packages": DELTA_PACKAGE}
+    jars = sorted(Path(directory).glob("*.jar"))
+    if not jars:
+        raise ValueError(
+            f"{JARS_DIR_ENV}={directory} holds no jars; "
+            f"fetch them with: python -m streamconsumer.spark.jars {directory}"
+        )
+    return {"spark.jars": ",".join(str(jar) for jar in jars)}
 
 
 def small_pod_conf() -> dict[str, str]:
@@ -35,7 +55,7 @@ def small_pod_conf() -> dict[str, str]:
 
 def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
     """Spark Connect when SPARK_REMOTE is set, otherwise `local[N]` (SPARK_MASTER, default
-    local[2]). `conf` adds what a sink needs (e.g. DELTA_CONF). A remote `sc://` server is
+    local[2]). `conf` adds what a sink needs (e.g. delta_conf()). A remote `sc://` server is
     configured on its side, so static settings are not sent to it."""
     from pyspark.sql import SparkSession
 

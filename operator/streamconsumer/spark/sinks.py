@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from streamconsumer.spark.session import DELTA_CONF
+from streamconsumer.spark.session import delta_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -53,7 +53,7 @@ class DeltaSink:
     each replaces rows of its own partition only."""
 
     path: str
-    spark_conf: Mapping[str, str] = field(default_factory=lambda: dict(DELTA_CONF))
+    spark_conf: Mapping[str, str] = field(default_factory=delta_conf)
 
     def write(self, df: DataFrame, batch: BatchInfo) -> None:
         from pyspark.sql import functions as F
