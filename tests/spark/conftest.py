@@ -5,6 +5,7 @@ fetched once per machine the way the Spark worker image fetches it."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from streamconsumer.spark import jars
 from streamconsumer.spark.session import DELTA_PACKAGE, JARS_DIR_ENV, delta_conf, spark_session
 
 JARS_CACHE = Path.home() / ".cache" / "streamconsumer" / "spark-jars"
@@ -21,7 +23,9 @@ JARS_CACHE = Path.home() / ".cache" / "streamconsumer" / "spark-jars"
 
 @pytest.fixture(scope="session")
 def delta_jars() -> Path:
-    directory = JARS_CACHE / DELTA_PACKAGE.replace(":", "_")
+    # Keyed by what fetch() does too, so a change to it fetches again.
+    recipe = hashlib.sha256(Path(jars.__file__).read_bytes()).hexdigest()[:12]
+    directory = JARS_CACHE / f"{DELTA_PACKAGE.replace(':', '_')}-{recipe}"
     if not directory.is_dir():
         partial = directory.with_suffix(".partial")
         shutil.rmtree(partial, ignore_errors=True)

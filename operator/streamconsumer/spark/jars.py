@@ -4,6 +4,7 @@ STREAMCONSUMER_SPARK_JARS at DIR and sessions load them from there."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import tempfile
@@ -26,10 +27,25 @@ def fetch(directory: Path) -> list[Path]:
             .getOrCreate()
         )
         session.stop()
-        jars = sorted(Path(ivy, "jars").glob("*.jar"))
-        if not jars:
+        resolved = sorted(Path(ivy, "jars").glob("*.jar"))
+        if not resolved:
             raise RuntimeError(f"Ivy resolved no jars for {DELTA_PACKAGE}")
-        return [Path(shutil.copy2(jar, directory / jar.name)) for jar in jars]
+        # Delta's pom also pulls Hadoop, Parquet, Jackson, log4j... which Spark ships in
+        # newer versions; a second copy on the classpath would mix versions.
+        bundled = {_artifact(jar.name) for jar in spark_jars().glob("*.jar")}
+        kept = [jar for jar in resolved if _artifact(jar.name.split("_", 1)[-1]) not in bundled]
+        return [Path(shutil.copy2(jar, directory / jar.name)) for jar in kept]
+
+
+def spark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def _artifact(jar_name: str) -> str:
+    """`hadoop-client-api-3.4.2.jar` -> `hadoop-client-api`."""
+    return re.sub(r"-\d[^-]*(-[A-Za-z0-9.]+)*\.jar$", "", jar_name)
 
 
 def main() -> None:
