@@ -115,3 +115,16 @@ def test_readme_example_applies(control_plane: ControlPlane, namespace: str) -> 
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
     result = control_plane.kubectl("apply", "-n", namespace, "-f", "-", input=example)
     assert result.returncode == 0, result.stderr
+
+
+def test_spark_examples_apply(control_plane: ControlPlane, namespace: str) -> None:
+    """The clickstream Spark manifests (both StreamConsumers and the bronze CronJob) are
+    accepted by the real apiserver: schema, CEL rules and the CronJob's own validation."""
+    examples = Path(__file__).resolve().parents[2] / "examples" / "clickstream" / "spark"
+    manifests = sorted(examples.glob("*.yaml"))
+    assert len(manifests) == 3
+    for manifest in manifests:
+        result = control_plane.kubectl(
+            "apply", "--dry-run=server", "-n", namespace, "-f", str(manifest)
+        )
+        assert result.returncode == 0, (manifest.name, result.stderr)

@@ -1,6 +1,7 @@
-"""`python -m streamconsumer.spark.jars DIR`: fetch the Delta Lake jars (and what they
-depend on) from Maven Central into DIR, once, e.g. while building an image. Point
-STREAMCONSUMER_SPARK_JARS at DIR and sessions load them from there."""
+"""`python -m streamconsumer.spark.jars DIR [COORDINATES...]`: fetch the Delta Lake jars
+(plus any other Maven coordinates, and what they depend on) from Maven Central into DIR,
+once, e.g. while building an image. Point STREAMCONSUMER_SPARK_JARS at DIR and sessions
+load them from there."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from streamconsumer.spark.session import DELTA_PACKAGE
 
 
-def fetch(directory: Path) -> list[Path]:
-    """Resolves DELTA_PACKAGE with Spark's own Ivy, then keeps only the jars."""
+def fetch(directory: Path, extra_packages: Sequence[str] = ()) -> list[Path]:
+    """Resolves DELTA_PACKAGE (and `extra_packages`) with Spark's own Ivy and keeps the
+    jars Spark does not already ship."""
     from pyspark.sql import SparkSession
 
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ivy-") as ivy:
         session = (
             SparkSession.builder.master("local[1]")
-            .config("spark.jars.packages", DELTA_PACKAGE)
+            .config("spark.jars.packages", ",".join([DELTA_PACKAGE, *extra_packages]))
             .config("spark.jars.ivy", ivy)
             .config("spark.ui.enabled", "false")
             .getOrCreate()
@@ -49,10 +52,14 @@ def _artifact(jar_name: str) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        sys.exit("usage: python -m streamconsumer.spark.jars DIR")
-    fetched = fetch(Path(sys.argv[1]))
-    print(f"{len(fetched)} jars for {DELTA_PACKAGE} in {sys.argv[1]}")
+    if len(sys.argv) < 2:
+        sys.exit("usage: python -m streamconsumer.spark.jars DIR [group:artifact:version...]")
+    directory, extra = Path(sys.argv[1]), sys.argv[2:]
+    malformed = [c for c in extra if c.count(":") != 2]
+    if malformed:
+        sys.exit(f"not Maven coordinates (group:artifact:version): {', '.join(malformed)}")
+    fetched = fetch(directory, extra)
+    print(f"{len(fetched)} jars for {', '.join([DELTA_PACKAGE, *extra])} in {directory}")
 
 
 if __name__ == "__main__":
