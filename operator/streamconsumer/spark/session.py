@@ -4,6 +4,7 @@ Connect when SPARK_REMOTE is set (then the worker needs no JVM)."""
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,5 +68,9 @@ def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
     for key, value in settings.items():
         builder = builder.config(key, value)
     if remote:  # "local[N]": pyspark starts a Spark Connect server in this process's JVM
-        return builder.remote(remote).getOrCreate()
+        with warnings.catch_warnings():
+            # The server got the static settings at start; the client re-sending them as
+            # session settings only produces CANNOT_MODIFY_(STATIC_)CONFIG warnings.
+            warnings.filterwarnings("ignore", message=r".*\[CANNOT_MODIFY_(STATIC_)?CONFIG\]")
+            return builder.remote(remote).getOrCreate()
     return builder.master(os.environ.get("SPARK_MASTER", "local[2]")).getOrCreate()
