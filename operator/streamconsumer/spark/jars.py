@@ -1,18 +1,50 @@
 """`python -m streamconsumer.spark.jars DIR [COORDINATES...]`: fetch the Delta Lake jars
 (plus any other Maven coordinates, and what they depend on) from Maven Central into DIR,
 once, e.g. while building an image. Point STREAMCONSUMER_SPARK_JARS at DIR and sessions
-load them from there."""
+load them from there; without it, they are fetched once into the user's cache."""
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from streamconsumer.spark.session import DELTA_PACKAGE
+log = logging.getLogger(__name__)
+
+# Delta Lake 4.4 is built for Spark 4.2 (hence pyspark 4.2.x in the `spark` extra).
+DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
+FETCH_LAYOUT = 2  # bump when fetch() keeps different jars, so caches are refilled
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamconsumer"
+
+
+def cached() -> Path:
+    """The Delta jars in the user's cache, fetched on first use. The fetch runs in a child
+    process: a JVM's memory is fixed at launch, so the session must not reuse its JVM."""
+    directory = CACHE / "spark-jars" / f"{DELTA_PACKAGE.replace(':', '_')}-{FETCH_LAYOUT}"
+    if directory.is_dir():
+        return directory
+    log.warning("fetching the Delta Lake jars from Maven Central into %s (once)", directory)
+    partial = directory.with_name(f"{directory.name}.partial-{os.getpid()}")
+    fetched = subprocess.run(
+        [sys.executable, "-m", "streamconsumer.spark.jars", str(partial)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if fetched.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RuntimeError(f"fetching {DELTA_PACKAGE} failed:\n{fetched.stderr[-2000:]}")
+    try:
+        partial.rename(directory)  # only a complete fetch is ever used
+    except OSError:  # another process finished first
+        shutil.rmtree(partial, ignore_errors=True)
+    return directory
 
 
 def fetch(directory: Path, extra_packages: Sequence[str] = ()) -> list[Path]:

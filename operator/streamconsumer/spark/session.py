@@ -12,16 +12,14 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Delta Lake 4.4 is built for Spark 4.2 (hence pyspark 4.2.x in the `spark` extra).
-DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
 # A directory of jars fetched ahead of time (`python -m streamconsumer.spark.jars DIR`, as
 # the Spark worker image does): pods then need neither Maven Central nor a writable cache.
 JARS_DIR_ENV = "STREAMCONSUMER_SPARK_JARS"
 
 
 def delta_conf() -> dict[str, str]:
-    """The settings Delta Lake needs: its jars (from JARS_DIR_ENV, else fetched by Ivy
-    from Maven Central on first use and cached), its SQL extension and catalog."""
+    """The settings Delta Lake needs: its jars (from JARS_DIR_ENV, else fetched from
+    Maven Central on first use and cached), its SQL extension and catalog."""
     return {
         **_jars(),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -32,9 +30,9 @@ def delta_conf() -> dict[str, str]:
 
 
 def _jars() -> dict[str, str]:
-    directory = os.environ.get(JARS_DIR_ENV)
-    if not directory:
-        return {"spark.jars.packages": DELTA_PACKAGE}
+    from streamconsumer.spark import jars as delta_jars
+
+    directory = os.environ.get(JARS_DIR_ENV) or str(delta_jars.cached())
     jars = sorted(Path(directory).glob("*.jar"))
     if not jars:
         raise ValueError(
