@@ -65,7 +65,10 @@ class BronzeProcessor(BatchingProcessor):
             return None
         with self.filesystem.open_input_file(path) as handle:
             metadata = pq.read_metadata(handle).metadata or {}
-        return int(metadata[LAST_SEQUENCE_KEY])
+        last = metadata.get(LAST_SEQUENCE_KEY)
+        if last is None:  # someone else's file where ours belongs: never guess, never overwrite
+            raise ValueError(f"{path} has no {LAST_SEQUENCE_KEY.decode()}: not a landed batch")
+        return int(last)
 
     def _skip_landed(self, records: list[Record], checkpointer: Checkpointer) -> list[Record]:
         assert self._landed_through is not None
