@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
+from streamconsumer.worker.config import WorkerConfig
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,14 @@ class BatchInfo:
 
 def stream_from_environment() -> str:
     """The stream's name as the worker's pod template gives it (name, or the ARN's tail)."""
-    name = os.environ.get("STREAMCONSUMER_STREAM_NAME")
-    arn = os.environ.get("STREAMCONSUMER_STREAM_ARN")
+    name_variable = WorkerConfig.env_name("stream_name")
+    arn_variable = WorkerConfig.env_name("stream_arn")
+    name, arn = os.environ.get(name_variable), os.environ.get(arn_variable)
     if name:
         return name
     if arn:
         return arn.rsplit("/", 1)[-1]
-    raise ValueError("stream not given and STREAMCONSUMER_STREAM_NAME/_ARN not set")
+    raise ValueError(f"stream not given and neither {name_variable} nor {arn_variable} is set")
 
 
 class BatchingProcessor(BaseRecordProcessor):

@@ -40,13 +40,13 @@ class BronzeProcessor(BatchingProcessor):
         self.filesystem, self.root = fs.FileSystem.from_uri(
             path if "://" in path else os.path.abspath(path)
         )
-        self._landed_through: int | None = None  # recovery: records up to here are in a file
 
     def initialize(self, shard: ShardInfo) -> None:
         super().initialize(shard)
         self.directory = f"{self.root.rstrip('/')}/{shard.shard_id}"
         self.filesystem.create_dir(self.directory, recursive=True)
         self._checking = True  # the first record after a resume may start a landed file
+        self._landed_through: int | None = None  # records up to here are in a landed file
 
     def file_for(self, first_sequence: str) -> str:
         return f"{self.directory}/{first_sequence}.parquet"
