@@ -46,8 +46,10 @@ class Pipeline(Protocol):
 
     def start(self) -> None: ...
     def produce(self) -> None: ...
-    def by_shard(self) -> Counter[str]: ...
-    def totals(self) -> list[str]: ...
+    def progress(self) -> tuple[Counter[str], list[str]]:
+        """Per shard: records done; and the totals line. One read of the output."""
+        ...
+
     def done(self) -> bool: ...
     def finish(self) -> bool: ...
 
@@ -66,13 +68,10 @@ class RecordingPipeline:
     def produce(self) -> None:
         self.scenario.produce(25)
 
-    def by_shard(self) -> Counter[str]:
+    def progress(self) -> tuple[Counter[str], list[str]]:
         report = self.scenario.report()
-        return Counter({shard: len(data) for shard, data in report.by_shard.items()})
-
-    def totals(self) -> list[str]:
-        report = self.scenario.report()
-        return [
+        by_shard = Counter({shard: len(data) for shard, data in report.by_shard.items()})
+        return by_shard, [
             f"produced [bold]{len(self.scenario.produced)}[/]",
             f"processed [bold]{report.processed}[/]",
             f"duplicates [bold]{report.duplicates}[/]",
@@ -108,18 +107,16 @@ class ClickstreamPipeline:
     def produce(self) -> None:
         self.run.produce(25)
 
-    def by_shard(self) -> Counter[str]:
-        return self.run.by_shard()
-
-    def totals(self) -> list[str]:
+    def progress(self) -> tuple[Counter[str], list[str]]:
+        by_shard = self.run.by_shard()
         verb = "landed" if self.run.mode == "bronze" else "counted"
-        return [
+        return by_shard, [
             f"events produced [bold]{len(self.run.events)}[/]",
-            f"{verb} [bold]{sum(self.by_shard().values())}[/]",
+            f"{verb} [bold]{sum(by_shard.values())}[/]",
         ]
 
     def done(self) -> bool:
-        return sum(self.by_shard().values()) >= len(self.run.events)
+        return sum(self.run.by_shard().values()) >= len(self.run.events)
 
     def finish(self) -> bool:
         if self.run.mode == "bronze":
@@ -146,7 +143,7 @@ class ClickstreamPipeline:
 
 def view(scenario: Scenario, pipeline: Pipeline, phase: str) -> Group:
     status = scenario.status()
-    processed = pipeline.by_shard()
+    processed, totals_line = pipeline.progress()
     table = Table(title=f"StreamConsumer {scenario.namespace}/{scenario.name} — {phase}")
     table.add_column("shard", no_wrap=True, min_width=20)
     for column in ("state", "owner", "epoch", "lag ms", "processed", "checkpoint"):
@@ -167,7 +164,7 @@ def view(scenario: Scenario, pipeline: Pipeline, phase: str) -> Group:
     ready = next((c for c in conditions if c["type"] == "Ready"), {})
     totals = Table.grid(padding=(0, 2))
     totals.add_row(
-        *pipeline.totals(),
+        *totals_line,
         f"workers [bold]{len(status.get('workers', {}))}[/]",
         f"Ready={ready.get('status', '?')} ({ready.get('message', '')})",
     )
