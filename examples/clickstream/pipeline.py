@@ -73,10 +73,10 @@ class LandInBronze(BronzeProcessor):
 
 def read_page_views(path: str) -> Counter[tuple[str, str]]:
     """Sums the partial counts under a Parquet output path (either mode)."""
-    dataset = (
-        ds.dataset(path, format="parquet", partitioning="hive") if os.path.isdir(path) else None
-    )
-    if dataset is None or not dataset.files:
+    if not os.path.isdir(path):
+        return Counter()
+    dataset = ds.dataset(path, format="parquet", partitioning="hive")
+    if not dataset.files:
         return Counter()
     table = dataset.to_table(columns=["minute", "page", "views"])
     views: Counter[tuple[str, str]] = Counter()
