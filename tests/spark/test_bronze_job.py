@@ -6,7 +6,6 @@ per-minute page views equal what was produced: each event counted once."""
 from __future__ import annotations
 
 import contextlib
-import functools
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,11 @@ from clickstream.events import expected_page_views, make_events
 from clickstream.pipeline import page_views_per_minute, read_page_views
 from pyspark.sql import SparkSession
 
-from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.processor import Checkpointer, Record, ShardInfo
+from streamconsumer.processor import Record
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef
 from streamconsumer.spark import BatchInfo, BronzeProcessor, bronze_job
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.shard_life import consume
 
 pytestmark = pytest.mark.spark
 
@@ -43,27 +42,15 @@ def land(
     source: KinesisSource,
     bronze: Path,
     stream: str,
-    checkpoints: dict[str, str],
+    checkpoints: dict[str, list[str]],
     batch: int = 40,
     crash_after: int | None = None,
 ) -> None:
     """Every shard read to its tip by a fresh worker, resuming at its checkpoint."""
     for shard in (s.id for s in source.list_shards()):
-        start = checkpoints.get(shard)
-        checkpointer = Checkpointer(shard, functools.partial(checkpoints.__setitem__, shard), start)
         processor = CrashAfterRename(str(bronze), stream, batch, crash_after)
-        processor.initialize(ShardInfo(shard, start))
-        position = (
-            StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=start)
-            if start
-            else StartPosition(type=StartPositionType.TRIM_HORIZON)
-        )
-        reader = source.open_reader(shard, position)
         with contextlib.suppress(Crash):
-            while (result := reader.read()).records:
-                checkpointer._delivering(result.records)
-                processor.process_records(result.records, checkpointer)
-            processor.shutdown_requested(checkpointer)
+            consume(source, shard, processor, checkpoints.setdefault(shard, []))
 
 
 @pytest.mark.parametrize("spark", ["local"], indirect=True)
@@ -74,7 +61,7 @@ def test_bronze_job_counts_every_event_once(
     create_stream(client, stream_name, shards=4)
     source = KinesisSource(client, StreamRef(name=stream_name), max_records=25)
     bronze, output, job_checkpoint = tmp_path / "bronze", tmp_path / "views", tmp_path / "job"
-    checkpoints: dict[str, str] = {}
+    checkpoints: dict[str, list[str]] = {}
 
     def run_job() -> None:
         query = bronze_job.start(

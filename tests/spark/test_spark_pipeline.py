@@ -11,11 +11,10 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.processor import Checkpointer, ShardInfo
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef
 from streamconsumer.spark import BatchInfo, DeltaSink, ParquetSink, SparkBatchProcessor
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.shard_life import consume
 
 pytestmark = pytest.mark.spark
 
@@ -39,30 +38,6 @@ class CrashAfterCommit:
         self.writes += 1
         if self.writes == self.after_writes:
             raise Crash(batch.first_sequence)
-
-
-def consume(
-    source: KinesisSource,
-    shard: str,
-    processor: SparkBatchProcessor,
-    checkpoints: list[str],
-) -> None:
-    """One worker's life on a shard: resume after the last checkpoint, read to the tip."""
-    start = (
-        StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=checkpoints[-1])
-        if checkpoints
-        else StartPosition(type=StartPositionType.TRIM_HORIZON)
-    )
-    checkpointer = Checkpointer(shard, checkpoints.append, checkpoints[-1] if checkpoints else None)
-    processor.initialize(ShardInfo(shard, start.sequence_number))
-    reader = source.open_reader(shard, start)
-    while True:
-        result = reader.read()
-        checkpointer._delivering(result.records)
-        processor.process_records(result.records, checkpointer)
-        if not result.records:
-            break
-    processor.shutdown_requested(checkpointer)
 
 
 def sink_for(kind: str, path: Path) -> ParquetSink | DeltaSink:
