@@ -23,7 +23,7 @@ from streamconsumer.core.leases import (
 from streamconsumer.core.lineage import Shard
 
 SHARDS, WORKERS, REPEAT = 10_000, 500, 7
-SETTINGS = EngineSettings(lease_duration=20.0)
+SETTINGS = EngineSettings()
 
 
 def timed(step: Callable[[], Plan]) -> tuple[float, Plan]:
@@ -58,7 +58,7 @@ def minimal_moves(counts: list[int], total: int) -> int:
 
 shards = [Shard(f"shardId-{i:012d}") for i in range(SHARDS)]
 names = [f"worker-{i:03d}" for i in range(WORKERS)]
-everyone = [WorkerLiveness(n, 0.0) for n in names]
+everyone = [WorkerLiveness(n, expires_at=1.0) for n in names]  # alive at 0
 
 
 def main() -> None:
@@ -68,14 +68,14 @@ def main() -> None:
     assign_ms, fresh = timed(lambda: plan(shards, {}, everyone, 0.0, SETTINGS))
     leases = fresh.leases
 
-    joined = [*everyone, WorkerLiveness("worker-new", 0.0)]
+    joined = [*everyone, WorkerLiveness("worker-new", expires_at=1.0)]
     join_ms, join = timed(lambda: plan(shards, leases, joined, 0.0, SETTINGS))
     counts = Counter(lease.owner for lease in leases.values())
     join_moves = sum(isinstance(a, Revoke) for a in join.actions)
     join_excess = join_moves - minimal_moves([counts[w.name] for w in joined], SHARDS)
     leases = settle(join, joined)
 
-    leaving = [*joined[1:], WorkerLiveness(joined[0].name, 0.0, draining=True)]
+    leaving = [*joined[1:], WorkerLiveness(joined[0].name, expires_at=1.0, draining=True)]
     leave_ms, leave = timed(lambda: plan(shards, leases, leaving, 0.0, SETTINGS))
     counts = Counter(lease.owner for lease in leases.values())
     leave_moves = sum(isinstance(a, Revoke) for a in leave.actions)

@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 from bench.results import record
 from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
+from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef
 from streamconsumer.spark import (
     BatchInfo,
@@ -28,6 +28,7 @@ from streamconsumer.spark import (
     SparkBatchProcessor,
 )
 from streamconsumer.spark.session import delta_conf, spark_session
+from streamconsumer.testing import ProcessorHarness
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
 
 RECORDS = 100_000
@@ -62,23 +63,21 @@ def transform(df: DataFrame, batch: BatchInfo) -> DataFrame:
 
 def run(source: KinesisSource, shard: str, processor: BaseRecordProcessor) -> float:
     """Seconds to read the shard from TRIM_HORIZON to its tip through `processor`."""
-    checkpoints: list[str] = []
-    checkpointer = Checkpointer(shard, checkpoints.append)
-    processor.initialize(ShardInfo(shard, None))
+    harness = ProcessorHarness(processor, shard)
+    harness.initialize()
     reader = source.open_reader(shard, StartPosition(type=StartPositionType.TRIM_HORIZON))
     started = time.perf_counter()
     seen = 0
     while True:
         result = reader.read()
-        checkpointer._delivering(result.records)
-        processor.process_records(result.records, checkpointer)
+        harness.process(result.records)
         seen += len(result.records)
         if not result.records:
             break
-    processor.shutdown_requested(checkpointer)
+    harness.shutdown()
     elapsed = time.perf_counter() - started
     assert seen == RECORDS, seen
-    assert checkpoints, "the batch was checkpointed"
+    assert harness.checkpoints, "the batch was checkpointed"
     return elapsed
 
 

@@ -5,22 +5,26 @@ Write a class in the KCL v2 shape — one instance per shard, called in this ord
     initialize(shard)                         once, before any record
     process_records(records, checkpointer)    for each batch, in sequence order
     ... then exactly one of:
-    shard_ended(checkpointer)                 the shard is closed and fully read: you
-                                              must call checkpointer.checkpoint() so
-                                              its children can start
+    shard_ended(checkpointer)                 the shard is closed and every batch has
+                                              returned: flush what you buffer; once this
+                                              returns the worker stores SHARD_END and
+                                              the shard's children can start
     shutdown_requested(checkpointer)          the worker is stopping, or the shard moves
                                               to another worker (hand-off): checkpoint
                                               what you have finished
-    lease_lost()                              another worker owns the shard now; do not
-                                              checkpoint (you cannot)
+    lease_lost()                              another worker owns the shard now; what
+                                              you checkpoint is no longer stored
 
 or just a function `def handle(records: list[Record]) -> None`: the worker checkpoints
 after each batch that returns. A processor that raises is called again with the same
-batch after a back-off; a record is never skipped.
+batch after a back-off, until it returns or the shard moves (a hand-off interrupts the
+retries); a record is never skipped.
 
 Checkpoints are forward-only and never pass a record that was not delivered to you:
 checkpoint() records that every record delivered so far is done; checkpoint(record)
-that everything up to and including `record` is done.
+that everything up to and including `record` is done. The worker stores a checkpoint
+once the call that made it returns; if the call raises, the checkpoint is dropped with
+the batch, which is delivered again.
 """
 
 from __future__ import annotations
@@ -66,46 +70,69 @@ class CheckpointError(ValueError):
     """A checkpoint that would go backwards or past what was delivered."""
 
 
-class LeaseLostError(RuntimeError):
-    """The shard now belongs to another worker; stop processing it."""
+class Progress:
+    """Where processing of one shard stands. The worker runtime (or a test harness) drives
+    it around each processor call; the processor sees it through its Checkpointer.
 
+    A record handed to `process_records` is *delivered*; it is *done* once that call
+    returned without raising. A checkpoint may name any delivered record while the call
+    runs; a call that raises leaves no trace (its records are not done, and what it asked
+    to checkpoint is forgotten), so no path checkpoints a record that is not done."""
 
-Commit = Callable[[str], None]
-"""Stores a checkpoint (a sequence number or SHARD_END); raises LeaseLostError if fenced."""
-
-
-class Checkpointer:
-    """Records progress for one shard. The worker hands it to every lifecycle call."""
-
-    def __init__(self, shard_id: str, commit: Commit, start_sequence: str | None = None) -> None:
+    def __init__(self, shard_id: str, start_sequence: str | None = None) -> None:
         self.shard_id = shard_id
-        self._commit = commit
+        self.requested = start_sequence  # the newest checkpoint asked for
+        self.stored = start_sequence  # the newest one the operator accepted
         self._delivered: Record | None = None
-        self._committed: int = int(start_sequence) if start_sequence else -1
-        self._last_committed = start_sequence
+        self._done: Record | None = None
         self._at_shard_end = False
+        self._before_call: str | None = None
 
     @property
-    def last_checkpoint(self) -> str | None:
-        return self._last_committed
+    def done(self) -> Record | None:
+        """The last record whose processing returned."""
+        return self._done
 
-    def checkpoint(self, at: Record | str | None = None) -> None:
-        """Checkpoint everything delivered so far, or up to and including `at`.
+    # --- around processor calls (the runtime) -----------------------------------------
 
-        Inside `shard_ended`, a bare checkpoint() marks the shard finished (SHARD_END)."""
+    def begin(self, records: Sequence[Record] = ()) -> None:
+        """A lifecycle call starts; `records` are delivered by it."""
+        self._before_call = self.requested
+        if records:
+            self._delivered = records[-1]
+
+    def returned(self) -> None:
+        self._done = self._delivered
+
+    def raised(self) -> None:
+        self._delivered = self._done
+        self.requested = self._before_call
+
+    def shard_ended(self) -> None:
+        """Every record of the closed shard is done: a bare checkpoint() is SHARD_END."""
+        self._at_shard_end = True
+
+    def pending(self) -> str | None:
+        """A checkpoint asked for and not yet accepted by the operator."""
+        return self.requested if self.requested != self.stored else None
+
+    def accepted(self, value: str) -> None:
+        self.stored = value
+
+    # --- what the processor asks (through its Checkpointer) ---------------------------
+
+    def request(self, at: Record | str | None) -> None:
         if at is None and self._at_shard_end:
-            self._store(SHARD_END)
+            self.requested = SHARD_END
             return
         target = self._sequence_for(at)
         if target is None:
             return  # nothing delivered, or only part of a first aggregate: nothing to store
-        value = int(target)
-        if value < self._committed:
-            raise CheckpointError(
-                f"{self.shard_id}: checkpoint {target} is behind {self._last_committed}"
-            )
-        if value > self._committed:
-            self._store(target)
+        current = self.requested
+        if current is not None and current != SHARD_END and int(target) < int(current):
+            raise CheckpointError(f"{self.shard_id}: checkpoint {target} is behind {current}")
+        if current is None or current == SHARD_END or int(target) > int(current):
+            self.requested = target
 
     def _sequence_for(self, at: Record | str | None) -> str | None:
         delivered = self._delivered
@@ -121,19 +148,25 @@ class Checkpointer:
             raise CheckpointError(f"{self.shard_id}: sequence {at} was not delivered")
         return at
 
-    def _store(self, value: str) -> None:
-        self._commit(value)
-        self._last_committed = value
-        if value != SHARD_END:
-            self._committed = int(value)
 
-    # Called by the worker runtime, not by processors.
-    def _delivering(self, records: Sequence[Record]) -> None:
-        if records:
-            self._delivered = records[-1]
+class Checkpointer:
+    """Records progress for one shard. The worker hands it to every lifecycle call and
+    stores what it records after the call returns (a call that raises stores nothing)."""
 
-    def _shard_ended(self) -> None:
-        self._at_shard_end = True
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self.shard_id = progress.shard_id
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        """The newest checkpoint recorded (stored, or to be stored when the call returns)."""
+        return self._progress.requested
+
+    def checkpoint(self, at: Record | str | None = None) -> None:
+        """Checkpoint everything delivered so far, or up to and including `at`.
+
+        Inside `shard_ended`, a bare checkpoint() marks the shard finished (SHARD_END)."""
+        self._progress.request(at)
 
 
 @runtime_checkable

@@ -30,4 +30,4 @@ def test_failing_processor_is_retried_and_skips_nothing(scenario: Scenario) -> N
     scenario.delivered()  # a failed attempt records nothing and is retried
     assert scenario.kubelet is not None
     pod_logs = "".join(p.read_text() for p in scenario.workdir.glob("pods/*/output.log"))
-    assert "processor failed; retrying the same batch" in pod_logs
+    assert "processor failed in process_records; retried after a back-off" in pod_logs

@@ -100,14 +100,41 @@ def test_bad_spec_is_refused_with_a_clear_message(
 
 
 def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -> None:
-    for manifest in (
-        VALID,
-        variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
-        variant(source={"kinesis": {"streamARN": ARN}}),
-        variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
+    for index, manifest in enumerate(
+        (
+            VALID,
+            variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
+            variant(source={"kinesis": {"streamARN": ARN}}),
+            variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
+        )
     ):
+        manifest["metadata"]["name"] = f"clicks-{index}"
         code, output = apply(control_plane, namespace, manifest)
         assert code == 0, output
+
+
+def test_the_stream_of_a_consumer_cannot_change_but_its_endpoint_can(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """Leases and checkpoints belong to one stream's shards: pointing a consumer at
+    another stream is refused at apply, with what to do instead."""
+    assert apply(control_plane, namespace, VALID)[0] == 0
+    for changed, field in (
+        (
+            variant(source={"kinesis": {"streamName": "orders", "region": "eu-west-1"}}),
+            "streamName",
+        ),
+        (variant(source={"kinesis": {"streamARN": ARN}}), "streamName"),
+        (variant(source={"kinesis": {"streamName": "clicks", "region": "us-east-1"}}), "region"),
+    ):
+        code, output = apply(control_plane, namespace, changed)
+        assert code != 0, output
+        assert f"{field} cannot change: create a new StreamConsumer" in output, output
+    moved = variant(
+        source__kinesis__endpointURL="https://vpce-1.kinesis.eu-west-1.vpce.amazonaws.com"
+    )
+    code, output = apply(control_plane, namespace, moved)
+    assert code == 0, output
 
 
 def test_readme_example_applies(control_plane: ControlPlane, namespace: str) -> None:

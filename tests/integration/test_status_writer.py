@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.status import StaleState, StatusWriter
+from streamconsumer.controller.status import KubeStatusApi, StaleState, StatusWriter
 from testbed.kube import StreamConsumers
 
 from .test_control_plane import sample_consumer
@@ -25,8 +25,9 @@ def test_stale_writer_is_refused_and_spec_changes_are_not(
 ) -> None:
     consumers = StreamConsumers(api_client, namespace)
     consumers.create(sample_consumer("guarded"))
-    active = StatusWriter(api_client, namespace, "guarded")
-    stale = StatusWriter(api_client, namespace, "guarded")
+    api = KubeStatusApi(api_client, namespace, "guarded")
+    active = StatusWriter(api, namespace, "guarded")
+    stale = StatusWriter(api, namespace, "guarded")
     body = consumers.get("guarded")
     active.adopt(body)
     stale.adopt(body)

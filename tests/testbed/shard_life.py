@@ -5,8 +5,9 @@ against the real emulator (the full worker runtime is exercised by the e2e tests
 from __future__ import annotations
 
 from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.processor import Checkpointer, RecordProcessor, ShardInfo
+from streamconsumer.processor import RecordProcessor
 from streamconsumer.sources.kinesis import KinesisSource
+from streamconsumer.testing import ProcessorHarness
 
 
 def consume(
@@ -22,13 +23,13 @@ def consume(
         if checkpoints
         else StartPosition(type=StartPositionType.TRIM_HORIZON)
     )
-    checkpointer = Checkpointer(shard, checkpoints.append, checkpoints[-1] if checkpoints else None)
-    processor.initialize(ShardInfo(shard, start.sequence_number))
+    harness = ProcessorHarness(processor, shard, start.sequence_number)
+    harness.checkpoints = checkpoints
+    harness.initialize()
     reader = source.open_reader(shard, start)
     while True:
         result = reader.read()
-        checkpointer._delivering(result.records)
-        processor.process_records(result.records, checkpointer)
+        harness.process(result.records)
         if not result.records:
             break
-    processor.shutdown_requested(checkpointer)
+    harness.shutdown()

@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamconsumer.processor import Checkpointer, Record, ShardInfo
+from streamconsumer.processor import Record
 from streamconsumer.spark import BatchInfo, BronzeProcessor
+from streamconsumer.testing import ProcessorHarness
 
 SHARD = "shardId-000000000000"
 
@@ -57,20 +58,27 @@ def live(
     max_records: int,
     crash_after: int | None,
     seen: list[list[str]] | None = None,
+    killed_after: int | None = None,
 ) -> None:
-    """One worker's life on the shard: resume after the checkpoint, read to the end."""
+    """One worker's life on the shard: resume after the checkpoint, read to the end —
+    unless a commit crashes (`crash_after` commits) or the process is killed between
+    two calls (after `killed_after` reads)."""
     start = checkpoints[-1] if checkpoints else None
     pending = [r for r in stream if start is None or int(r.sequence_number) > int(start)]
     processor = CrashingBronze(root, max_records, crash_after, [] if seen is None else seen)
-    checkpointer = Checkpointer(SHARD, checkpoints.append, start)
-    processor.initialize(ShardInfo(SHARD, start))
+    harness = ProcessorHarness(processor, SHARD, start)
+    harness.checkpoints = checkpoints  # what a crash leaves behind is what was stored
+    harness.initialize()
     sizes = cycle(reads)
+    calls = 0
     while pending:
+        if calls == killed_after:
+            return
         size = next(sizes)
         chunk, pending = pending[:size], pending[size:]
-        checkpointer._delivering(chunk)
-        processor.process_records(chunk, checkpointer)
-    processor.shutdown_requested(checkpointer)
+        harness.process(chunk)
+        calls += 1
+    harness.shutdown()
 
 
 def landed(root: str) -> list[str]:
@@ -78,23 +86,37 @@ def landed(root: str) -> list[str]:
     return [s for f in files for s in pq.read_table(f)["sequence_number"].to_pylist()]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     count=st.integers(1, 80),
     reads=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=6), min_size=4, max_size=4),
     max_records=st.integers(1, 30),
-    crashes=st.lists(st.integers(1, 4), max_size=3),
+    crashes=st.lists(
+        st.tuples(st.integers(1, 4) | st.none(), st.integers(1, 6) | st.none()), max_size=3
+    ),
 )
 def test_every_record_lands_exactly_once(
-    count: int, reads: list[list[int]], max_records: int, crashes: list[int]
+    count: int,
+    reads: list[list[int]],
+    max_records: int,
+    crashes: list[tuple[int | None, int | None]],
 ) -> None:
     stream = records(count)
     checkpoints: list[str] = []
     seen: list[list[str]] = []
     with tempfile.TemporaryDirectory() as root:
-        for life, crash_after in enumerate([*crashes, None]):
+        for life, (crash_after, killed_after) in enumerate([*crashes, (None, None)]):
             with contextlib.suppress(Crash):
-                live(root, stream, checkpoints, reads[life % 4], max_records, crash_after, seen)
+                live(
+                    root,
+                    stream,
+                    checkpoints,
+                    reads[life % 4],
+                    max_records,
+                    crash_after,
+                    seen,
+                    killed_after,
+                )
         expected = [r.sequence_number for r in stream]
         assert sorted(landed(root), key=int) == expected
         # What a reader of every landed file saw: each record once, no file landed twice.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.state import Coordinator, leases_from_status
+from streamconsumer.controller.state import Coordinator, DurableState, durable_from_status
 from streamconsumer.core.leases import ACTIVE, RELEASED, CheckpointRefused
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import (
@@ -38,33 +38,55 @@ def started(coordinator: Coordinator) -> Coordinator:
     return coordinator
 
 
+def saved(coordinator: Coordinator, now: float = 0.0) -> Coordinator:
+    """The status write lands: the coordinator's table is now durable."""
+    coordinator.persisted(coordinator.snapshot(now), coordinator.version)
+    return coordinator
+
+
+def fresh() -> Coordinator:
+    return started(Coordinator(SPEC, DurableState(), now=0.0))
+
+
 def test_grant_reaches_the_worker_with_its_start_position() -> None:
-    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    coordinator = fresh()
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
+    saved(coordinator)
     response = beat(coordinator, "a", 0.1)
     assert sorted(a.shard_id for a in response.assignments) == ["s0", "s1", "s2", "s3"]
     assert all(a.start.type is StartPositionType.TRIM_HORIZON for a in response.assignments)
     assert response.lease_duration_ms == 10_000
 
 
-def test_handoff_of_a_shard_never_started_releases_at_once() -> None:
-    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+def test_handoff_of_a_shard_never_started_is_released_by_its_epoch() -> None:
+    coordinator = fresh()
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)  # a gets all four, but has not heard yet
+    saved(coordinator)
     beat(coordinator, "b", 0.0)
     coordinator.step(0.0)  # two of them must move to b: hand-off
-    response = beat(coordinator, "a", 0.1)  # a never started them
+    response = beat(coordinator, "a", 0.1)  # a never started any
     assert len(response.assignments) == 2
+    moving = [(r.shard_id, r.epoch) for r in response.revocations]
+    assert len(moving) == 2
+    assert all(r.reason is RevocationReason.HANDOFF for r in response.revocations)
+    for shard_id, epoch in moving:  # a will never run them under that epoch: it says so
+        coordinator.checkpoint(
+            CheckpointRequest(worker="a", shard_id=shard_id, epoch=epoch, release=True)
+        )
     assert sum(lease.state is RELEASED for lease in coordinator.leases.values()) == 2
     coordinator.step(0.2)
+    assert beat(coordinator, "b", 0.3).assignments == [], "not before the grant is saved"
+    saved(coordinator)
     assert len(beat(coordinator, "b", 0.3).assignments) == 2
 
 
 def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
-    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    coordinator = fresh()
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
+    saved(coordinator)
     held = [(a.shard_id, a.epoch) for a in beat(coordinator, "a", 0.1).assignments]
     beat(coordinator, "b", 0.2)
     coordinator.step(0.2)
@@ -81,18 +103,21 @@ def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
             )
         )
     coordinator.step(0.5)
+    saved(coordinator)
     granted = beat(coordinator, "b", 0.6).assignments
     assert sorted(a.shard_id for a in granted) == sorted(moving)
     assert all(a.start.sequence_number == "7" for a in granted), "resumes after the checkpoint"
 
 
 def test_stale_epoch_is_lost_and_fenced() -> None:
-    coordinator = started(Coordinator(SPEC, {}, now=0.0))
+    coordinator = fresh()
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
     epoch = coordinator.leases["s0"].epoch
     response = beat(coordinator, "a", 0.1, ("s0", epoch + 1))
-    assert [(r.shard_id, r.reason) for r in response.revocations] == [("s0", RevocationReason.LOST)]
+    assert [(r.shard_id, r.epoch, r.reason) for r in response.revocations] == [
+        ("s0", epoch + 1, RevocationReason.LOST)
+    ]
     with pytest.raises(CheckpointRefused) as refused:
         coordinator.checkpoint(
             CheckpointRequest(worker="a", shard_id="s0", epoch=epoch + 1, sequence_number="1")
@@ -102,7 +127,7 @@ def test_stale_epoch_is_lost_and_fenced() -> None:
 
 def test_restart_waits_a_lease_before_expiring_owners_from_status() -> None:
     status = {"leases": {"s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"}}}
-    coordinator = started(Coordinator(SPEC, leases_from_status(status), now=100.0))
+    coordinator = started(Coordinator(SPEC, durable_from_status(status), now=100.0))
     coordinator.step(100.0 + 13.0)
     assert coordinator.leases["s0"].owner == "a", "within lease + grace of the restart"
     response = beat(coordinator, "a", 113.5, ("s0", 3))

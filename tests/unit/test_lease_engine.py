@@ -31,7 +31,8 @@ from streamconsumer.core.leases import (
 )
 from streamconsumer.core.lineage import SHARD_END, Shard
 
-SETTINGS = EngineSettings(lease_duration=10.0, expiry_grace=1.0)
+SETTINGS = EngineSettings()
+EXPIRY = 11.0  # a worker heard at t keeps its leases until t + EXPIRY (lease + grace)
 
 
 def owners(leases: Mapping[str, ShardLease]) -> Counter[str]:
@@ -117,7 +118,7 @@ def assert_balanced(
 
 
 def live(*names: str, now: float = 0.0) -> list[WorkerLiveness]:
-    return [WorkerLiveness(name, last_heard=now) for name in names]
+    return [WorkerLiveness(name, expires_at=now + EXPIRY) for name in names]
 
 
 def flat(count: int) -> list[Shard]:
@@ -142,7 +143,7 @@ def test_datahub_scenario() -> None:
     leases = settle(shards, leases, live("A", "B", "C"))
     assert sorted(owners(leases).values(), reverse=True) == [4, 4, 3]
 
-    c_leaves = [*live("A", "B"), WorkerLiveness("C", 0.0, draining=True)]
+    c_leaves = [*live("A", "B"), WorkerLiveness("C", EXPIRY, draining=True)]
     leases = settle(shards, leases, c_leaves)
     assert sorted(owners(leases).values(), reverse=True) == [6, 5]
 
@@ -170,7 +171,7 @@ def test_children_wait_for_every_parent_of_a_merge() -> None:
 def test_silent_worker_expires_only_after_duration_plus_grace() -> None:
     shards = flat(4)
     leases = settle(shards, {}, live("A", "B"))
-    workers = [WorkerLiveness("A", last_heard=0.0), WorkerLiveness("B", last_heard=11.0)]
+    workers = [WorkerLiveness("A", expires_at=EXPIRY), WorkerLiveness("B", expires_at=2 * EXPIRY)]
     at_limit = plan(shards, leases, workers, 11.0, SETTINGS)
     assert not any(isinstance(a, Expire) for a in at_limit.actions)
     step = plan(shards, leases, workers, 11.01, SETTINGS)
@@ -185,7 +186,7 @@ def test_silent_worker_expires_only_after_duration_plus_grace() -> None:
 def test_draining_worker_hands_off_everything() -> None:
     shards = flat(6)
     leases = settle(shards, {}, live("A", "B"))
-    workers = [WorkerLiveness("A", 0.0, draining=True), WorkerLiveness("B", 0.0)]
+    workers = [WorkerLiveness("A", EXPIRY, draining=True), WorkerLiveness("B", EXPIRY)]
     step = plan(shards, leases, workers, 0.0, SETTINGS)
     revoked = {a.shard_id for a in step.actions if isinstance(a, Revoke)}
     assert revoked == {s for s, lease in leases.items() if lease.owner == "A"}
@@ -197,7 +198,7 @@ def test_scale_to_zero_releases_with_checkpoints_kept() -> None:
     shards = flat(3)
     leases = settle(shards, {}, live("A"))
     leases = {s: replace(lease, checkpoint="42") for s, lease in leases.items()}
-    draining = [WorkerLiveness("A", 0.0, draining=True)]
+    draining = [WorkerLiveness("A", EXPIRY, draining=True)]
     leases = settle(shards, leases, draining)
     assert all(lease.state is RELEASED and lease.checkpoint == "42" for lease in leases.values())
     leases = settle(shards, leases, live("B"))
@@ -205,7 +206,7 @@ def test_scale_to_zero_releases_with_checkpoints_kept() -> None:
 
 
 def test_max_per_worker_caps_assignment() -> None:
-    engine = EngineSettings(lease_duration=10, max_per_worker=2)
+    engine = EngineSettings(max_per_worker=2)
     leases = settle(flat(7), {}, live("A", "B"), engine=engine)
     assert owners(leases) == {"A": 2, "B": 2}
 
@@ -285,7 +286,7 @@ def test_join_and_leave_move_the_fewest_shards(
 
     remaining = grown[: max(1, len(grown) - leaving)]
     leaving_set = set(grown) - set(remaining)
-    draining = live(*remaining) + [WorkerLiveness(w, 0.0, draining=True) for w in leaving_set]
+    draining = live(*remaining) + [WorkerLiveness(w, EXPIRY, draining=True) for w in leaving_set]
     step = plan(shards, leases, draining, 0.0, SETTINGS)
     moved = {a.shard_id for a in step.actions if isinstance(a, Revoke)}
     held_by_leavers = {s for s, lease in leases.items() if lease.owner in leaving_set}
@@ -351,13 +352,13 @@ def test_random_histories_keep_every_invariant(
         for worker in heard:
             if worker not in silent:
                 heard[worker] = now
-        workers = [WorkerLiveness(w, t, draining=w in draining) for w, t in heard.items()]
+        workers = [WorkerLiveness(w, t + EXPIRY, draining=w in draining) for w, t in heard.items()]
         step = plan(shards, leases, workers, now, SETTINGS)
         check_step(leases, step.leases, step.actions, shards)
         for action in step.actions:
             if isinstance(action, Grant):
                 assert action.worker not in draining
-                assert now - heard[action.worker] <= SETTINGS.expiry_after
+                assert now - heard[action.worker] <= EXPIRY
                 assert action.shard_id not in ever_finished, "a finished shard never restarts"
         leases = step.leases
 

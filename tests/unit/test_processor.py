@@ -17,10 +17,12 @@ from streamconsumer.processor import (
     Checkpointer,
     CheckpointError,
     FunctionProcessor,
+    Progress,
     Record,
     load_processor,
     warm_up,
 )
+from streamconsumer.testing import ProcessorHarness
 from streamconsumer.worker.config import WorkerConfig
 
 
@@ -29,21 +31,29 @@ def rec(sequence: int, sub: int | None = None, safe: int | None = None) -> Recor
     return Record(b"d", "k", str(sequence), sub_sequence_number=sub, checkpoint_sequence=checkpoint)
 
 
+class Checkpointing(BaseRecordProcessor):
+    """Checkpoints whatever `at` says after each batch (None: everything delivered)."""
+
+    def __init__(self) -> None:
+        self.at: Record | str | None = None
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint(self.at)
+
+
 def test_checkpoint_stores_the_last_delivered_record() -> None:
-    stored: list[str] = []
-    checkpointer = Checkpointer("s", stored.append)
-    checkpointer.checkpoint()
-    assert stored == [], "nothing delivered, nothing to store"
-    checkpointer._delivering([rec(5), rec(7)])
-    checkpointer.checkpoint()
-    checkpointer.checkpoint()
-    assert stored == ["7"], "a repeated checkpoint is a no-op"
+    harness = ProcessorHarness(Checkpointing(), "s")
+    harness.process([])
+    assert harness.checkpoints == [], "nothing delivered, nothing to store"
+    harness.process([rec(5), rec(7)])
+    harness.process([])
+    assert harness.checkpoints == ["7"], "a repeated checkpoint is a no-op"
 
 
 def test_checkpoint_refuses_undelivered_and_backwards() -> None:
-    stored: list[str] = []
-    checkpointer = Checkpointer("s", stored.append, start_sequence="3")
-    checkpointer._delivering([rec(5), rec(7)])
+    progress = Progress("s", start_sequence="3")
+    checkpointer = Checkpointer(progress)
+    progress.begin([rec(5), rec(7)])
     with pytest.raises(CheckpointError, match="not delivered"):
         checkpointer.checkpoint(rec(8))
     with pytest.raises(CheckpointError, match="not delivered"):
@@ -53,47 +63,62 @@ def test_checkpoint_refuses_undelivered_and_backwards() -> None:
     checkpointer.checkpoint(rec(7))
     with pytest.raises(CheckpointError, match="behind"):
         checkpointer.checkpoint("5")
-    assert stored == ["7"]
+    progress.returned()
+    assert progress.pending() == "7"
 
 
 def test_checkpoint_inside_an_aggregate_stays_before_it() -> None:
-    stored: list[str] = []
-    checkpointer = Checkpointer("s", stored.append)
+    progress = Progress("s")
+    checkpointer = Checkpointer(progress)
     parts = [rec(20, sub, safe=(20 if sub == 2 else 10)) for sub in range(3)]
-    checkpointer._delivering([rec(10), *parts])
+    progress.begin([rec(10), *parts])
     checkpointer.checkpoint(parts[1])
-    assert stored == ["10"]
+    assert progress.requested == "10"
     checkpointer.checkpoint(parts[2])
-    assert stored == ["10", "20"]
+    assert progress.requested == "20"
 
 
-def test_shard_end_only_through_shard_ended() -> None:
-    stored: list[str] = []
-    checkpointer = Checkpointer("s", stored.append)
-    checkpointer._delivering([rec(1)])
-    checkpointer.checkpoint()
-    checkpointer._shard_ended()
-    BaseRecordProcessor().shard_ended(checkpointer)
-    assert stored == ["1", SHARD_END]
+def test_shard_end_only_after_every_batch_returned() -> None:
+    harness = ProcessorHarness(FunctionProcessor(lambda records: None), "s")
+    harness.process([rec(1)])
+    assert harness.checkpoints == ["1"]
+    harness.end_shard()
+    assert harness.checkpoints == ["1", SHARD_END]
+    progress = Progress("s")
+    Checkpointer(progress).checkpoint()
+    assert progress.requested is None, "a bare checkpoint is SHARD_END only at shard end"
+
+
+def test_a_call_that_raises_stores_nothing_it_asked_for() -> None:
+    class CheckpointsThenRaises(BaseRecordProcessor):
+        def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            checkpointer.checkpoint()
+            raise RuntimeError("the sink failed after the checkpoint call")
+
+    harness = ProcessorHarness(CheckpointsThenRaises(), "s")
+    with pytest.raises(RuntimeError, match="sink failed"):
+        harness.process([rec(1), rec(2)])
+    assert harness.checkpoints == []
+    harness.shutdown()  # the default shutdown checkpoints what is done: nothing
+    assert harness.checkpoints == []
 
 
 def test_function_form_checkpoints_after_the_batch_returns() -> None:
-    stored: list[str] = []
     seen: list[list[bytes]] = []
-    processor = FunctionProcessor(lambda records: seen.append([r.data for r in records]))
-    checkpointer = Checkpointer("s", stored.append)
-    batch = [rec(1), rec(2)]
-    checkpointer._delivering(batch)
-    processor.process_records(batch, checkpointer)
+    harness = ProcessorHarness(
+        FunctionProcessor(lambda records: seen.append([r.data for r in records])), "s"
+    )
+    harness.process([rec(1), rec(2)])
     assert seen == [[b"d", b"d"]]
-    assert stored == ["2"]
+    assert harness.checkpoints == ["2"]
 
     def failing(records: list[Record]) -> None:
         raise RuntimeError("sink down")
 
-    with pytest.raises(RuntimeError):
-        FunctionProcessor(failing).process_records(batch, checkpointer)
-    assert stored == ["2"], "no checkpoint when the function raises"
+    failing_harness = ProcessorHarness(FunctionProcessor(failing), "s")
+    with pytest.raises(RuntimeError, match="sink down"):
+        failing_harness.process([rec(3)])
+    assert failing_harness.checkpoints == [], "no checkpoint when the function raises"
 
 
 def test_load_processor_resolves_classes_and_functions() -> None:
@@ -152,13 +177,15 @@ def test_worker_says_why_when_warm_up_fails(tmp_path: Path) -> None:
     env = {
         "PATH": os.environ["PATH"],
         "PYTHONPATH": str(tmp_path),
-        **WorkerConfig(
-            operator_url="http://127.0.0.1:9",
-            namespace="n",
-            consumer="c",
-            worker_name="w",
-            token_path=str(tmp_path / "token"),
-            entrypoint="broken:NeedsJava",
+        **WorkerConfig.model_validate(
+            {
+                "operator_url": "http://127.0.0.1:9",
+                "namespace": "n",
+                "consumer": "c",
+                "worker_name": "w",
+                "token_path": str(tmp_path / "token"),
+                "entrypoint": "broken:NeedsJava",
+            }
         ).to_env(),
     }
     worker = subprocess.run(

@@ -5,7 +5,8 @@
 
 Bad input gets a 4xx with a message, never a 500: 400 malformed, 401 no or invalid
 token, 403 not a worker of this consumer or speaking for another, 404 unknown consumer,
-409 lease lost (stale epoch)."""
+409 lease lost (stale epoch). 503 with Retry-After means "come back soon": the token
+could not be reviewed right now, or the consumer is still being loaded."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
-from streamconsumer.controller.auth import Caller
+from streamconsumer.controller.auth import Caller, ReviewUnavailable
 from streamconsumer.controller.registry import Registry, worker_service_account
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.models import (
@@ -31,6 +32,7 @@ from streamconsumer.models import (
 
 log = logging.getLogger(__name__)
 CHECKPOINT_WAIT_SECONDS = 10.0
+RETRY_AFTER_SECONDS = 1
 
 
 class Reviewer(Protocol):
@@ -40,6 +42,13 @@ class Reviewer(Protocol):
 def _error(status: int, error: str, message: str) -> web.Response:
     body = ErrorResponse.model_validate({"error": error, "message": message})
     return web.json_response(body.wire(), status=status)
+
+
+def _unavailable(message: str) -> web.Response:
+    body = ErrorResponse(error="unavailable", message=message)
+    return web.json_response(
+        body.wire(), status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
+    )
 
 
 def _validation_message(error: ValidationError) -> str:
@@ -84,7 +93,10 @@ class WorkerApi:
             header = request.headers.get("Authorization", "")
             if not header.startswith("Bearer ") or not header[7:].strip():
                 return _error(401, "unauthorized", "a Bearer ServiceAccount token is required")
-            caller = await self.reviewer.review(header[7:].strip())
+            try:
+                caller = await self.reviewer.review(header[7:].strip())
+            except ReviewUnavailable as error:
+                return _unavailable(str(error))
             if caller is None:
                 return _error(401, "unauthorized", "the token was not accepted by TokenReview")
             if caller.namespace != namespace or caller.service_account != worker_service_account(
@@ -102,6 +114,8 @@ class WorkerApi:
                     403, "forbidden", f"this token cannot speak for worker {message.worker}"
                 )
             if self.registry.get(namespace, name) is None:
+                if self.registry.starting(namespace, name):
+                    return _unavailable(f"streamconsumer {namespace}/{name} is being loaded")
                 return _error(
                     404, "not_found", f"streamconsumer {namespace}/{name} is not managed here"
                 )

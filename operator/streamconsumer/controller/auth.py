@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 AUDIENCE = "streamconsumer.io"
 _POD_NAME = "authentication.kubernetes.io/pod-name"
@@ -21,34 +23,54 @@ class Caller:
     pod_name: str | None
 
 
+class ReviewUnavailable(Exception):
+    """The apiserver could not review the token now; the caller should retry."""
+
+
 class TokenReviewer:
-    """TokenReview with a short cache, so steady heartbeats cost the apiserver little."""
+    """TokenReview with a short cache of accepted tokens, so steady heartbeats cost the
+    apiserver little. A refusal is never cached: the next call asks again (a token may
+    be refused while its pod is still being created)."""
 
     def __init__(
-        self, api_client: k8s.ApiClient, audience: str = AUDIENCE, ttl: float = 30.0
+        self,
+        api_client: k8s.ApiClient,
+        audience: str = AUDIENCE,
+        ttl: float = 30.0,
+        timeout: float = 5.0,
     ) -> None:
         self._api = k8s.AuthenticationV1Api(api_client)
         self._audience = audience
         self._ttl = ttl
-        self._cache: dict[str, tuple[float, Caller | None]] = {}
+        self._timeout = timeout
+        self._cache: dict[str, tuple[float, Caller]] = {}
 
     async def review(self, token: str) -> Caller | None:
+        """The caller, None if the token is refused; raises ReviewUnavailable."""
         now = time.monotonic()
         cached = self._cache.get(token)
         if cached and now - cached[0] < self._ttl:
             return cached[1]
         caller = await asyncio.to_thread(self._review, token)
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[token] = (now, caller)
+        if caller is not None:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[token] = (now, caller)
         return caller
 
     def _review(self, token: str) -> Caller | None:
         body = k8s.V1TokenReview(
             spec=k8s.V1TokenReviewSpec(token=token, audiences=[self._audience])
         )
-        status = self._api.create_token_review(body).status
+        try:
+            status = self._api.create_token_review(body, _request_timeout=self._timeout).status
+        except (ApiException, HTTPError, OSError) as error:
+            raise ReviewUnavailable(f"TokenReview failed: {error}") from None
         if status is None or not status.authenticated or status.user is None:
+            return None
+        # An authenticator that ignores audiences would accept any token of the cluster:
+        # the review must say the token is meant for us.
+        if self._audience not in (status.audiences or []):
             return None
         parts = (status.user.username or "").split(":")
         if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:

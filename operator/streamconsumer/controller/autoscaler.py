@@ -1,13 +1,13 @@
-"""The built-in lag autoscaler of one consumer: it feeds the reported lag to the pure
-decision in `core.autoscale` and scales the worker Deployment (never the user's spec: in
-GitOps, spec.replicas stays what the repository says; with autoscaling on, the operator
-owns the Deployment's replica count instead)."""
+"""The built-in lag autoscaler of one consumer: it feeds the lag to the pure decision in
+`core.autoscale` and says how many workers the Deployment should run (never the user's
+spec: in GitOps, spec.replicas stays what the repository says; with autoscaling on, the
+operator owns the Deployment's replica count instead). The loop's runner scales.
+
+The lag includes what the operator measures itself for shards no live worker owns, so a
+consumer scaled to zero, or short of workers under maxPerWorker, still scales up."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from streamconsumer.controller.state import Coordinator
 from streamconsumer.core.autoscale import ScalingPolicy, Stabilizer, recommend
 from streamconsumer.models.resource import Autoscaling
 
@@ -26,25 +26,25 @@ def policy_of(autoscaling: Autoscaling | None) -> ScalingPolicy | None:
 
 
 class Autoscaler:
-    def __init__(self, replicas: int, scale: Callable[[int], None]) -> None:
+    def __init__(self, replicas: int) -> None:
         self.replicas = replicas  # what the Deployment was last set to
-        self._scale = scale
         self._stabilizer: Stabilizer | None = None
         self._policy: ScalingPolicy | None = None
 
-    def tick(self, now: float, coordinator: Coordinator) -> tuple[int, int, float] | None:
-        """Decides and, on a change, scales; returns (from, to, lag seconds) when it did."""
-        policy = policy_of(coordinator.spec.autoscaling)
-        if policy is None or not coordinator.shards_known:
+    def decide(
+        self, now: float, autoscaling: Autoscaling | None, lag_seconds: float, assignable: int
+    ) -> tuple[int, int] | None:
+        """(from, to) when the Deployment should change; the caller scales, then calls
+        `scaled` (or not, if scaling failed: the next decision tries again)."""
+        policy = policy_of(autoscaling)
+        if policy is None:
             self._policy = self._stabilizer = None
             return None
         if policy != self._policy or self._stabilizer is None:
             self._policy, self._stabilizer = policy, Stabilizer(policy)
-        lag = max(coordinator.lag_millis().values(), default=0) / 1000
-        wanted = recommend(policy, self.replicas, lag, len(coordinator.assignable()))
+        wanted = recommend(policy, self.replicas, lag_seconds, assignable)
         decided = self._stabilizer.decide(now, self.replicas, wanted)
-        if decided == self.replicas:
-            return None
-        before, self.replicas = self.replicas, decided
-        self._scale(decided)
-        return before, decided, lag
+        return None if decided == self.replicas else (self.replicas, decided)
+
+    def scaled(self, replicas: int) -> None:
+        self.replicas = replicas

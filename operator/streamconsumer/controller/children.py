@@ -16,6 +16,7 @@ from streamconsumer.worker.config import WorkerConfig
 
 TOKEN_DIR = "/var/run/secrets/streamconsumer.io"
 GRACE_SECONDS = 30
+DRAIN_MARGIN_SECONDS = 5  # the worker's drain ends this long before the pod is killed
 WORKER_METRICS_PORT = 9102
 
 
@@ -59,21 +60,24 @@ def deployment(
     namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
 ) -> dict[str, Any]:
     kinesis = spec.source.kinesis
-    config = WorkerConfig(
-        operator_url=operator_url,
-        namespace=namespace,
-        consumer=consumer,
-        worker_name="$(POD_NAME)",
-        token_path=f"{TOKEN_DIR}/token",
-        entrypoint=spec.processor.entrypoint,
-        stream_name=kinesis.stream_name,
-        stream_arn=kinesis.stream_arn,
-        region=kinesis.region,
-        endpoint_url=kinesis.endpoint_url,
-        max_records=spec.reading.max_records,
-        idle_between_reads_ms=spec.reading.idle_between_reads_ms,
-        prefetch=spec.reading.prefetch,
-        metrics_port=WORKER_METRICS_PORT,
+    config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
+        {
+            "operator_url": operator_url,
+            "namespace": namespace,
+            "consumer": consumer,
+            "worker_name": "$(POD_NAME)",
+            "token_path": f"{TOKEN_DIR}/token",
+            "entrypoint": spec.processor.entrypoint,
+            "stream_name": kinesis.stream_name,
+            "stream_arn": kinesis.stream_arn,
+            "region": kinesis.region,
+            "endpoint_url": kinesis.endpoint_url,
+            "max_records": spec.reading.max_records,
+            "idle_between_reads_ms": spec.reading.idle_between_reads_ms,
+            "prefetch": spec.reading.prefetch,
+            "metrics_port": WORKER_METRICS_PORT,
+            "drain_seconds": GRACE_SECONDS - DRAIN_MARGIN_SECONDS,
+        }
     )
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},

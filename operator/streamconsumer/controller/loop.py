@@ -1,134 +1,241 @@
-"""The per-consumer loop: sync shards, run the lease engine, report what it did as
-Events, and persist the lease table (coalesced, about once a second)."""
+"""The per-consumer loop, as a sans-I/O class: it decides what is due (list the shards,
+probe unowned shards' backlog, step the engine, write the status, scale) and takes the
+outcome of each job; `runner.py` executes the jobs against Kinesis and Kubernetes, and
+the simulator executes them against its own stream and apiserver.
+
+No outcome stops it: a failed listing keeps the last one, a failed status write is
+retried with back-off, each shown as an Event and a `Degraded` condition."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from botocore.exceptions import BotoCoreError, ClientError
-
-from streamconsumer.controller import metrics
 from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.state import Coordinator, leases_from_status
-from streamconsumer.controller.status import StaleState, StatusWriter, render
-from streamconsumer.core.leases import Action, CancelHandoff, Expire, Grant, Revoke
-from streamconsumer.models.resource import Condition, StreamConsumerSpec
-from streamconsumer.sources.base import StreamSource
-
-log = logging.getLogger(__name__)
-EventSink = Callable[[str, str, str], None]  # (type, reason, message)
+from streamconsumer.controller.state import Coordinator, DurableState, ShardChanges
+from streamconsumer.controller.status import render
+from streamconsumer.core.leases import FINISHED, Action, CancelHandoff, Expire, Grant, Revoke
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import StartPosition
+from streamconsumer.models.resource import Condition
 
 
-def describe(action: Action) -> tuple[str, str, str]:
+class Event(NamedTuple):
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    shard_sync_seconds: float = 10.0
+    # A finished shard whose children the last listing did not show: list again this
+    # soon, doubling up to shard_sync_seconds while they stay unlisted.
+    relist_seconds: float = 1.0
+    status_interval_seconds: float = 1.0
+    write_backoff_seconds: float = 1.0
+    write_backoff_cap_seconds: float = 30.0
+    # Unowned shards whose backlog is measured per listing (round robin).
+    probe_limit: int = 32
+
+
+@dataclass(frozen=True)
+class StatusWrite:
+    """A status to write, and what the coordinator learns once it is written."""
+
+    body: dict[str, Any]
+    snapshot: DurableState
+    version: int
+
+
+def describe(action: Action) -> Event:
     if isinstance(action, Grant):
-        return (
-            "Normal",
-            "LeaseGranted",
-            f"{action.shard_id} to {action.worker} (epoch {action.epoch})",
+        return Event(
+            "Normal", "LeaseGranted", f"{action.shard_id} to {action.worker} (epoch {action.epoch})"
         )
     if isinstance(action, Revoke):
         to = action.to or "nobody yet"
-        return "Normal", "HandOff", f"{action.shard_id} from {action.worker} to {to}"
+        return Event("Normal", "HandOff", f"{action.shard_id} from {action.worker} to {to}")
     if isinstance(action, CancelHandoff):
-        return "Normal", "HandOffCancelled", f"{action.shard_id} stays with {action.worker}"
+        return Event("Normal", "HandOffCancelled", f"{action.shard_id} stays with {action.worker}")
     assert isinstance(action, Expire)
     shards = ", ".join(action.shard_ids) or "no shards"
-    return "Warning", "LeaseExpired", f"{action.worker} went silent; released {shards}"
+    return Event("Warning", "LeaseExpired", f"{action.worker} went silent; released {shards}")
 
 
-async def run_consumer(
-    consumer: ManagedConsumer,
-    source: StreamSource,
-    writer: StatusWriter,
-    config: OperatorConfig,
-    generation: Callable[[], int | None],
-    emit: EventSink,
-    stopped: Callable[[], bool],
-    autoscaler: Autoscaler | None = None,
-) -> None:
-    coordinator = consumer.coordinator
-    last_sync = -float("inf")
-    last_write = -float("inf")
-    source_error: str | None = None
-    conditions: list[Condition] = []
-    listed_children: set[str] = set()
-    lag_gauges = metrics.LagGauges(consumer.namespace, consumer.name)
-    while not stopped():
-        now = time.monotonic()
-        finished_unknown = any(
-            lease.checkpoint == "SHARD_END" and shard_id not in listed_children
+class ConsumerLoop:
+    def __init__(
+        self,
+        name: str,
+        coordinator: Coordinator,
+        settings: LoopSettings,
+        generation: Callable[[], int | None],
+        autoscaler: Autoscaler | None = None,
+    ) -> None:
+        self.name = name
+        self.coordinator = coordinator
+        self.settings = settings
+        self.generation = generation
+        self.autoscaler = autoscaler
+        self.events: list[Event] = []
+        self.source_error: str | None = None
+        self.write_error: str | None = None
+        self.conditions: list[Condition] = []
+        self._syncing = False
+        self._last_sync = -float("inf")
+        self._relist_wait = settings.relist_seconds
+        self._writing = False
+        self._next_write = -float("inf")
+        self._write_failures = 0
+        self._last_probe = -float("inf")
+        self._probe_offset = 0
+
+    def take_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+    # --- shard sync -------------------------------------------------------------------
+
+    def sync_due(self, now: float) -> bool:
+        if self._syncing:
+            return False
+        if now - self._last_sync >= self.settings.shard_sync_seconds:
+            return True
+        return self._children_unknown() and now - self._last_sync >= self._relist_wait
+
+    def _children_unknown(self) -> bool:
+        coordinator = self.coordinator
+        parents = {p for shard in coordinator.shards for p in shard.parents}
+        return any(
+            lease.state is FINISHED and shard_id not in parents
             for shard_id, lease in coordinator.leases.items()
         )
-        if now - last_sync >= config.shard_sync_seconds or finished_unknown:
-            last_sync = now
-            try:
-                shards = await asyncio.to_thread(source.list_shards)
-            except (ClientError, BotoCoreError) as error:
-                if source_error is None:
-                    emit("Warning", "StreamUnavailable", str(error))
-                source_error = str(error)
-                coordinator.version += 1
-            else:
-                if source_error is not None:
-                    source_error = None
-                    coordinator.version += 1
-                known = {s.id for s in coordinator.shards}
-                if coordinator.shards_known and any(s.id not in known for s in shards):
-                    new = sorted(s.id for s in shards if s.id not in known)
-                    emit("Normal", "Resharded", f"new shards: {', '.join(new)}")
-                listed_children = {p for s in shards for p in s.parents}
-                coordinator.set_shards(shards)
-        for action in coordinator.step(time.monotonic()):
-            emit(*describe(action))
-            metrics.count_action(consumer.namespace, consumer.name, action)
-        lag_gauges.update(
-            coordinator.lag_millis(),
-            workers=sum(1 for w in coordinator.workers.values() if not w.draining),
-            open_shards=sum(1 for s in coordinator.shards if not s.closed),
-        )
-        if autoscaler is not None:
-            scaled = await asyncio.to_thread(autoscaler.tick, time.monotonic(), coordinator)
-            if scaled is not None:
-                before, after, lag = scaled
-                emit("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
-                coordinator.desired_replicas = after
-                coordinator.version += 1
-        now = time.monotonic()
-        if (
-            coordinator.version > coordinator.persisted_version
-            and now - last_write >= config.status_interval_seconds
-        ):
-            version = coordinator.version
-            status = render(consumer.name, coordinator, generation(), conditions, source_error)
-            conditions = status.conditions
-            try:
-                await asyncio.to_thread(writer.write, status.wire())
-            except StaleState as stale:
-                # Another replica wrote a newer lease table: adopt it rather than fight.
-                log.warning(
-                    "%s/%s: status changed elsewhere; reloading", consumer.namespace, consumer.name
+
+    def sync_started(self, now: float) -> None:
+        self._syncing, self._last_sync = True, now
+
+    def sync_succeeded(self, shards: Sequence[Shard], now: float) -> None:
+        self._syncing = False
+        if self.source_error is not None:
+            self.source_error = None
+            self.events.append(Event("Normal", "StreamAvailable", "listing shards again"))
+            self.coordinator.version += 1  # the condition changes
+        changes: ShardChanges = self.coordinator.set_shards(shards)
+        if changes.new:
+            self.events.append(
+                Event("Normal", "Resharded", f"new shards: {', '.join(changes.new)}")
+            )
+        for shard_id in changes.expired_unfinished:
+            self.events.append(
+                Event(
+                    "Warning",
+                    "ShardExpired",
+                    f"{shard_id} left the stream (retention) before it was fully consumed",
                 )
-                writer.adopt(stale.current)
-                adopt(coordinator, stale.current.get("status"), time.monotonic())
-                continue
-            last_write = time.monotonic()
-            metrics.STATUS_WRITES.labels(consumer.namespace, consumer.name).inc()
-            await consumer.mark_persisted(version)
-        await consumer.sleep(min(0.2, config.status_interval_seconds))
+            )
+        self._relist_wait = (
+            min(self._relist_wait * 2, self.settings.shard_sync_seconds)
+            if self._children_unknown()
+            else self.settings.relist_seconds
+        )
 
+    def sync_failed(self, error: str, now: float) -> None:
+        self._syncing = False
+        if self.source_error is None:
+            self.events.append(Event("Warning", "StreamUnavailable", error))
+        if error != self.source_error:
+            self.coordinator.version += 1
+        self.source_error = error
 
-def adopt(coordinator: Coordinator, status: Mapping[str, Any] | None, now: float) -> None:
-    fresh = Coordinator(coordinator.spec, leases_from_status(status), now)
-    coordinator.leases = fresh.leases
-    coordinator.workers = fresh.workers
-    coordinator.version += 1
+    # --- backlog of unowned shards ----------------------------------------------------
 
+    def probes_due(self, now: float) -> list[tuple[str, StartPosition]]:
+        """Unowned shards to measure the backlog of (so lag shows with no worker)."""
+        if now - self._last_probe < self.settings.shard_sync_seconds:
+            return []
+        self._last_probe = now
+        unowned = self.coordinator.unowned(now)
+        if not unowned:
+            self.coordinator.set_backlog({}, now)
+            return []
+        limit = self.settings.probe_limit
+        start = self._probe_offset % len(unowned)
+        chosen = (unowned[start:] + unowned[:start])[:limit]
+        self._probe_offset = start + len(chosen)
+        return [(shard_id, self.coordinator.start_of(shard_id)) for shard_id in chosen]
 
-def spec_of(body: Mapping[str, Any]) -> StreamConsumerSpec:
-    return StreamConsumerSpec.model_validate(body.get("spec", {}))
+    def probes_done(self, measured: dict[str, int | None], now: float) -> None:
+        self.coordinator.set_backlog(measured, now)
+
+    # --- the engine -------------------------------------------------------------------
+
+    def step(self, now: float) -> list[Action]:
+        actions = self.coordinator.step(now)
+        self.events.extend(describe(action) for action in actions)
+        return actions
+
+    def autoscale(self, now: float) -> tuple[int, int, float] | None:
+        """(from, to, lag seconds) when the lag autoscaler wants another worker count."""
+        if self.autoscaler is None or not self.coordinator.shards_known:
+            return None
+        lag = max(self.coordinator.lag_millis().values(), default=0) / 1000
+        decided = self.autoscaler.decide(
+            now, self.coordinator.spec.autoscaling, lag, len(self.coordinator.assignable())
+        )
+        return None if decided is None else (decided[0], decided[1], lag)
+
+    def scaled(self, before: int, after: int, lag: float) -> None:
+        self.events.append(
+            Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
+        )
+        self.coordinator.desired_replicas = after
+        self.coordinator.version += 1
+
+    # --- the status -------------------------------------------------------------------
+
+    def write_due(self, now: float) -> StatusWrite | None:
+        coordinator = self.coordinator
+        if (
+            self._writing
+            or coordinator.version <= coordinator.persisted_version
+            or now < self._next_write
+        ):
+            return None
+        self._writing = True
+        version = coordinator.version
+        snapshot = coordinator.snapshot(now)
+        problems = [p for p in (self.source_error, self.write_error) if p]
+        status = render(
+            self.name, coordinator, snapshot, self.generation(), self.conditions, problems
+        )
+        self.conditions = status.conditions
+        return StatusWrite(status.wire(), snapshot, version)
+
+    def write_succeeded(self, write: StatusWrite, now: float) -> None:
+        self._writing = False
+        self._next_write = now + self.settings.status_interval_seconds
+        self._write_failures = 0
+        self.coordinator.persisted(write.snapshot, write.version)
+        if self.write_error is not None:
+            self.write_error = None
+            self.coordinator.version += 1  # clear the condition
+
+    def write_failed(self, write: StatusWrite, error: str, now: float) -> None:
+        """Transient (5xx, timeout) or invalid (422): retried with back-off either way —
+        an operator upgrade or a CRD fix may cure the second."""
+        self._writing = False
+        if self.write_error is None:
+            self.events.append(Event("Warning", "StatusWriteFailed", error))
+        self.write_error = f"status write failed: {error}"
+        delay = self.settings.write_backoff_seconds * 2**self._write_failures
+        self._next_write = now + min(delay, self.settings.write_backoff_cap_seconds)
+        self._write_failures += 1
+
+    def write_stale(self, current: DurableState, now: float) -> None:
+        """Another writer saved a different lease table: adopt it rather than fight."""
+        self._writing = False
+        self.events.append(
+            Event("Warning", "StatusChangedElsewhere", "another writer saved the lease table")
+        )
+        self.coordinator.adopt(current, now)

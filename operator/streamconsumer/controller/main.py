@@ -1,4 +1,6 @@
-"""kopf entry point — thin by design: each handler hands over to a domain module.
+"""kopf entry point — thin by design: each handler hands over to a domain module. What
+the handlers share (settings, the Kubernetes client, the registry of consumers, the API
+server) lives in kopf's `memo`.
 
 kopf run -m streamconsumer.controller.main --all-namespaces
 """
@@ -20,53 +22,63 @@ from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.loop import run_consumer, spec_of
+from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.controller.state import Coordinator, leases_from_status
-from streamconsumer.controller.status import StatusWriter
+from streamconsumer.controller.runner import run_consumer
+from streamconsumer.controller.state import Coordinator, durable_from_status
+from streamconsumer.controller.status import KubeStatusApi, StatusWriter
 from streamconsumer.models import GROUP, PLURAL, VERSION
+from streamconsumer.models.resource import Source, StreamConsumerSpec
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
 
 FIELD_MANAGER = "streamconsumer-operator"
 AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
-registry = Registry()
-config = OperatorConfig.from_env()
-_state: dict[str, Any] = {}
 
 
-def kube() -> k8s.ApiClient:
-    client = _state.get("api_client")
-    if client is None:
-        try:
-            k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except k8s_config.ConfigException:
-            k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-        client = _state["api_client"] = k8s.ApiClient()
-    assert isinstance(client, k8s.ApiClient)
-    return client
+def spec_of(body: kopf.Body) -> StreamConsumerSpec:
+    return StreamConsumerSpec.model_validate(body.get("spec", {}))
+
+
+def kube_client() -> k8s.ApiClient:
+    try:
+        k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except k8s_config.ConfigException:
+        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+    return k8s.ApiClient()
+
+
+def kinesis_source(source: Source) -> KinesisSource:
+    kinesis = source.kinesis
+    return KinesisSource(
+        kinesis_client(kinesis.region, kinesis.endpoint_url),
+        StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
+    )
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: status belongs to the lease table.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = logging.INFO
-    api = WorkerApi(registry, TokenReviewer(kube()), time.monotonic)
+    memo.config = config = OperatorConfig()
+    memo.api_client = kube_client()
+    memo.registry = Registry(time.monotonic, config.startup_grace_seconds)
+    api = WorkerApi(memo.registry, TokenReviewer(memo.api_client), time.monotonic)
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, config.api_host, config.api_port).start()
-    _state["runner"] = runner
+    memo.api_runner = runner
 
 
 @kopf.on.cleanup()
-async def cleanup(**_: Any) -> None:
-    runner = _state.pop("runner", None)
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    runner = memo.get("api_runner")
     if runner is not None:
         await runner.cleanup()
 
 
-def _apply(manifest: dict[str, Any], namespace: str) -> None:
+def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) -> None:
     """Server-side apply: idempotent create-or-update in one call."""
     name = manifest["metadata"]["name"]
     kwargs: dict[str, Any] = {
@@ -75,68 +87,80 @@ def _apply(manifest: dict[str, Any], namespace: str) -> None:
         "_content_type": "application/apply-patch+yaml",
     }
     if manifest["kind"] == "Deployment":
-        k8s.AppsV1Api(kube()).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
+        k8s.AppsV1Api(api_client).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
     else:
-        k8s.CoreV1Api(kube()).patch_namespaced_service_account(name, namespace, manifest, **kwargs)
+        k8s.CoreV1Api(api_client).patch_namespaced_service_account(
+            name, namespace, manifest, **kwargs
+        )
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
 async def reconcile_children(
-    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
     spec = spec_of(body)
     manifests = [
         children.service_account(name, spec),
-        children.deployment(namespace, name, spec, config.api_url),
+        children.deployment(namespace, name, spec, memo.config.api_url),
     ]
     for manifest in manifests:
         kopf.adopt(manifest, owner=body)
-        await asyncio.to_thread(_apply, manifest, namespace)
-    consumer = registry.get(namespace, name)
+        await asyncio.to_thread(_apply, memo.api_client, manifest, namespace)
+    consumer = memo.registry.get(namespace, name)
     if consumer is not None:
-        consumer.coordinator.spec = spec
+        consumer.coordinator.update_spec(spec)
         consumer.wake()
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
 
 
-# A failed loop restarts after 2 s (kopf defaults to 60 s), from the persisted status.
+# A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;
+# it is built not to fail (errors are retried in place and shown as conditions).
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, backoff=2.0)
 async def consume(
     body: kopf.Body,
     name: str,
     namespace: str | None,
     stopped: kopf.DaemonStopped,
-    logger: kopf.Logger,
+    memo: kopf.Memo,
     **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    spec = spec_of(body)
-    current = await asyncio.to_thread(
-        k8s.CustomObjectsApi(kube()).get_namespaced_custom_object,
-        GROUP,
-        VERSION,
-        namespace,
-        PLURAL,
-        name,
-    )
-    assert isinstance(current, dict)
-    writer = StatusWriter(kube(), namespace, name)
+    registry: Registry = memo.registry
+    config: OperatorConfig = memo.config
+    registry.loading(namespace, name)
+    status_api = KubeStatusApi(memo.api_client, namespace, name)
+    current = await asyncio.to_thread(status_api.get)
+    writer = StatusWriter(status_api, namespace, name)
     writer.adopt(current)
-    coordinator = Coordinator(spec, leases_from_status(current.get("status")), time.monotonic())
+    spec = spec_of(body)
+    status = current.get("status") or {}
+    coordinator = Coordinator(spec, durable_from_status(status), time.monotonic())
     consumer = ManagedConsumer(namespace, name, coordinator)
-    registry.add(consumer)
-    kinesis = spec.source.kinesis
-    source = KinesisSource(
-        kinesis_client(kinesis.region, kinesis.endpoint_url),
-        StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
+    # After a restart, carry on from what the autoscaler last asked for.
+    desired = status.get("desiredReplicas")
+    coordinator.desired_replicas = desired
+    loop = ConsumerLoop(
+        name,
+        coordinator,
+        LoopSettings(
+            shard_sync_seconds=config.shard_sync_seconds,
+            status_interval_seconds=config.status_interval_seconds,
+        ),
+        generation=lambda: body.get("metadata", {}).get("generation"),
+        autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
     )
 
     def scale(replicas: int) -> None:
         patch = children.scale_patch(name, replicas)
-        k8s.AppsV1Api(kube()).patch_namespaced_deployment(
+        k8s.AppsV1Api(memo.api_client).patch_namespaced_deployment(
             patch["metadata"]["name"],
             namespace,
             patch,
@@ -145,27 +169,21 @@ async def consume(
             _content_type="application/apply-patch+yaml",
         )
 
-    # After a restart, carry on from what the autoscaler last asked for.
-    desired = (current.get("status") or {}).get("desiredReplicas")
-    autoscaler = Autoscaler(desired if desired is not None else spec.replicas, scale)
-    coordinator.desired_replicas = desired
+    def emit(event: Event) -> None:
+        post = kopf.warn if event.type == "Warning" else kopf.info
+        post(body, reason=event.reason, message=event.message)
 
-    def emit(kind: str, reason: str, message: str) -> None:
-        if kind == "Warning":
-            kopf.warn(body, reason=reason, message=message)
-        else:
-            kopf.info(body, reason=reason, message=message)
-
+    registry.add(consumer)
     try:
         await run_consumer(
             consumer,
-            source,
+            loop,
+            kinesis_source,
             writer,
             config,
-            generation=lambda: body.get("metadata", {}).get("generation"),
-            emit=emit,
+            emit,
             stopped=lambda: bool(stopped),
-            autoscaler=autoscaler,
+            scale=scale,
         )
     finally:
         registry.remove(namespace, name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from streamconsumer.controller.state import Coordinator
 
@@ -27,7 +28,7 @@ class ManagedConsumer:
         self._persisted = asyncio.Condition()
 
     def wake(self) -> None:
-        """Something changed (a heartbeat, a checkpoint): run the loop soon."""
+        """Something changed (a heartbeat, a checkpoint, a finished job): run the loop soon."""
         self._wake.set()
 
     async def sleep(self, seconds: float) -> None:
@@ -40,21 +41,36 @@ class ManagedConsumer:
         async with self._persisted:
             await self._persisted.wait_for(lambda: self.coordinator.persisted_version >= version)
 
-    async def mark_persisted(self, version: int) -> None:
+    async def mark_persisted(self) -> None:
         async with self._persisted:
-            self.coordinator.persisted_version = max(self.coordinator.persisted_version, version)
             self._persisted.notify_all()
 
 
 class Registry:
-    def __init__(self) -> None:
+    """Consumers by (namespace, name). Right after the operator starts, a consumer may
+    not be loaded yet: `starting` tells the API to answer "come back" rather than 404."""
+
+    def __init__(self, clock: Callable[[], float], startup_grace: float = 30.0) -> None:
         self._consumers: dict[tuple[str, str], ManagedConsumer] = {}
+        self._loading: set[tuple[str, str]] = set()
+        self._clock = clock
+        self._ready_at = clock() + startup_grace
 
     def get(self, namespace: str, name: str) -> ManagedConsumer | None:
         return self._consumers.get((namespace, name))
 
+    def starting(self, namespace: str, name: str) -> bool:
+        """Not managed (yet): still loading it, or too soon after start to know."""
+        return (namespace, name) in self._loading or self._clock() < self._ready_at
+
+    def loading(self, namespace: str, name: str) -> None:
+        self._loading.add((namespace, name))
+
     def add(self, consumer: ManagedConsumer) -> None:
-        self._consumers[(consumer.namespace, consumer.name)] = consumer
+        key = (consumer.namespace, consumer.name)
+        self._loading.discard(key)
+        self._consumers[key] = consumer
 
     def remove(self, namespace: str, name: str) -> None:
+        self._loading.discard((namespace, name))
         self._consumers.pop((namespace, name), None)

@@ -1,27 +1,37 @@
 """One StreamConsumer's lease table and worker liveness, and the protocol on top of it:
 heartbeats in, assignments and revocations out; checkpoints fenced by epoch. No I/O:
-the loop and the HTTP API call into it, the status writer reads it."""
+the loop and the HTTP API call into it, the status writer persists what it renders.
+
+Two rules shape it (DESIGN §3.9, §3.2):
+- **Durable before visible.** The table the status last saved is kept beside the live
+  one; a grant reaches its worker only once the saved table holds it, so a restart at
+  any instant can never hand a shard to a second worker while the first still runs it.
+- **Promises are kept.** Each heartbeat answer promises the worker its leases for a
+  duration; a worker is expired only after the longest duration it was promised (plus a
+  grace), and a longer duration is promised only once the status holds it, so lowering
+  `leases.durationSeconds` or restarting never cuts a promise short."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from streamconsumer.core.leases import (
     ACTIVE,
+    FINISHED,
     HANDOFF,
     Action,
-    CheckpointRefused,
     EngineSettings,
     ShardLease,
     WorkerLiveness,
     apply_checkpoint,
     collectable,
+    finished_shards,
     plan,
     ready_shards,
-    release,
 )
-from streamconsumer.core.lineage import Shard
+from streamconsumer.core.lineage import SHARD_END, Shard, compact, expand
 from streamconsumer.models import (
     Assignment,
     CheckpointRequest,
@@ -35,35 +45,66 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.resource import InitialPosition, StreamConsumerSpec
 
+PENDING_GRANT_HEARTBEAT_MS = 250
+"""How soon a worker should come back while grants for it are being saved."""
+
+
+def expiry_grace(lease_seconds: float) -> float:
+    """Covers one heartbeat in flight: the worker's fence runs from when it *sent* its
+    last successful heartbeat, the operator's wait from when it *received* it."""
+    return lease_seconds / 3
+
+
+@dataclass(frozen=True)
+class DurableState:
+    """What the status holds of the lease table: the operator's only durable state."""
+
+    leases: Mapping[str, ShardLease] = field(default_factory=dict)
+    finished: frozenset[str] = frozenset()
+    promised_lease_seconds: float | None = None
+
 
 @dataclass
 class WorkerProgress:
-    last_heard: float
+    expires_at: float  # operator clock: the longest promise made to it, plus the grace
     draining: bool = False
     millis_behind: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShardChanges:
+    """What a new listing changed: shards that appeared, and leases dropped because their
+    shard left the stream before it was finished (retention)."""
+
+    new: list[str]
+    expired_unfinished: list[str]
 
 
 class Coordinator:
     """Leases, checkpoints and workers of one consumer. `version` grows with every change
     the status must show; the status writer persists up to a version."""
 
-    def __init__(
-        self, spec: StreamConsumerSpec, leases: Mapping[str, ShardLease], now: float
-    ) -> None:
+    def __init__(self, spec: StreamConsumerSpec, durable: DurableState, now: float) -> None:
         self.spec = spec
-        self.leases: dict[str, ShardLease] = dict(leases)
+        self.durable = durable
+        self.leases: dict[str, ShardLease] = dict(durable.leases)
+        self.finished: set[str] = set(durable.finished)
         self.shards: list[Shard] = []
         self._by_id: dict[str, Shard] = {}
         self.shards_known = False
         self.workers: dict[str, WorkerProgress] = {}
-        # After a (re)start nobody has been heard yet: every owner in the status gets a
-        # full lease duration to show up before it is expired (DESIGN §3.8).
-        for lease in self.leases.values():
-            if lease.owner:
-                self.workers.setdefault(lease.owner, WorkerProgress(last_heard=now))
+        self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.version = 0
         self.persisted_version = 0
         self.desired_replicas: int | None = None  # set by the lag autoscaler
+        # After a (re)start nobody has been heard yet: every owner in the status keeps its
+        # leases for the longest lease any worker may have been promised (DESIGN §3.8).
+        promised = durable.promised_lease_seconds or self.lease_duration
+        restart_wait = now + promised + expiry_grace(promised)
+        self._promises: dict[float, float] = {promised: restart_wait}  # duration -> until
+        for lease in self.leases.values():
+            if lease.owner:
+                self.workers.setdefault(lease.owner, WorkerProgress(restart_wait))
 
     # --- settings ------------------------------------------------------------------
 
@@ -71,48 +112,67 @@ class Coordinator:
     def lease_duration(self) -> float:
         return self.spec.leases.duration_seconds
 
-    @property
-    def settings(self) -> EngineSettings:
-        # The grace covers one heartbeat in flight, so the worker's own fence (measured
-        # from when it *sent* its last successful heartbeat) always fires first.
-        return EngineSettings(
-            lease_duration=self.lease_duration,
-            expiry_grace=self.lease_duration / 3,
-            max_per_worker=self.spec.leases.max_per_worker,
-        )
+    def update_spec(self, spec: StreamConsumerSpec) -> None:
+        self.spec = spec
+        self._changed()
+
+    def _promise(self) -> float:
+        """The lease duration to promise now: the spec's, but never longer than what the
+        status holds (a longer promise is made only once it is saved)."""
+        saved = self.durable.promised_lease_seconds
+        return self.lease_duration if saved is None else min(self.lease_duration, saved)
+
+    def promised_lease_seconds(self, now: float) -> float:
+        """The status' value: the spec's duration, or a longer one still in force."""
+        self._promises = {d: until for d, until in self._promises.items() if until > now}
+        return max([self.lease_duration, *self._promises])
 
     def _changed(self) -> None:
         self.version += 1
 
     # --- the engine ----------------------------------------------------------------
 
-    def set_shards(self, shards: Sequence[Shard]) -> bool:
+    def set_shards(self, shards: Sequence[Shard]) -> ShardChanges:
+        """Takes a complete listing of the stream."""
         shards = list(shards)
-        changed = shards != self.shards
+        known = {shard.id for shard in self.shards}
+        listed = {shard.id for shard in shards}
+        new = sorted(listed - known) if self.shards_known else []
+        gone = sorted(sid for sid in self.leases if sid not in listed)
+        expired = [sid for sid in gone if self.leases[sid].state is not FINISHED]
+        for shard_id in gone:
+            del self.leases[shard_id]
+        changed = shards != self.shards or bool(gone) or not self.finished <= listed
+        self.finished &= listed  # lineage needs only what the stream can still list
         self.shards = shards
         self._by_id = {shard.id: shard for shard in shards}
         self.shards_known = True
         if changed:
             self._changed()
-        return changed
+        return ShardChanges(new=new, expired_unfinished=expired)
 
     def step(self, now: float) -> list[Action]:
         """Runs the lease engine once; collects finished leases and forgotten workers."""
         if not self.shards_known:
             return []
         liveness = [
-            WorkerLiveness(name, progress.last_heard, progress.draining)
+            WorkerLiveness(name, progress.expires_at, progress.draining)
             for name, progress in self.workers.items()
         ]
-        result = plan(self.shards, self.leases, liveness, now, self.settings)
+        settings = EngineSettings(max_per_worker=self.spec.leases.max_per_worker)
+        result = plan(self.shards, self.leases, liveness, now, settings, self.finished)
         self.leases = result.leases
+        listed = set(self._by_id)
+        done = finished_shards(self.shards, self.leases, self.finished) & listed
         for shard_id in collectable(self.shards, self.leases):
             del self.leases[shard_id]
             self._changed()
+        if not done <= self.finished:
+            self.finished |= done
+            self._changed()
         owners = {lease.owner for lease in self.leases.values()}
-        expiry = self.settings.expiry_after
         for name, progress in list(self.workers.items()):
-            if now - progress.last_heard > expiry and name not in owners:
+            if now > progress.expires_at and name not in owners:
                 del self.workers[name]
                 self._changed()
         if result.actions:
@@ -122,46 +182,68 @@ class Coordinator:
     # --- the protocol --------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest, now: float) -> HeartbeatResponse:
-        progress = self.workers.get(request.worker)
+        name = request.worker
+        progress = self.workers.get(name)
         if progress is None:
-            progress = self.workers[request.worker] = WorkerProgress(last_heard=now)
+            progress = self.workers[name] = WorkerProgress(expires_at=now)
             self._changed()
-        if progress.draining != request.draining:
-            progress.draining = request.draining
+        if request.draining and not progress.draining:  # a worker never un-drains
+            progress.draining = True
             self._changed()
-        progress.last_heard = now
+        promise = self._promise()
+        progress.expires_at = max(progress.expires_at, now + promise + expiry_grace(promise))
+        self._promises[promise] = max(self._promises.get(promise, now), progress.expires_at)
         held = {h.shard_id: h for h in request.held}
+        progress.millis_behind = {
+            h.shard_id: h.millis_behind_latest
+            for h in request.held
+            if h.millis_behind_latest is not None
+        }
         revocations = []
         for shard_id, claim in held.items():
             lease = self.leases.get(shard_id)
-            if lease is None or lease.owner != request.worker or lease.epoch != claim.epoch:
-                revocations.append(Revocation(shard_id=shard_id, reason=RevocationReason.LOST))
-            elif lease.state is HANDOFF:
-                revocations.append(Revocation(shard_id=shard_id, reason=RevocationReason.HANDOFF))
-            if claim.millis_behind_latest is not None:
-                progress.millis_behind[shard_id] = claim.millis_behind_latest
-        for shard_id in list(progress.millis_behind):
-            if shard_id not in held:
-                del progress.millis_behind[shard_id]
-        for shard_id, lease in list(self.leases.items()):
-            # Asked to hand off a shard it never started (the revocation came before the
-            # worker picked up the grant): nothing to finish, so release it right away.
-            # Safe because a worker reports every shard it runs in each heartbeat.
-            if lease.owner == request.worker and lease.state is HANDOFF and shard_id not in held:
-                self.leases[shard_id] = release(lease, request.worker, lease.epoch)
-                self._changed()
-        assignments = [
-            self._assignment(lease)
-            for lease in self.leases.values()
-            if lease.owner == request.worker
-            and lease.state is ACTIVE
-            and (lease.shard_id not in held or held[lease.shard_id].epoch != lease.epoch)
-        ]
+            if lease is None or lease.owner != name or lease.epoch != claim.epoch:
+                revocations.append(
+                    Revocation(shard_id=shard_id, epoch=claim.epoch, reason=RevocationReason.LOST)
+                )
+        assignments = []
+        pending = False
+        for lease in self.leases.values():
+            if lease.owner != name:
+                continue
+            owned_claim = held.get(lease.shard_id)
+            if lease.state is HANDOFF and (owned_claim is None or owned_claim.epoch == lease.epoch):
+                revocations.append(
+                    Revocation(
+                        shard_id=lease.shard_id,
+                        epoch=lease.epoch,
+                        reason=RevocationReason.HANDOFF,
+                    )
+                )
+            elif lease.state is ACTIVE and (
+                owned_claim is None or owned_claim.epoch != lease.epoch
+            ):
+                if self._saved(lease):
+                    assignments.append(self._assignment(lease))
+                else:
+                    pending = True
+        if progress.draining and not held and name not in self._owners():
+            del self.workers[name]  # it has let go of everything and is leaving
+            self._changed()
         return HeartbeatResponse(
-            lease_duration_ms=int(self.lease_duration * 1000),
+            lease_duration_ms=int(promise * 1000),
             assignments=assignments,
             revocations=revocations,
+            next_heartbeat_ms=PENDING_GRANT_HEARTBEAT_MS if pending else None,
         )
+
+    def _owners(self) -> set[str | None]:
+        return {lease.owner for lease in self.leases.values()}
+
+    def _saved(self, lease: ShardLease) -> bool:
+        """Is this grant in the status already (DESIGN §3.9)?"""
+        saved = self.durable.leases.get(lease.shard_id)
+        return saved is not None and saved.owner == lease.owner and saved.epoch == lease.epoch
 
     def _assignment(self, lease: ShardLease) -> Assignment:
         shard = self._by_id.get(lease.shard_id)
@@ -190,29 +272,81 @@ class Coordinator:
         return StartPosition(type=StartPositionType(initial.value))
 
     def checkpoint(self, request: CheckpointRequest) -> ShardLease:
-        """Applies a checkpoint; raises CheckpointRefused (fenced or invalid)."""
+        """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid)."""
         lease = self.leases.get(request.shard_id)
-        if request.sequence_number is None:
-            if lease is None:
-                raise CheckpointRefused("unknown shard", lease_lost=False)
-            updated = release(lease, request.worker, request.epoch)
-        else:
-            updated = apply_checkpoint(
-                lease, request.worker, request.epoch, request.sequence_number, request.release
-            )
+        if (
+            lease is None
+            and request.sequence_number == SHARD_END
+            and request.shard_id in self.finished
+        ):
+            # Finished, and its lease already collected: a repeated SHARD_END is a no-op.
+            return ShardLease(request.shard_id, None, request.epoch, SHARD_END, FINISHED)
+        updated = apply_checkpoint(
+            lease, request.worker, request.epoch, request.sequence_number, request.release
+        )
         if updated != lease:
             self.leases[request.shard_id] = updated
             self._changed()
         return updated
 
+    # --- the status ----------------------------------------------------------------
+
+    def snapshot(self, now: float) -> DurableState:
+        """The durable part of the status, as of now (frozen leases: a cheap copy)."""
+        return DurableState(
+            leases=dict(self.leases),
+            finished=frozenset(self.finished),
+            promised_lease_seconds=self.promised_lease_seconds(now),
+        )
+
+    def persisted(self, snapshot: DurableState, version: int) -> None:
+        """The status now holds `snapshot` (taken at `version`)."""
+        self.durable = snapshot
+        self.persisted_version = max(self.persisted_version, version)
+
+    def adopt(self, durable: DurableState, now: float) -> None:
+        """Another writer saved a newer table: start over from it. Nothing of ours that
+        was not saved ever left this process, so dropping it is safe."""
+        fresh = Coordinator(self.spec, durable, now)
+        self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
+        self.workers, self._promises = fresh.workers, fresh._promises
+        self.backlog = {}
+        if self.shards_known:
+            self.set_shards(self.shards)  # drops leases of shards gone since
+        self._changed()
+
     # --- views ---------------------------------------------------------------------
 
     def assignable(self) -> list[str]:
         """Shards a worker may hold now (not finished, parents done)."""
-        return ready_shards(self.shards, self.leases)
+        return ready_shards(self.shards, self.leases, self.finished)
+
+    def unowned(self, now: float) -> list[str]:
+        """Assignable shards that no live worker holds or is about to hold."""
+        live = {n for n, p in self.workers.items() if now <= p.expires_at and not p.draining}
+        out = []
+        for shard_id in self.assignable():
+            lease = self.leases.get(shard_id)
+            if lease is None or (lease.owner not in live and lease.handoff_to not in live):
+                out.append(shard_id)
+        return out
+
+    def start_of(self, shard_id: str) -> StartPosition:
+        """Where a new owner of the shard would start reading."""
+        lease = self.leases.get(shard_id) or ShardLease(shard_id)
+        shard = self._by_id.get(shard_id)
+        return self._start_position(lease, list(shard.parents) if shard else [])
+
+    def set_backlog(self, measured: Mapping[str, int | None], now: float) -> None:
+        """Lag measured by the operator itself for shards without a live owner (a
+        consumer scaled to zero, or shards left over by maxPerWorker)."""
+        unowned = set(self.unowned(now))
+        self.backlog = {
+            sid: millis for sid, millis in measured.items() if millis and sid in unowned
+        }
 
     def lag_millis(self) -> dict[str, int]:
-        lag: dict[str, int] = {}
+        lag = dict(self.backlog)
         for name, progress in self.workers.items():
             for shard_id, millis in progress.millis_behind.items():
                 lease = self.leases.get(shard_id)
@@ -222,27 +356,25 @@ class Coordinator:
 
     def status_leases(self) -> dict[str, Lease]:
         lag = self.lag_millis()
-        parents = {s.id: list(s.parents) for s in self.shards}
         return {
             shard_id: Lease(
                 owner=lease.owner,
                 epoch=lease.epoch,
                 checkpoint=lease.checkpoint,
-                parents=parents.get(shard_id, []),
+                parents=list(self._by_id[shard_id].parents) if shard_id in self._by_id else [],
                 state=lease.state,
                 handoff_to=lease.handoff_to,
-                millis_behind_latest=lag.get(shard_id),
+                millis_behind_latest=lag.get(shard_id) if lease.owner else None,
             )
             for shard_id, lease in sorted(self.leases.items())
         }
 
 
-def leases_from_status(status: Mapping[str, object] | None) -> dict[str, ShardLease]:
-    """The lease table as the status last persisted it (the operator's durable state)."""
-    raw = (status or {}).get("leases") or {}
-    assert isinstance(raw, dict)
+def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
+    """The durable state as the status last persisted it."""
+    status = status or {}
     leases = {}
-    for shard_id, body in raw.items():
+    for shard_id, body in (status.get("leases") or {}).items():
         lease = Lease.model_validate(body)
         leases[shard_id] = ShardLease(
             shard_id=shard_id,
@@ -252,4 +384,17 @@ def leases_from_status(status: Mapping[str, object] | None) -> dict[str, ShardLe
             state=lease.state,
             handoff_to=lease.handoff_to,
         )
-    return leases
+    promised = status.get("promisedLeaseSeconds")
+    return DurableState(
+        leases=leases,
+        finished=frozenset(expand(status.get("finishedShards") or [])),
+        promised_lease_seconds=float(promised) if promised is not None else None,
+    )
+
+
+def durable_fields(snapshot: DurableState) -> dict[str, Any]:
+    """The status fields that carry a snapshot (the rest of the status is a view)."""
+    return {
+        "finishedShards": compact(snapshot.finished),
+        "promisedLeaseSeconds": snapshot.promised_lease_seconds,
+    }

@@ -1,29 +1,28 @@
 """The status subresource: rendered from the coordinator, written at most about once a
 second per consumer, and guarded by resourceVersion so a stale operator replica cannot
-overwrite a newer lease table (DESIGN §3.7)."""
+overwrite a newer lease table (DESIGN §3.7).
+
+The writer talks to the apiserver through a two-call port (`StatusApi`), so the same
+conflict logic runs against Kubernetes (`KubeStatusApi`) and in the simulator."""
 
 from __future__ import annotations
 
 import datetime
+import json
 from collections import Counter
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller.children import label_selector
-from streamconsumer.controller.state import Coordinator
+from streamconsumer.controller.state import Coordinator, DurableState, durable_fields
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, WorkerSummary
 
-
-class StaleState(Exception):
-    """Someone else wrote a different lease table: ours is not the latest."""
-
-    def __init__(self, current: dict[str, Any]) -> None:
-        super().__init__("status was changed by another writer")
-        self.current = current
+_DURABLE_LEASE_FIELDS = ("owner", "epoch", "checkpoint", "state", "handoffTo")
 
 
 def _condition(
@@ -54,29 +53,32 @@ def _condition(
 def render(
     name: str,
     coordinator: Coordinator,
+    snapshot: DurableState,
     generation: int | None,
     previous: list[Condition],
-    source_error: str | None,
+    problems: list[str],
 ) -> StreamConsumerStatus:
+    """`problems`: what keeps the consumer degraded (stream unreachable, status writes
+    failing), most important first."""
     leases = coordinator.status_leases()
     ready = coordinator.assignable()
+    # A shard being handed off still has its owner: a planned move is not "unready".
     owned = sum(
-        1 for sid in ready if sid in coordinator.leases and coordinator.leases[sid].state is ACTIVE
+        1
+        for sid in ready
+        if sid in coordinator.leases and coordinator.leases[sid].state in (ACTIVE, HANDOFF)
     )
     moving = sum(1 for lease in coordinator.leases.values() if lease.state is HANDOFF)
     held = Counter(lease.owner for lease in coordinator.leases.values() if lease.owner)
     workers = {
-        worker: WorkerSummary(
-            shards=held[worker],
-            draining=progress.draining,
-        )
+        worker: WorkerSummary(shards=held[worker], draining=progress.draining)
         for worker, progress in sorted(coordinator.workers.items())
     }
     lag = coordinator.lag_millis()
     by_type = {c.type: c for c in previous}
-    if source_error:
+    if not coordinator.shards_known and problems:
         ready_condition = _condition(
-            by_type, "Ready", False, "StreamUnavailable", source_error, generation
+            by_type, "Ready", False, "StreamUnavailable", problems[0], generation
         )
     elif not coordinator.shards_known:
         ready_condition = _condition(
@@ -100,32 +102,89 @@ def render(
     degraded = _condition(
         by_type,
         "Degraded",
-        source_error is not None,
-        "StreamUnavailable" if source_error else "AsExpected",
-        source_error or "",
+        bool(problems),
+        "Unhealthy" if problems else "AsExpected",
+        "; ".join(problems),
         generation,
     )
-    return StreamConsumerStatus(
-        observed_generation=generation,
-        replicas=sum(1 for w in workers.values() if not w.draining),
-        desired_replicas=coordinator.desired_replicas,
-        label_selector=label_selector(name),
-        shards=sum(1 for shard in coordinator.shards if not shard.closed),
-        lag_millis=max(lag.values()) if lag else None,
-        leases=leases,
-        workers=workers,
-        conditions=[ready_condition, progressing, degraded],
+    return StreamConsumerStatus.model_validate(
+        {
+            **durable_fields(snapshot),
+            "observedGeneration": generation,
+            "replicas": sum(1 for w in workers.values() if not w.draining),
+            "desiredReplicas": coordinator.desired_replicas,
+            "labelSelector": label_selector(name),
+            "shards": sum(1 for shard in coordinator.shards if not shard.closed),
+            "lagMillis": max(lag.values()) if lag else None,
+            "leases": leases,
+            "workers": workers,
+            "conditions": [ready_condition, progressing, degraded],
+        }
     )
+
+
+def durable_part(status: dict[str, Any] | None) -> tuple[Any, ...]:
+    """What tells one lease table from another (lag, conditions and workers are views)."""
+    status = status or {}
+    leases = {
+        sid: tuple(body.get(f) for f in _DURABLE_LEASE_FIELDS)
+        for sid, body in (status.get("leases") or {}).items()
+    }
+    return (
+        sorted(leases.items()),
+        status.get("finishedShards") or [],
+        status.get("promisedLeaseSeconds"),
+    )
+
+
+# --- writing --------------------------------------------------------------------------
+
+
+class Conflict(Exception):
+    """409: the object changed since the resourceVersion we sent."""
+
+
+class StatusInvalid(Exception):
+    """400/422: the apiserver refuses this status (a schema violation, an oversize)."""
+
+
+class StatusUnavailable(Exception):
+    """5xx, throttling, a timeout or a broken connection: the write may or may not
+    have landed."""
+
+
+class StaleState(Exception):
+    """Someone else wrote a different lease table: ours is not the latest."""
+
+    def __init__(self, current: dict[str, Any]) -> None:
+        super().__init__("status was changed by another writer")
+        self.current = current
+
+
+class StatusApi(Protocol):
+    def get(self) -> dict[str, Any]:
+        """The StreamConsumer as stored."""
+        ...
+
+    def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        """PUT of the status subresource; raises Conflict, StatusInvalid, StatusUnavailable."""
+        ...
 
 
 class StatusWriter:
-    def __init__(self, api_client: k8s.ApiClient, namespace: str, name: str) -> None:
-        self._api = k8s.CustomObjectsApi(api_client)
+    """Writes under the resourceVersion last seen. A conflict is resolved by reading the
+    object back: if its lease table is the one we last wrote (someone changed spec or
+    metadata), retry; if it is one we tried to write without hearing back (a timeout
+    after the write landed), it is ours; otherwise we are stale (StaleState)."""
+
+    def __init__(self, api: StatusApi, namespace: str, name: str) -> None:
+        self.api = api
         self.namespace = namespace
         self.name = name
         self.resource_version: str | None = None
         self.spec: dict[str, Any] = {}
         self.last_written: dict[str, Any] | None = None
+        self._unconfirmed: list[tuple[Any, ...]] = []  # attempts with a lost answer
         self.writes = 0
 
     def adopt(self, body: dict[str, Any]) -> None:
@@ -133,11 +192,9 @@ class StatusWriter:
         self.resource_version = body["metadata"]["resourceVersion"]
         self.spec = body.get("spec", {})
         self.last_written = body.get("status")
+        self._unconfirmed = []
 
     def write(self, status: dict[str, Any]) -> None:
-        """PUTs the status under the resourceVersion we last saw. A conflict caused by
-        someone else's spec or metadata change is retried; one caused by a different
-        status means we are stale and raises StaleState."""
         for _ in range(3):
             body = {
                 "apiVersion": API_VERSION,
@@ -151,30 +208,64 @@ class StatusWriter:
                 "status": status,
             }
             try:
-                written = cast(
-                    dict[str, Any],
-                    self._api.replace_namespaced_custom_object_status(
-                        GROUP, VERSION, self.namespace, PLURAL, self.name, body
-                    ),
-                )
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                current = cast(
-                    dict[str, Any],
-                    self._api.get_namespaced_custom_object(
-                        GROUP, VERSION, self.namespace, PLURAL, self.name
-                    ),
-                )
-                if (current.get("status") or {}).get("leases") != (self.last_written or {}).get(
-                    "leases"
-                ):
+                written = self.api.replace_status(body)
+            except Conflict:
+                current = self.api.get()
+                stored = durable_part(current.get("status"))
+                mine = durable_part(self.last_written)
+                if stored != mine and stored not in self._unconfirmed:
                     raise StaleState(current) from None
-                self.resource_version = current["metadata"]["resourceVersion"]
-                self.spec = current.get("spec", {})
+                self.adopt(current)
                 continue
+            except StatusUnavailable:
+                self._unconfirmed = [*self._unconfirmed[-4:], durable_part(status)]
+                raise
             self.resource_version = written["metadata"]["resourceVersion"]
             self.last_written = written.get("status")
+            self._unconfirmed = []
             self.writes += 1
             return
-        raise RuntimeError("status write kept conflicting")
+        raise StatusUnavailable("status write kept conflicting")
+
+
+class KubeStatusApi:
+    """The StatusApi of one StreamConsumer on a Kubernetes apiserver."""
+
+    def __init__(
+        self, api_client: k8s.ApiClient, namespace: str, name: str, timeout: float = 10.0
+    ) -> None:
+        self._api = k8s.CustomObjectsApi(api_client)
+        self._where = (GROUP, VERSION, namespace, PLURAL, name)
+        self._timeout = timeout
+
+    def get(self) -> dict[str, Any]:
+        return cast(
+            dict[str, Any],
+            self._call(self._api.get_namespaced_custom_object, *self._where),
+        )
+
+    def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        return cast(
+            dict[str, Any],
+            self._call(self._api.replace_namespaced_custom_object_status, *self._where, body),
+        )
+
+    def _call(self, method: Any, *args: Any) -> Any:
+        try:
+            return method(*args, _request_timeout=self._timeout)
+        except ApiException as error:
+            if error.status == 409:
+                raise Conflict(error.reason) from None
+            if error.status in (400, 422):
+                raise StatusInvalid(_api_message(error)) from None
+            raise StatusUnavailable(f"HTTP {error.status}: {error.reason}") from None
+        except (HTTPError, OSError) as error:
+            raise StatusUnavailable(str(error)) from None
+
+
+def _api_message(error: ApiException) -> str:
+    """The apiserver's own message (a Status object's `message`), else its reason."""
+    try:
+        return str(json.loads(error.body or "").get("message") or error.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(error.reason)

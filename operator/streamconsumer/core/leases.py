@@ -14,7 +14,7 @@ waits for the old owner to finish its batch, checkpoint and release (hand-off)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from streamconsumer.core.lineage import SHARD_END, Shard, assignable_shards
@@ -40,24 +40,18 @@ class ShardLease:
 
 @dataclass(frozen=True, slots=True)
 class WorkerLiveness:
-    """What the operator knows of a worker: when it last heard from it, on its own
-    monotonic clock, and whether the worker is draining (shutting down)."""
+    """What the operator knows of a worker: until when, on the operator's own monotonic
+    clock, the worker may still hold its leases (its fence plus a grace, DESIGN §3.2), and
+    whether it is draining (shutting down)."""
 
     name: str
-    last_heard: float
+    expires_at: float
     draining: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
-    lease_duration: float
-    expiry_grace: float = 0.0
     max_per_worker: int | None = None
-
-    @property
-    def expiry_after(self) -> float:
-        """Silence after which a worker's leases are taken back (DESIGN §3.2)."""
-        return self.lease_duration + self.expiry_grace
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,16 +99,18 @@ def plan(
     workers: Iterable[WorkerLiveness],
     now: float,
     settings: EngineSettings,
+    finished: Collection[str] = frozenset(),
 ) -> Plan:
     """One step of the engine: expire silent workers, then balance the assignable shards
-    over the live, non-draining workers with the fewest moves."""
+    over the live, non-draining workers with the fewest moves. `finished` holds the
+    shards known finished whose leases have left the table."""
     result = Plan(leases=dict(leases))
-    alive = {w.name for w in workers if now - w.last_heard <= settings.expiry_after}
+    alive = {w.name for w in workers if now <= w.expires_at}
     draining = {w.name for w in workers if w.draining}
     receivers = sorted(alive - draining)
 
     _expire_silent_owners(result, alive)
-    ready = ready_shards(shards, result.leases)
+    ready = ready_shards(shards, result.leases, finished)
     holders = _current_holders(ready, result.leases, set(receivers))
     targets = _balanced_targets(len(ready), receivers, holders, settings.max_per_worker)
     new_holders = _rebalance(ready, holders, targets, result.leases)
@@ -122,11 +118,26 @@ def plan(
     return result
 
 
-def ready_shards(shards: Sequence[Shard], leases: Mapping[str, ShardLease]) -> list[str]:
+def ready_shards(
+    shards: Sequence[Shard], leases: Mapping[str, ShardLease], finished: Collection[str] = ()
+) -> list[str]:
     """The shards that may be held now, given the lease table (see assignable_shards)."""
-    checkpoints = {sid: lease.checkpoint for sid, lease in leases.items()}
-    started = {sid for sid, lease in leases.items() if lease.epoch > 0}
-    return assignable_shards(shards, checkpoints, started)
+    return assignable_shards(shards, finished_shards(shards, leases, finished))
+
+
+def finished_shards(
+    shards: Sequence[Shard], leases: Mapping[str, ShardLease], finished: Collection[str] = ()
+) -> set[str]:
+    """Every shard known to be finished: checkpointed at SHARD_END, in the finished set,
+    or a parent of a shard that has started (a child is only ever granted once its
+    parents are finished; this also reads lineage from statuses that predate the set)."""
+    done = set(finished)
+    done.update(sid for sid, lease in leases.items() if lease.checkpoint == SHARD_END)
+    for shard in shards:
+        lease = leases.get(shard.id)
+        if shard.parents and lease is not None and lease.epoch > 0:
+            done.update(shard.parents)
+    return done
 
 
 def _expire_silent_owners(result: Plan, alive: set[str]) -> None:
@@ -260,15 +271,19 @@ def apply_checkpoint(
     lease: ShardLease | None,
     worker: str,
     epoch: int,
-    sequence_number: str,
+    sequence_number: str | None,
     release: bool = False,
 ) -> ShardLease:
-    """The lease after `worker` checkpoints `sequence_number` (or SHARD_END) under `epoch`.
+    """The lease after `worker` checkpoints `sequence_number` (or SHARD_END) under `epoch`;
+    `release` gives the lease up (with or without a new position).
 
     Refused if the worker does not hold the lease under that epoch (fencing) or if the
-    checkpoint would go backwards. SHARD_END finishes the shard; `release` gives it up."""
+    checkpoint would go backwards. A release or SHARD_END repeated after it took effect
+    (its answer was lost, or the worker waits for it to be saved) is accepted as is."""
     if lease is None:
         raise CheckpointRefused("unknown shard", lease_lost=False)
+    if _repeats(lease, epoch, sequence_number, release):
+        return lease
     if lease.owner != worker or lease.epoch != epoch or lease.state not in (ACTIVE, HANDOFF):
         raise CheckpointRefused(
             f"{worker} does not hold {lease.shard_id} at epoch {epoch} "
@@ -277,6 +292,10 @@ def apply_checkpoint(
         )
     if lease.checkpoint == SHARD_END:
         raise CheckpointRefused("the shard is already finished", lease_lost=False)
+    if sequence_number is None:
+        if not release:
+            raise CheckpointRefused("nothing to checkpoint", lease_lost=False)
+        return replace(lease, owner=None, state=RELEASED)
     if (
         sequence_number != SHARD_END
         and lease.checkpoint is not None
@@ -292,11 +311,13 @@ def apply_checkpoint(
     return replace(lease, checkpoint=sequence_number)
 
 
-def release(lease: ShardLease, worker: str, epoch: int) -> ShardLease:
-    """The lease after its owner gives it up without a new checkpoint."""
-    if lease.owner != worker or lease.epoch != epoch:
-        raise CheckpointRefused(f"{worker} does not hold {lease.shard_id}", lease_lost=True)
-    return replace(lease, owner=None, state=RELEASED)
+def _repeats(lease: ShardLease, epoch: int, sequence_number: str | None, release: bool) -> bool:
+    """A release or finish that already took effect under this epoch."""
+    if lease.owner is not None or lease.epoch != epoch:
+        return False
+    if sequence_number == SHARD_END:
+        return lease.state is FINISHED
+    return release and lease.state is RELEASED and sequence_number in (None, lease.checkpoint)
 
 
 def collectable(shards: Sequence[Shard], leases: Mapping[str, ShardLease]) -> list[str]:

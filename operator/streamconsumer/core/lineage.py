@@ -1,8 +1,11 @@
-"""Shard lineage: which shards may be consumed now (parents first, DESIGN §3.4)."""
+"""Shard lineage: which shards may be consumed now (parents first, DESIGN §3.4), and the
+compact set of finished shards that keeps a finished shard finished for as long as the
+stream lists it (§3.10), however many generations of splits and merges follow."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+import re
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 SHARD_END = "SHARD_END"
@@ -20,25 +23,60 @@ class Shard:
     sequence_range: tuple[str, str | None] | None = None  # (starting, ending if closed)
 
 
-def assignable_shards(
-    shards: Iterable[Shard],
-    checkpoints: Mapping[str, str | None],
-    started: Collection[str] = (),
-) -> list[str]:
+def assignable_shards(shards: Iterable[Shard], finished: Collection[str]) -> list[str]:
     """Shards that a worker may start now, in listing order: not finished themselves, and
-    every parent finished — checkpointed at SHARD_END, gone from the stream (trimmed past
-    retention), or known finished because one of its children has started (finished
-    leases leave the status once their children have started)."""
+    every parent finished or gone from the stream (trimmed past retention)."""
     shards = list(shards)
     listed = {shard.id for shard in shards}
-    finished = {sid for sid, checkpoint in checkpoints.items() if checkpoint == SHARD_END}
-    for shard in shards:
-        if shard.id in started:
-            finished.update(shard.parents)
-    ready = []
-    for shard in shards:
-        if shard.id in finished:
+    return [
+        shard.id
+        for shard in shards
+        if shard.id not in finished
+        and all(parent not in listed or parent in finished for parent in shard.parents)
+    ]
+
+
+# --- the finished set, compact -------------------------------------------------------------
+
+_NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_RANGE = ".."
+
+
+def compact(shard_ids: Iterable[str]) -> list[str]:
+    """Shard ids as a short, sorted list: a run of ids that differ only in a trailing
+    counter of the same width becomes "first..last". Kinesis numbers its shards
+    (shardId-000000000000, -001, ...) and finished shards are the older ones, so the
+    finished set of a stream is mostly a few runs; other ids are kept as they are."""
+    runs: list[tuple[str, int, int, int]] = []  # (prefix, width, first, last)
+    plain: list[str] = []
+    numbered: list[tuple[str, int, int]] = []
+    for shard_id in set(shard_ids):
+        match = _NUMBERED.match(shard_id)
+        if match and _RANGE not in shard_id:
+            numbered.append((match[1], len(match[2]), int(match[2])))
+        else:
+            plain.append(shard_id)
+    for prefix, width, number in sorted(numbered):
+        if runs and runs[-1][:2] == (prefix, width) and runs[-1][3] == number - 1:
+            runs[-1] = (prefix, width, runs[-1][2], number)
+        else:
+            runs.append((prefix, width, number, number))
+    out = list(plain)
+    for prefix, width, first, last in runs:
+        low = f"{prefix}{first:0{width}d}"
+        out.append(low if first == last else f"{low}{_RANGE}{prefix}{last:0{width}d}")
+    return sorted(out)
+
+
+def expand(entries: Iterable[str]) -> set[str]:
+    """The shard ids of a compact() list."""
+    out: set[str] = set()
+    for entry in entries:
+        low, sep, high = entry.partition(_RANGE)
+        first, last = _NUMBERED.match(low), _NUMBERED.match(high)
+        if not sep or first is None or last is None or first[1] != last[1]:
+            out.add(entry)
             continue
-        if all(parent not in listed or parent in finished for parent in shard.parents):
-            ready.append(shard.id)
-    return ready
+        prefix, width = first[1], len(first[2])
+        out.update(f"{prefix}{n:0{width}d}" for n in range(int(first[2]), int(last[2]) + 1))
+    return out

@@ -73,7 +73,12 @@ class RevocationReason(StrEnum):
 
 
 class Revocation(Model):
+    """Sent for a shard the operator counts as the worker's. A hand-off of a shard the
+    worker does not run (the grant never reached it) is answered with a release of that
+    epoch: the worker then never starts the shard under it."""
+
     shard_id: ShardId
+    epoch: int = Field(ge=1)
     reason: RevocationReason
 
 
@@ -81,6 +86,11 @@ class HeartbeatResponse(Model):
     lease_duration_ms: int = Field(ge=1)
     assignments: list[Assignment] = Field(default_factory=list)
     revocations: list[Revocation] = Field(default_factory=list)
+    next_heartbeat_ms: int | None = Field(
+        default=None,
+        ge=1,
+        description="Heartbeat again this soon: grants for this worker are being saved.",
+    )
 
 
 class CheckpointRequest(Model):
@@ -108,5 +118,7 @@ class CheckpointResponse(Model):
 
 
 class ErrorResponse(Model):
-    error: Literal["bad_request", "unauthorized", "forbidden", "lease_lost", "not_found"]
+    error: Literal[
+        "bad_request", "unauthorized", "forbidden", "lease_lost", "not_found", "unavailable"
+    ]
     message: str

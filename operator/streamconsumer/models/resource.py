@@ -40,14 +40,30 @@ def _cel(*rules: tuple[str, str]) -> ConfigDict:
     )
 
 
+def _same(field: str) -> str:
+    """CEL: an optional field keeps its value (or its absence) across updates."""
+    return (
+        f"has(self.{field}) == has(oldSelf.{field}) && "
+        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
+    )
+
+
+_NEW_STREAM = "create a new StreamConsumer to read another stream"
+
+
 class KinesisSource(Model):
-    """Where to read: a Kinesis data stream, by name or ARN."""
+    """Where to read: a Kinesis data stream, by name or ARN. The stream cannot change
+    under a consumer (its leases and checkpoints belong to that stream's shards); the
+    endpoint can."""
 
     model_config = _cel(
         (
             "has(self.streamName) != has(self.streamARN)",
             "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
-        )
+        ),
+        (_same("streamName"), f"streamName cannot change: {_NEW_STREAM}"),
+        (_same("streamARN"), f"streamARN cannot change: {_NEW_STREAM}"),
+        (_same("region"), f"region cannot change: {_NEW_STREAM}"),
     )
 
     stream_name: str | None = Field(
@@ -229,6 +245,16 @@ class Condition(Model):
 
 class StreamConsumerStatus(Model):
     observed_generation: int | None = None
+    finished_shards: list[str] = Field(
+        default_factory=list,
+        description="Finished shards the stream still lists, compacted as first..last runs "
+        "(their leases have left the table; lineage must not forget them).",
+    )
+    promised_lease_seconds: float | None = Field(
+        default=None,
+        description="The longest lease duration a worker may still hold: a restarted "
+        "operator waits this long before taking shards from a silent worker.",
+    )
     replicas: int = Field(default=0, description="Live, non-draining workers.")
     desired_replicas: int | None = Field(
         default=None, description="Workers the lag autoscaler asks for (when enabled)."

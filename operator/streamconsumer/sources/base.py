@@ -22,8 +22,9 @@ class ShardReader(Protocol):
     shard_id: str
 
     def read(self) -> ReadResult:
-        """The next batch, in order; empty when caught up. Retries throttling and
-        recovers expired iterators by itself; after shard end returns shard_end again."""
+        """The next batch, in order; empty when caught up; after shard end returns
+        shard_end again. Raises on errors it could not retry away; calling again resumes
+        after the last record returned."""
         ...
 
 
@@ -33,3 +34,7 @@ class StreamSource(Protocol):
         ...
 
     def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader: ...
+
+    def backlog(self, shard_id: str, start: StartPosition) -> int | None:
+        """Milliseconds behind the tip for a reader starting at `start`; None if caught up."""
+        ...

@@ -1,12 +1,15 @@
 """Kinesis Data Streams through boto3: shard listing with lineage, iterators for every
-start position, a GetRecords reader with shard-end detection, throttling back-off,
-expired-iterator recovery and KPL de-aggregation."""
+start position, a GetRecords reader with shard-end detection, expired-iterator recovery
+and KPL de-aggregation, and a backlog probe for shards nobody reads.
+
+Throttling and transient errors are botocore's: its standard retry mode retries
+ProvisionedThroughputExceeded and LimitExceeded with jittered exponential back-off.
+What still fails after that reaches the caller, which pauses the shard and tries again."""
 
 from __future__ import annotations
 
 import base64
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +19,6 @@ from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from streamconsumer.core.backoff import Backoff
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
@@ -26,14 +28,23 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
     from mypy_boto3_kinesis.type_defs import RecordTypeDef, ShardTypeDef
 
-THROTTLED = {"ProvisionedThroughputExceededException", "LimitExceededException"}
 _MAGIC: bytes = aws_kinesis_agg.MAGIC
 
 
-def kinesis_client(region: str | None = None, endpoint_url: str | None = None) -> KinesisClient:
-    """A client that leaves throttling to our own back-off (so it is visible and bounded
-    by lease duration) but keeps botocore's retries for connection errors."""
-    config = Config(retries={"mode": "standard", "max_attempts": 3}, tcp_keepalive=True)
+def kinesis_client(
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    max_attempts: int = 5,
+    read_timeout: float = 10.0,
+) -> KinesisClient:
+    """A client whose calls end in seconds, not botocore's default minute: a stalled
+    call must never hold a lease loop or a shard longer than a lease."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        tcp_keepalive=True,
+    )
     return boto3.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
 
 
@@ -50,19 +61,6 @@ class StreamRef:
 
     def params(self) -> dict[str, str]:
         return {"StreamARN": self.arn} if self.arn else {"StreamName": self.name or ""}
-
-
-def retrying(call: Callable[[], Any], backoff: Backoff, sleep: Callable[[float], None]) -> Any:
-    """Runs `call`, waiting out throttling with jittered back-off."""
-    attempt = 0
-    while True:
-        try:
-            return call()
-        except ClientError as error:
-            if error.response.get("Error", {}).get("Code") not in THROTTLED:
-                raise
-            sleep(backoff.delay(attempt))
-            attempt += 1
 
 
 def to_shard(raw: ShardTypeDef) -> Shard:
@@ -122,38 +120,29 @@ class KinesisShardReader:
         shard_id: str,
         start: StartPosition,
         max_records: int = 1000,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.shard_id = shard_id
         self._client = client
         self._stream = stream
         self._start = start
         self._max_records = max_records
-        self._backoff = backoff or Backoff()
-        self._sleep = sleep
         self._iterator: str | None = None
         self._last_sequence = start.sequence_number  # last record read (for recovery)
         self._ended: ReadResult | None = None
 
     def _new_iterator(self) -> str:
-        params: dict[str, Any] = {**self._stream.params(), "ShardId": self.shard_id}
+        position = self._start
         if self._last_sequence is not None:
-            params["ShardIteratorType"] = StartPositionType.AFTER_SEQUENCE_NUMBER.value
-            params["StartingSequenceNumber"] = self._last_sequence
-        else:
-            params["ShardIteratorType"] = self._start.type.value
-            if self._start.type is StartPositionType.AT_TIMESTAMP:
-                params["Timestamp"] = self._start.timestamp
-        response = retrying(
-            lambda: self._client.get_shard_iterator(**params), self._backoff, self._sleep
-        )
-        return str(response["ShardIterator"])
+            position = StartPosition(
+                type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
+            )
+        return shard_iterator(self._client, self._stream, self.shard_id, position)
 
     def read(self) -> ReadResult:
+        """The next batch; raises what botocore could not retry away (the caller pauses
+        and calls again: the reader resumes after the last record it returned)."""
         if self._ended is not None:
             return self._ended
-        attempt = 0
         while True:
             try:
                 if self._iterator is None:
@@ -163,14 +152,10 @@ class KinesisShardReader:
                 )
                 break
             except ClientError as error:
-                code = error.response.get("Error", {}).get("Code")
-                if code == "ExpiredIteratorException":
-                    self._iterator = None  # resume right after the last record read
-                elif code in THROTTLED:
-                    self._sleep(self._backoff.delay(attempt))
-                    attempt += 1
-                else:
+                if error.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
+                    self._iterator = None  # the next call starts from a fresh iterator
                     raise
+                self._iterator = None  # resume right after the last record read
         records = list(user_records(response["Records"], self._last_sequence))
         if records:
             self._last_sequence = records[-1].sequence_number
@@ -183,31 +168,33 @@ class KinesisShardReader:
         return result
 
 
+def shard_iterator(
+    client: KinesisClient, stream: StreamRef, shard_id: str, position: StartPosition
+) -> str:
+    params: dict[str, Any] = {
+        **stream.params(),
+        "ShardId": shard_id,
+        "ShardIteratorType": position.type.value,
+    }
+    if position.sequence_number is not None:
+        params["StartingSequenceNumber"] = position.sequence_number
+    if position.timestamp is not None:
+        params["Timestamp"] = position.timestamp
+    return str(client.get_shard_iterator(**params)["ShardIterator"])
+
+
 class KinesisSource:
-    def __init__(
-        self,
-        client: KinesisClient,
-        stream: StreamRef,
-        max_records: int = 1000,
-        backoff: Backoff | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, client: KinesisClient, stream: StreamRef, max_records: int = 1000) -> None:
         self.client = client
         self.stream = stream
         self.max_records = max_records
-        self._backoff = backoff or Backoff()
-        self._sleep = sleep
 
     def list_shards(self, page_size: int | None = None) -> list[Shard]:
         paging = {"MaxResults": page_size} if page_size else {}
         shards: list[Shard] = []
         params: dict[str, Any] = {**self.stream.params(), **paging}
         while True:
-            response = retrying(
-                lambda p=params: self.client.list_shards(**p),  # type: ignore[misc]
-                self._backoff,
-                self._sleep,
-            )
+            response = self.client.list_shards(**params)
             shards.extend(to_shard(raw) for raw in response["Shards"])
             token = response.get("NextToken")
             if not token:
@@ -216,6 +203,13 @@ class KinesisSource:
             params = {"NextToken": token, **paging}
 
     def open_reader(self, shard_id: str, start: StartPosition) -> KinesisShardReader:
-        return KinesisShardReader(
-            self.client, self.stream, shard_id, start, self.max_records, self._backoff, self._sleep
-        )
+        return KinesisShardReader(self.client, self.stream, shard_id, start, self.max_records)
+
+    def backlog(self, shard_id: str, start: StartPosition) -> int | None:
+        """How far behind the tip a reader starting at `start` would be (milliseconds),
+        None when nothing waits there. Reads at most one record."""
+        iterator = shard_iterator(self.client, self.stream, shard_id, start)
+        response = self.client.get_records(ShardIterator=iterator, Limit=1)
+        if not response["Records"]:
+            return None
+        return max(1, int(response.get("MillisBehindLatest") or 0))

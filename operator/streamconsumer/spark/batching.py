@@ -1,12 +1,16 @@
 """Batching shared by the Spark processor and the bronze landing processor: per shard,
 gather records up to `max_records` or `max_wait` seconds, commit the batch somewhere
 durable, and only then checkpoint its last record. A batch is always whole reads, so a
-de-aggregated KPL record is never split across two batches."""
+de-aggregated KPL record is never split across two batches.
+
+When a commit fails, `process_records` raises and the worker delivers the same records
+again: those already gathered are not gathered twice."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
@@ -39,13 +43,18 @@ class BatchingProcessor(BaseRecordProcessor):
     wants_empty_batches = True
 
     def __init__(
-        self, stream: str | None = None, max_records: int = 100_000, max_wait: float = 5.0
+        self,
+        stream: str | None = None,
+        max_records: int = 100_000,
+        max_wait: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_records < 1 or max_wait <= 0:
             raise ValueError("max_records must be >= 1 and max_wait > 0")
         self.stream = stream or stream_from_environment()
         self.max_records = max_records
         self.max_wait = max_wait
+        self._clock = clock
         self._buffer: list[Record] = []
         self._since: float | None = None
 
@@ -59,11 +68,14 @@ class BatchingProcessor(BaseRecordProcessor):
         self._buffer, self._since = [], None
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self._buffer:  # a retry after a failed commit brings these records again
+            last = self._buffer[-1].position
+            records = [r for r in records if r.position > last]
         if records and not self._buffer:
-            self._since = time.monotonic()
+            self._since = self._clock()
         self._buffer.extend(records)
         full = len(self._buffer) >= self.max_records
-        waited = self._since is not None and time.monotonic() - self._since >= self.max_wait
+        waited = self._since is not None and self._clock() - self._since >= self.max_wait
         if self._buffer and (full or waited):
             self.flush(checkpointer)
 

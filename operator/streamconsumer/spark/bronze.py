@@ -9,7 +9,9 @@ last sequence in its Parquet metadata.
 A file is never replaced once it exists: the streaming job may already have read it. If
 the worker dies after the rename but before the checkpoint, the next owner resumes at the
 same first record, finds that file, skips the records it already holds and checkpoints
-them. So every record lands in exactly one file, whatever size the replayed reads have."""
+them — and so on along the chain: the record after a landed file may start another one
+(several lives may have died that way). So every record lands in exactly one file,
+whatever size the replayed reads have."""
 
 from __future__ import annotations
 
@@ -45,19 +47,38 @@ class BronzeProcessor(BatchingProcessor):
         super().initialize(shard)
         self.directory = f"{self.root.rstrip('/')}/{shard.shard_id}"
         self.filesystem.create_dir(self.directory, recursive=True)
-        self._checking = True  # the first record after a resume may start a landed file
+        self._checking = True  # the next record may start a file landed by an earlier life
         self._landed_through: int | None = None  # records up to here are in a landed file
 
     def file_for(self, first_sequence: str) -> str:
         return f"{self.directory}/{first_sequence}.parquet"
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
-        if records and self._checking:
+        fresh: list[Record] = []
+        file_end: Record | None = None
+        for record in records:
+            if fresh or not self._landed(record):
+                fresh.append(record)
+            elif int(record.sequence_number) == self._landed_through:
+                file_end = record
+        if file_end is not None:
+            # Durable in a landed file. Only ever at a file's end: a resume point inside a
+            # file would find no file starting there and land its tail a second time.
+            checkpointer.checkpoint(file_end)
+        super().process_records(fresh, checkpointer)
+
+    def _landed(self, record: Record) -> bool:
+        """Is `record` in a file an earlier life landed? Landed files form a chain from
+        the resume point: look for one at each boundary until a boundary has none."""
+        sequence = int(record.sequence_number)
+        if self._landed_through is not None and sequence <= self._landed_through:
+            return True
+        if self._checking:
+            self._landed_through = self._landed_last_sequence(record.sequence_number)
+            if self._landed_through is not None:
+                return True
             self._checking = False
-            self._landed_through = self._landed_last_sequence(records[0].sequence_number)
-        if records and self._landed_through is not None:
-            records = self._skip_landed(records, checkpointer)
-        super().process_records(records, checkpointer)
+        return False
 
     def _landed_last_sequence(self, first_sequence: str) -> int | None:
         path = self.file_for(first_sequence)
@@ -69,15 +90,6 @@ class BronzeProcessor(BatchingProcessor):
         if last is None:  # someone else's file where ours belongs: never guess, never overwrite
             raise ValueError(f"{path} has no {LAST_SEQUENCE_KEY.decode()}: not a landed batch")
         return int(last)
-
-    def _skip_landed(self, records: list[Record], checkpointer: Checkpointer) -> list[Record]:
-        assert self._landed_through is not None
-        landed = [r for r in records if int(r.sequence_number) <= self._landed_through]
-        if landed:
-            checkpointer.checkpoint(landed[-1])  # already durable in the landed file
-        if len(landed) < len(records):
-            self._landed_through = None  # past the landed file: back to normal
-        return records[len(landed) :]
 
     def commit(self, records: list[Record], batch: BatchInfo) -> None:
         table = to_arrow(self.stream, batch.shard_id, records).replace_schema_metadata(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 
 from streamconsumer.processor import load_processor, warm_up
@@ -37,7 +38,10 @@ def main() -> None:
     operator = OperatorClient(
         config.operator_url, config.namespace, config.consumer, config.token_path
     )
-    Worker(config, operator, source, factory).run()
+    worker = Worker(config, operator, source, factory)
+    signal.signal(signal.SIGTERM, worker.drain)
+    signal.signal(signal.SIGINT, worker.drain)
+    sys.exit(worker.run())
 
 
 if __name__ == "__main__":

@@ -3,17 +3,17 @@ operator writes. One model names them for both sides."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 
 from pydantic import Field, ValidationError
-
-from streamconsumer.models.base import Model
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PREFIX = "STREAMCONSUMER_"
 
 
-class WorkerConfig(Model):
+class WorkerConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
+
     operator_url: str = Field(pattern=r"^https?://")
     namespace: str
     consumer: str
@@ -28,6 +28,8 @@ class WorkerConfig(Model):
     idle_between_reads_ms: int = 500
     prefetch: int = 3
     metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
+    # SIGTERM: hand every shard off within this (the pod's grace period, less a margin).
+    drain_seconds: float = Field(default=25.0, gt=0)
 
     @staticmethod
     def env_name(field: str) -> str:
@@ -42,14 +44,12 @@ class WorkerConfig(Model):
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
-        environ = os.environ if environ is None else environ
-        values = {
-            name: environ[cls.env_name(name)]
-            for name in cls.model_fields
-            if cls.env_name(name) in environ
-        }
+        """From the process environment (or `environ`); a clear exit on bad input."""
         try:
-            return cls.model_validate(values)
+            if environ is None:
+                return cls()
+            names = [n for n in cls.model_fields if cls.env_name(n) in environ]
+            return cls.model_validate({n: environ[cls.env_name(n)] for n in names})
         except ValidationError as error:
             missing = [
                 cls.env_name(str(e["loc"][0])) for e in error.errors() if e["type"] == "missing"

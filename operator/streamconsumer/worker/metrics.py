@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from streamconsumer.processor import Record
 
 RECORDS = Counter("streamconsumer_worker_records", "Records processed.", ["shard"])
 BYTES = Counter("streamconsumer_worker_bytes", "Record bytes processed.", ["shard"])
@@ -12,11 +17,22 @@ PROCESS_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
 )
 PROCESS_FAILURES = Counter(
-    "streamconsumer_worker_process_failures", "process_records calls that raised.", ["shard"]
+    "streamconsumer_worker_process_failures", "Processor calls that raised.", ["shard"]
 )
 MILLIS_BEHIND = Gauge(
     "streamconsumer_worker_millis_behind_latest", "MillisBehindLatest per held shard.", ["shard"]
 )
+
+
+def batch_processed(shard: str, records: Sequence[Record], started: float) -> None:
+    PROCESS_SECONDS.observe(time.perf_counter() - started)
+    RECORDS.labels(shard).inc(len(records))
+    BYTES.labels(shard).inc(sum(len(r.data) for r in records))
+
+
+def batch_failed(shard: str, started: float) -> None:
+    PROCESS_SECONDS.observe(time.perf_counter() - started)
+    PROCESS_FAILURES.labels(shard).inc()
 
 
 def serve(port: int | None) -> None:

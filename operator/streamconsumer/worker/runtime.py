@@ -1,25 +1,46 @@
-"""The worker process: a heartbeat loop that joins, renews and leaves, and one
-ShardConsumer per held shard. SIGTERM drains: the operator revokes every shard by
-hand-off, each finishes its batch, checkpoints and releases, then the process exits."""
+"""The worker process: threads that drive the sans-I/O cores. The main thread heartbeats
+(WorkerCore); each held shard has a reader thread (GetRecords, read ahead up to
+`prefetch`) and a processing thread that runs the steps its ShardMachine asks for —
+processor calls and checkpoints. Every call into a core holds one lock; processor calls
+and HTTP happen outside it. SIGTERM drains: every shard is handed off, then we exit."""
 
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
-from types import FrameType
 
-from streamconsumer.models import HeartbeatRequest, HeartbeatResponse, RevocationReason
-from streamconsumer.processor import ProcessorFactory
+from streamconsumer.core.backoff import Backoff
+from streamconsumer.models import CheckpointRequest
+from streamconsumer.processor import ProcessorFactory, RecordProcessor, ShardInfo
 from streamconsumer.sources.base import StreamSource
-from streamconsumer.worker.client import OperatorClient, OperatorUnavailable
+from streamconsumer.worker import metrics
+from streamconsumer.worker.client import OperatorClient, OperatorRefused, OperatorUnavailable
 from streamconsumer.worker.config import WorkerConfig
-from streamconsumer.worker.fence import Fence
-from streamconsumer.worker.shard import ShardConsumer, Stop
+from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.shard import (
+    Answer,
+    Deliver,
+    EndShard,
+    Finished,
+    Initialize,
+    LoseLease,
+    SendCheckpoint,
+    ShardMachine,
+    Shutdown,
+    Wait,
+)
 
 log = logging.getLogger(__name__)
-INITIAL_HEARTBEAT_SECONDS = 1.0
+_CALLS = {
+    Initialize: "initialize",
+    Deliver: "process_records",
+    EndShard: "shard_ended",
+    Shutdown: "shutdown_requested",
+    LoseLease: "lease_lost",
+}
+MAX_WAIT_SECONDS = 1.0  # wake up at least this often (a fence may have closed)
+WAITING_CHECKPOINT_SECONDS = 15.0
 
 
 class Worker:
@@ -29,103 +50,184 @@ class Worker:
         operator: OperatorClient,
         source: StreamSource,
         processor_factory: ProcessorFactory,
-        drain_timeout: float = 25.0,
     ) -> None:
         self.config = config
-        self.name = config.worker_name
         self._operator = operator
         self._source = source
         self._factory = processor_factory
-        self._drain_timeout = drain_timeout
-        self._fence = Fence()
-        self._shards: dict[str, ShardConsumer] = {}
+        # A class factory carries the flag; a plain function's processor never wants empties.
+        wants_empty = bool(getattr(processor_factory, "wants_empty_batches", False))
+        self.core = WorkerCore(config.worker_name, config.prefetch, wants_empty)
         self._lock = threading.Lock()
-        self._draining = threading.Event()
         self._wake = threading.Event()
-        self._interval = INITIAL_HEARTBEAT_SECONDS
+        self._threads: list[threading.Thread] = []
 
-    def drain(self, *_: object) -> None:
-        """Begin a graceful shutdown (SIGTERM)."""
-        self._draining.set()
-        self._wake.set()
+    # --- lifecycle ---------------------------------------------------------------------
 
-    def _done(self, shard_id: str) -> None:
-        with self._lock:
-            self._shards.pop(shard_id, None)
-        self._wake.set()  # tell the operator soon (finished or released)
-
-    def run(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-        drain_deadline: float | None = None
+    def run(self) -> int:
+        """Heartbeats until done (drained, or giving up); returns the exit status."""
         while True:
-            if self._draining.is_set() and drain_deadline is None:
-                drain_deadline = time.monotonic() + self._drain_timeout
             self._heartbeat()
             with self._lock:
-                idle = not self._shards
-            if drain_deadline is not None and (idle or time.monotonic() > drain_deadline):
+                done, interval = self.core.done(time.monotonic()), self.core.interval
+                if self.core.draining and self.core.machines:
+                    interval = min(interval, 0.25)  # hand-offs come with the next answers
+            if done:
                 break
-            self._wake.wait(self._interval)
+            self._wake.wait(interval)
             self._wake.clear()
-        self._shutdown()
+        for thread in self._threads:
+            thread.join(timeout=1.0)
+        self._operator.close()
+        if self.core.exit_reason:
+            log.error("worker: %s", self.core.exit_reason)
+            return 2
+        return 0
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.drain()
+    def drain(self, *_: object) -> None:
+        """Begin a graceful shutdown (the SIGTERM handler)."""
+        with self._lock:
+            self.core.drain(time.monotonic(), self.config.drain_seconds)
+        self._wake.set()
+
+    # --- heartbeats --------------------------------------------------------------------
 
     def _heartbeat(self) -> None:
         with self._lock:
-            held = [shard.held() for shard in self._shards.values()]
-        request = HeartbeatRequest(worker=self.name, held=held, draining=self._draining.is_set())
+            request = self.core.heartbeat()
+            timeout = self.core.request_timeout
         sent_at = time.monotonic()
         try:
-            response = self._operator.heartbeat(request)
-        except OperatorUnavailable as error:
-            log.warning(
-                "heartbeat failed (fence closes in %.1fs): %s", self._fence.remaining(), error
-            )
-            self._interval = min(self._interval, 1.0)
-            return
-        self._fence.renew(sent_at, response.lease_duration_ms / 1000)
-        self._interval = max(0.1, response.lease_duration_ms / 1000 / 3)
-        self._apply(response)
-
-    def _apply(self, response: HeartbeatResponse) -> None:
-        for revocation in response.revocations:
+            response = self._operator.heartbeat(request, timeout)
+        except (OperatorUnavailable, OperatorRefused) as error:
+            refused = str(error) if isinstance(error, OperatorRefused) else None
             with self._lock:
-                shard = self._shards.get(revocation.shard_id)
-            if shard is not None:
-                lost = revocation.reason is RevocationReason.LOST
-                shard.request_stop(Stop.LOST if lost else Stop.HANDOFF)
-        if self._draining.is_set():
+                self.core.failed(refused, time.monotonic())
+                log.warning("heartbeat failed: %s", error)
             return
-        for assignment in response.assignments:
-            with self._lock:
-                current = self._shards.get(assignment.shard_id)
-                if current is not None:
-                    if current.epoch == assignment.epoch:
-                        continue
-                    current.request_stop(Stop.LOST)  # an older grant of ours: fenced out
-                    continue
-                shard = ShardConsumer(
-                    self.name,
-                    assignment,
-                    self._source,
-                    self._operator,
-                    self._factory,
-                    self._fence,
-                    prefetch=self.config.prefetch,
-                    idle_seconds=self.config.idle_between_reads_ms / 1000,
-                    on_done=self._done,
-                )
-                self._shards[assignment.shard_id] = shard
-            shard.start()
-
-    def _shutdown(self) -> None:
         with self._lock:
-            remaining = list(self._shards.values())
-        for shard in remaining:
-            shard.request_stop(Stop.HANDOFF)
-        for shard in remaining:
-            shard.join(timeout=5.0)
-        self._operator.close()
+            started, resend = self.core.answered(response, sent_at, time.monotonic())
+        for machine in started:
+            self._start(machine)
+        for release in resend:
+            self._send_quietly(release)
+
+    def _send_quietly(self, request: CheckpointRequest) -> None:
+        """A release or last word for a shard we do not run: best effort (the operator
+        asks again if it did not get it)."""
+        try:
+            self._operator.checkpoint(request)
+        except Exception as error:  # any failure: it will be asked again
+            log.info("%s: release not delivered: %s", request.shard_id, error)
+
+    # --- shards --------------------------------------------------------------------------
+
+    def _start(self, machine: ShardMachine) -> None:
+        changed = threading.Condition(self._lock)
+        for target, name in ((self._process, "shard"), (self._read, "read")):
+            thread = threading.Thread(
+                target=target, args=(machine, changed), name=f"{name}-{machine.shard_id}"
+            )
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+
+    def _read(self, machine: ShardMachine, changed: threading.Condition) -> None:
+        reader = self._source.open_reader(machine.shard_id, machine.assignment.start)
+        backoff = Backoff(base=0.2, cap=10.0)
+        failures = 0
+        while True:
+            with changed:
+                while machine.outcome is None and not machine.wants_read():
+                    changed.wait(MAX_WAIT_SECONDS)
+                if machine.outcome is not None:
+                    return
+            try:
+                result = reader.read()
+            except Exception as error:  # the shard pauses and reads again
+                log.warning("%s: read failed: %s", machine.shard_id, error)
+                with changed:
+                    changed.wait(backoff.delay(failures))
+                failures += 1
+                continue
+            failures = 0
+            with changed:
+                machine.read(result)
+                changed.notify_all()
+                if not result.records and not result.shard_end:
+                    changed.wait(self.config.idle_between_reads_ms / 1000)
+
+    def _process(self, machine: ShardMachine, changed: threading.Condition) -> None:
+        processor: RecordProcessor | None = None
+        shard = machine.shard_id
+        while True:
+            with changed:
+                now = time.monotonic()
+                step = machine.next(now)
+                if isinstance(step, Wait):
+                    timeout = MAX_WAIT_SECONDS if step.until is None else step.until - now
+                    changed.wait(max(0.0, min(timeout, MAX_WAIT_SECONDS)))
+                    continue
+                if isinstance(step, Finished):
+                    self.core.finished(machine)
+                    changed.notify_all()  # the reader ends too
+                    log.info("%s: %s", shard, step.outcome.value)
+                    break
+            if isinstance(step, SendCheckpoint):
+                answer = self._checkpoint(step.request)
+                with changed:
+                    machine.answered(answer, time.monotonic())
+                continue
+            started = time.perf_counter()
+            try:
+                if isinstance(step, Initialize):
+                    processor = self._factory()
+                    processor.initialize(
+                        ShardInfo(
+                            shard,
+                            machine.assignment.start.sequence_number,
+                            tuple(machine.assignment.parents),
+                        )
+                    )
+                elif isinstance(step, Deliver):
+                    assert processor is not None
+                    processor.process_records(list(step.batch.records), machine.checkpointer)
+                    metrics.batch_processed(shard, step.batch.records, started)
+                elif isinstance(step, EndShard):
+                    assert processor is not None
+                    processor.shard_ended(machine.checkpointer)
+                elif isinstance(step, Shutdown):
+                    assert processor is not None
+                    processor.shutdown_requested(machine.checkpointer)
+                elif isinstance(step, LoseLease):
+                    assert processor is not None
+                    processor.lease_lost()
+            except Exception:
+                metrics.batch_failed(shard, started)
+                log.exception(
+                    "%s: processor failed in %s; retried after a back-off until it returns "
+                    "or the shard moves",
+                    shard,
+                    _CALLS[type(step)],
+                )
+                with changed:
+                    machine.raised(time.monotonic())
+                continue
+            with changed:
+                machine.returned(time.monotonic())
+                if machine.millis_behind is not None:
+                    metrics.MILLIS_BEHIND.labels(shard).set(machine.millis_behind)
+        self._wake.set()  # tell the operator soon (finished or released)
+
+    def _checkpoint(self, request: CheckpointRequest) -> Answer:
+        # wait=true may be held until the status is written (up to the operator's 10 s).
+        timeout = WAITING_CHECKPOINT_SECONDS if request.wait else self.core.request_timeout
+        try:
+            response = self._operator.checkpoint(request, timeout)
+        except OperatorUnavailable as error:
+            log.warning("%s: checkpoint waits for the operator: %s", request.shard_id, error)
+            return Answer.UNREACHABLE
+        except OperatorRefused as refused:
+            log.warning("%s: checkpoint refused: %s", request.shard_id, refused)
+            return Answer.LOST if refused.lease_lost else Answer.INVALID
+        return Answer.SAVED if response.persisted else Answer.ACCEPTED

@@ -1,40 +1,29 @@
-"""One held shard: a reader thread that reads ahead (bounded), and a processing thread
-that calls the user's processor in KCL order, retries it on failure, checkpoints through
-the operator, and stops by hand-off, loss, shard end or shutdown."""
+"""One held shard as a sans-I/O state machine: it says what to do next (`next`) and is
+told what happened (batches read, processor calls returned or raised, checkpoint
+answers, revocations, fence renewals). Threads drive it in the worker (`runtime.py`);
+the simulator drives it in tests. It never blocks, sleeps or reads a clock.
+
+The rules it keeps:
+- Deliver only while this shard's own fence is open: until `lease duration` after the
+  last heartbeat that confirmed the shard was *sent* (DESIGN §3.2). A loss recorded
+  before a renewal is never undone by it.
+- Checkpoint only what returned (§3.11): see `processor.Progress`.
+- A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
+- The release carries the position and is repeated until the status holds it, so a
+  planned move replays nothing even across an operator restart (§3.5, §3.9)."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import queue
-import threading
-import time
-from collections.abc import Callable
+from collections import deque
+from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
 
 from streamconsumer.core.backoff import Backoff
-from streamconsumer.models import Assignment, CheckpointRequest, CheckpointResponse, HeldShard
-from streamconsumer.processor import (
-    SHARD_END,
-    Checkpointer,
-    LeaseLostError,
-    ProcessorFactory,
-    RecordProcessor,
-    ShardInfo,
-)
-from streamconsumer.sources.base import ReadResult, StreamSource
-from streamconsumer.worker import metrics
-from streamconsumer.worker.client import OperatorUnavailable
-from streamconsumer.worker.fence import Fence
+from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
+from streamconsumer.processor import SHARD_END, Checkpointer, Progress
+from streamconsumer.sources.base import ReadResult
 
-log = logging.getLogger(__name__)
-
-
-class CheckpointSink(Protocol):
-    """Where checkpoints go: the operator's API (OperatorClient) in a real worker."""
-
-    def checkpoint(self, request: CheckpointRequest) -> CheckpointResponse: ...
+RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
 
 
 class Stop(Enum):
@@ -42,207 +31,283 @@ class Stop(Enum):
     LOST = "lost"  # fenced out: stop at once, no checkpoint
 
 
-class ShardConsumer:
+class Outcome(Enum):
+    ENDED = "ended"  # read to the end, SHARD_END stored
+    RELEASED = "released"  # handed off with its position
+    LOST = "lost"  # taken away; nothing stored
+
+
+class Answer(Enum):
+    """The operator's answer to a checkpoint or release."""
+
+    ACCEPTED = "accepted"
+    SAVED = "saved"  # accepted, and the status holds it
+    LOST = "lost"  # 409: the lease is not ours under this epoch
+    INVALID = "invalid"  # 400: refused as malformed (unknown shard, backwards)
+    UNREACHABLE = "unreachable"  # no answer, or 5xx: try again later
+
+
+# --- steps: what the driver does next ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Initialize:
+    """Create the processor and call initialize(shard)."""
+
+
+@dataclass(frozen=True)
+class Deliver:
+    """Call process_records(batch.records, checkpointer)."""
+
+    batch: ReadResult
+
+
+@dataclass(frozen=True)
+class EndShard:
+    """Call shard_ended(checkpointer)."""
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Call shutdown_requested(checkpointer)."""
+
+
+@dataclass(frozen=True)
+class LoseLease:
+    """Call lease_lost()."""
+
+
+@dataclass(frozen=True)
+class SendCheckpoint:
+    request: CheckpointRequest
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to do until `until` (None: until something is told to the machine)."""
+
+    until: float | None = None
+
+
+@dataclass(frozen=True)
+class Finished:
+    outcome: Outcome
+
+
+Step = Initialize | Deliver | EndShard | Shutdown | LoseLease | SendCheckpoint | Wait | Finished
+Call = Initialize | Deliver | EndShard | Shutdown | LoseLease
+
+
+class ShardMachine:
     def __init__(
         self,
         worker: str,
         assignment: Assignment,
-        source: StreamSource,
-        operator: CheckpointSink,
-        processor_factory: ProcessorFactory,
-        fence: Fence,
+        fence_deadline: float,
         prefetch: int,
-        idle_seconds: float,
-        on_done: Callable[[str], None],
+        wants_empty_batches: bool = False,
+        retry: Backoff | None = None,
     ) -> None:
         self.worker = worker
+        self.assignment = assignment
         self.shard_id = assignment.shard_id
         self.epoch = assignment.epoch
-        self._assignment = assignment
-        self._source = source
-        self._operator = operator
-        self._factory = processor_factory
-        self._fence = fence
-        self._idle = idle_seconds
-        self._on_done = on_done
-        self._batches: queue.Queue[ReadResult | BaseException] = queue.Queue(maxsize=prefetch)
+        self.progress = Progress(self.shard_id, assignment.start.sequence_number)
+        self.checkpointer = Checkpointer(self.progress)
+        self._deadline = fence_deadline
+        self._prefetch = prefetch
+        self._wants_empty = wants_empty_batches
+        self._retry = retry or Backoff(base=0.1, cap=30.0)
+        self._batches: deque[ReadResult] = deque()
+        self._end_read = False
         self._stop: Stop | None = None
-        self._stop_lock = threading.Lock()
-        self._halt = threading.Event()  # ends the reader
-        self.last_processed: str | None = assignment.start.sequence_number
+        self._call: Call | None = None
+        self._in_flight: CheckpointRequest | None = None
+        self._final: CheckpointRequest | None = None  # the release or SHARD_END to store
+        self._initialized = False
+        self._shutdown_called = False
+        self._end_called = False
+        self._call_failures = 0
+        self._retry_call_at = -float("inf")  # a processor call that raised, after back-off
+        self._send_failures = 0
+        self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
+        self.outcome: Outcome | None = None
         self.millis_behind: int | None = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"shard-{self.shard_id}", daemon=True
+
+    # --- what the worker tells it ------------------------------------------------------
+
+    def renew(self, deadline: float) -> None:
+        """A heartbeat that listed this shard was answered without taking it away."""
+        self._deadline = max(self._deadline, deadline)
+
+    def revoke(self, reason: Stop) -> None:
+        if self._stop is not Stop.LOST:  # loss overrides a pending hand-off
+            self._stop = reason
+
+    @property
+    def stopping(self) -> Stop | None:
+        return self._stop
+
+    def wants_read(self) -> bool:
+        return (
+            self.outcome is None
+            and self._stop is None
+            and not self._end_read
+            and len(self._batches) < self._prefetch
         )
-        self._reader = threading.Thread(
-            target=self._read, name=f"read-{self.shard_id}", daemon=True
-        )
 
-    def start(self) -> None:
-        self._reader.start()
-        self._thread.start()
-
-    def request_stop(self, reason: Stop) -> None:
-        with self._stop_lock:
-            if self._stop is not Stop.LOST:  # loss overrides a pending hand-off
-                self._stop = reason
-
-    def join(self, timeout: float | None = None) -> bool:
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+    def read(self, batch: ReadResult) -> None:
+        self._batches.append(batch)
+        self._end_read = self._end_read or batch.shard_end
 
     def held(self) -> HeldShard:
+        done = self.progress.done
         return HeldShard(
             shard_id=self.shard_id,
             epoch=self.epoch,
-            sequence_number=self.last_processed,
+            sequence_number=done.sequence_number if done else self.progress.stored,
             millis_behind_latest=self.millis_behind,
         )
 
-    # --- reading ahead --------------------------------------------------------------
+    # --- what to do next ---------------------------------------------------------------
 
-    def _read(self) -> None:
-        try:
-            reader = self._source.open_reader(self.shard_id, self._assignment.start)
-            while not self._halt.is_set():
-                result = reader.read()
-                while not self._halt.is_set():
-                    try:
-                        self._batches.put(result, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if result.shard_end:
-                    return
-                if not result.records:
-                    self._halt.wait(self._idle)
-        except BaseException as error:  # surfaced to the processing thread
-            self._batches.put(error)
+    def next(self, now: float) -> Step:
+        if self.outcome is not None:
+            return Finished(self.outcome)
+        if self._call is not None or self._in_flight is not None:
+            return Wait()  # the driver is waiting for that
+        if self._stop is Stop.LOST:
+            if self._final is not None:  # already closing: its last word was sent
+                return self._finish(Outcome.RELEASED if self._final.release else Outcome.ENDED)
+            if self._initialized:
+                return self._begin(LoseLease())
+            return self._finish(Outcome.LOST)
+        if self._final is not None:
+            if now < self._retry_send_at:
+                return Wait(self._retry_send_at)
+            return self._send(self._final)
+        fenced = now >= self._deadline
+        if self._stop is Stop.HANDOFF:  # interrupts any retry of a processor call
+            if not self._initialized or self._shutdown_called:
+                return self._send(self._closing(release=True))
+            return Wait() if fenced else self._begin(Shutdown())
+        if fenced:
+            return Wait()  # self-fenced: deliver nothing until a heartbeat renews the fence
+        pending = self.progress.pending()
+        if pending is not None and pending != SHARD_END:
+            if now < self._retry_send_at:
+                return Wait(self._retry_send_at)
+            return self._send(self._checkpoint(pending))
+        if now < self._retry_call_at:
+            return Wait(self._retry_call_at)
+        if not self._initialized:
+            return self._begin(Initialize())
+        while self._batches:
+            batch = self._batches[0]
+            if batch.records or self._wants_empty:
+                return self._begin(Deliver(batch), batch)
+            self._took(self._batches.popleft())  # an empty read: nothing to deliver
+        if self._end_read:
+            if not self._end_called:
+                self.progress.shard_ended()
+                return self._begin(EndShard())
+            return self._send(self._closing(release=False))
+        return Wait()
 
-    # --- processing -----------------------------------------------------------------
+    def _begin(self, call: Call, batch: ReadResult | None = None) -> Call:
+        self._call = call
+        self.progress.begin(batch.records if batch else ())
+        return call
 
-    def _commit(self, sequence: str) -> None:
-        self._call_operator(
-            CheckpointRequest(
+    def _send(self, request: CheckpointRequest) -> SendCheckpoint:
+        self._in_flight = request
+        return SendCheckpoint(request)
+
+    def _checkpoint(self, sequence: str) -> CheckpointRequest:
+        return CheckpointRequest(
+            worker=self.worker, shard_id=self.shard_id, epoch=self.epoch, sequence_number=sequence
+        )
+
+    def _closing(self, release: bool) -> CheckpointRequest:
+        """The last request of this shard: a release at the newest position (a hand-off),
+        or SHARD_END. Sent with wait: the shard is let go once the status holds it."""
+        if self._final is None:
+            sequence = self.progress.requested if release else SHARD_END
+            self._final = CheckpointRequest(
                 worker=self.worker,
                 shard_id=self.shard_id,
                 epoch=self.epoch,
                 sequence_number=sequence,
+                release=release,
+                wait=True,
             )
-        )
+        return self._final
 
-    def _call_operator(self, request: CheckpointRequest) -> None:
-        """Checkpoints, retrying while the operator is unreachable. Meanwhile this shard
-        delivers nothing more, and once the lease runs out the whole worker is fenced; an
-        outage costs a pause: when the operator is back the checkpoint lands if the lease
-        is still ours (same epoch), or is refused as lost (DESIGN §3.8)."""
-        backoff = Backoff(base=0.05, cap=1.0)
-        attempt = 0
-        while True:
-            try:
-                self._operator.checkpoint(request)
-                return
-            except OperatorUnavailable as error:
-                if self._stop is Stop.LOST:
-                    raise LeaseLostError("revoked while the operator was unreachable") from error
-                if attempt == 0:
-                    log.warning("%s: checkpoint waits for the operator: %s", self.shard_id, error)
-                time.sleep(backoff.delay(attempt))
-                attempt += 1
+    def _finish(self, outcome: Outcome) -> Finished:
+        self.outcome = outcome
+        return Finished(outcome)
 
-    def _run(self) -> None:
-        processor = self._factory()
-        checkpointer = Checkpointer(
-            self.shard_id, self._commit, self._assignment.start.sequence_number
-        )
-        ended = False
-        pending: ReadResult | None = None  # kept until processed: a batch is never dropped
-        # Processors that flush on time (KCL's callProcessRecordsEvenForEmptyRecordList).
-        wants_empty = bool(getattr(processor, "wants_empty_batches", False))
-        try:
-            processor.initialize(
-                ShardInfo(
-                    self.shard_id, checkpointer.last_checkpoint, tuple(self._assignment.parents)
-                )
-            )
-            while True:
-                if self._stop is Stop.LOST:
-                    processor.lease_lost()
-                    return
-                if self._stop is Stop.HANDOFF:
-                    processor.shutdown_requested(checkpointer)
-                    self._release()
-                    return
-                if not self._fence.open():
-                    time.sleep(0.05)  # self-fenced: deliver nothing until renewed
-                    continue
-                if pending is None:
-                    try:
-                        item = self._batches.get(timeout=0.1)
-                    except queue.Empty:
-                        continue
-                    if isinstance(item, BaseException):
-                        raise item
-                    pending = item
-                batch = pending
-                if batch.records or wants_empty:
-                    checkpointer._delivering(batch.records)
-                    if not self._process(processor, batch, checkpointer):
-                        continue
-                if batch.records:
-                    self.last_processed = batch.records[-1].sequence_number
-                if batch.millis_behind_latest is not None:
-                    self.millis_behind = batch.millis_behind_latest
-                    metrics.MILLIS_BEHIND.labels(self.shard_id).set(batch.millis_behind_latest)
-                if batch.shard_end:
-                    checkpointer._shard_ended()
-                    processor.shard_ended(checkpointer)
-                    if checkpointer.last_checkpoint != SHARD_END:
-                        log.warning("%s: shard_ended did not checkpoint; doing it", self.shard_id)
-                        checkpointer.checkpoint()
-                    ended = True
-                    return
-                pending = None
-        except LeaseLostError as lost:
-            log.warning("%s: lease lost: %s", self.shard_id, lost)
-            processor.lease_lost()
-        except Exception:
-            log.exception("%s: stopped on an unexpected error", self.shard_id)
-        finally:
-            self._halt.set()
-            self._on_done(self.shard_id)
-            if ended:
-                log.info("%s: finished (SHARD_END)", self.shard_id)
+    def _took(self, batch: ReadResult) -> None:
+        if batch.millis_behind_latest is not None:
+            self.millis_behind = batch.millis_behind_latest
 
-    def _process(
-        self, processor: RecordProcessor, batch: ReadResult, checkpointer: Checkpointer
-    ) -> bool:
-        """Calls process_records until it returns; retries with back-off, never skips.
-        Returns False if the shard must stop before the batch was processed."""
-        backoff = Backoff(base=0.1, cap=30.0)
-        attempt = 0
-        while True:
-            if self._stop is Stop.LOST or not self._fence.open():
-                return False
-            started = time.perf_counter()
-            try:
-                processor.process_records(list(batch.records), checkpointer)
-                metrics.PROCESS_SECONDS.observe(time.perf_counter() - started)
-                metrics.RECORDS.labels(self.shard_id).inc(len(batch.records))
-                metrics.BYTES.labels(self.shard_id).inc(sum(len(r.data) for r in batch.records))
-                return True
-            except LeaseLostError:
-                raise
-            except Exception:
-                metrics.PROCESS_SECONDS.observe(time.perf_counter() - started)
-                metrics.PROCESS_FAILURES.labels(self.shard_id).inc()
-                log.exception("%s: processor failed; retrying the same batch", self.shard_id)
-                time.sleep(backoff.delay(attempt))
-                attempt += 1
+    # --- what happened -------------------------------------------------------------------
 
-    def _release(self) -> None:
-        release = CheckpointRequest(
+    def returned(self, now: float) -> None:
+        """The processor call from the last step returned."""
+        call, self._call = self._call, None
+        self.progress.returned()
+        self._call_failures = 0
+        if isinstance(call, Initialize):
+            self._initialized = True
+        elif isinstance(call, Deliver):
+            self._took(self._batches.popleft())
+        elif isinstance(call, EndShard):
+            self._end_called = True
+        elif isinstance(call, Shutdown):
+            self._shutdown_called = True
+        elif isinstance(call, LoseLease):
+            self._finish(Outcome.LOST)
+
+    def raised(self, now: float) -> None:
+        """The processor call from the last step raised: nothing it did counts."""
+        call, self._call = self._call, None
+        self.progress.raised()
+        if isinstance(call, Shutdown):
+            self._shutdown_called = True  # release at the last position that returned
+        elif isinstance(call, LoseLease):
+            self._finish(Outcome.LOST)
+        else:  # retried after a back-off, unless a hand-off or a loss comes first
+            self._retry_call_at = now + self._retry.delay(self._call_failures)
+            self._call_failures += 1
+
+    def answered(self, answer: Answer, now: float) -> None:
+        """The operator's answer to the request from the last SendCheckpoint."""
+        request, self._in_flight = self._in_flight, None
+        assert request is not None, "answered without a request in flight"
+        if answer is Answer.UNREACHABLE:
+            # Pause (the fence stops deliveries if this lasts), then ask again.
+            self._retry_send_at = now + min(1.0, 0.05 * 2 ** min(self._send_failures, 5))
+            self._send_failures += 1
+            return
+        self._send_failures = 0
+        if request is self._final:
+            if answer is Answer.ACCEPTED:  # not saved yet: a restart would lose it
+                self._retry_send_at = now + RESEND_UNSAVED_SECONDS
+            else:  # saved, or refused because it is no longer ours: let go either way
+                self._finish(Outcome.RELEASED if request.release else Outcome.ENDED)
+        elif answer in (Answer.ACCEPTED, Answer.SAVED):
+            assert request.sequence_number is not None
+            self.progress.accepted(request.sequence_number)
+        else:
+            self.revoke(Stop.LOST)  # refused: stop without storing anything more
+
+    # --- after it finished ---------------------------------------------------------------
+
+    def last_request(self) -> CheckpointRequest:
+        """What to send again if the operator still counts the shard as ours under this
+        epoch after we let go (its status lost our last word): the release or SHARD_END,
+        or, after a loss, a release without a position."""
+        return self._final or CheckpointRequest(
             worker=self.worker, shard_id=self.shard_id, epoch=self.epoch, release=True
         )
-        with contextlib.suppress(LeaseLostError):  # already gone: nothing to release
-            self._call_operator(release)

@@ -1,0 +1,171 @@
+"""The worker's side of the protocol, sans-I/O: which shards it runs (a ShardMachine
+each), what its heartbeat says, and what an answer changes. `runtime.py` drives it with
+threads and HTTP; the simulator drives it with simulated time and network.
+
+Applying an answer keeps this order, all at once: revocations first, then fence
+renewals (never for a shard just lost), then assignments (DESIGN §3.1-3.2). A worker
+also remembers, per shard, the epoch it last let go of and its last word: it never
+starts a shard again under that epoch, and if the operator still counts the shard as
+its own (a restart lost the release), it says that last word again."""
+
+from __future__ import annotations
+
+import random
+
+from streamconsumer.core.backoff import Backoff
+from streamconsumer.models import (
+    CheckpointRequest,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    RevocationReason,
+)
+from streamconsumer.worker.shard import ShardMachine, Stop
+
+FAILED_HEARTBEAT_RETRY_SECONDS = 1.0
+MAX_REQUEST_SECONDS = 5.0
+MIN_REQUEST_SECONDS = 0.5
+
+
+class WorkerCore:
+    def __init__(
+        self,
+        name: str,
+        prefetch: int,
+        wants_empty_batches: bool = False,
+        give_up_seconds: float = 30.0,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.machines: dict[str, ShardMachine] = {}
+        self.interval = 0.0  # seconds until the next heartbeat is due
+        self.exit_reason: str | None = None
+        self.draining = False
+        self._prefetch = prefetch
+        self._wants_empty = wants_empty_batches
+        self._give_up = give_up_seconds
+        self._rng = rng or random.Random()
+        self._let_go: dict[str, tuple[int, CheckpointRequest]] = {}
+        self._sent: dict[str, int] = {}  # shard -> epoch, as the heartbeat in flight listed
+        self._refused_since: float | None = None
+        self._drain_until: float | None = None
+        self._owns_nothing = False  # the last answer assigned and revoked nothing
+        self._lease: float | None = None  # as the operator last said
+
+    @property
+    def request_timeout(self) -> float:
+        """How long to wait for an answer. A third of the lease at most: after an operator
+        restart, this worker's heartbeat must reach it well within lease + grace, even if
+        the heartbeat in flight went to the dead process (DESIGN §3.8)."""
+        if self._lease is None:
+            return MAX_REQUEST_SECONDS
+        return max(MIN_REQUEST_SECONDS, min(MAX_REQUEST_SECONDS, self._lease / 3))
+
+    # --- heartbeats ----------------------------------------------------------------------
+
+    def heartbeat(self) -> HeartbeatRequest:
+        self._sent = {shard_id: m.epoch for shard_id, m in self.machines.items()}
+        return HeartbeatRequest(
+            worker=self.name,
+            held=[machine.held() for machine in self.machines.values()],
+            draining=self.draining,
+        )
+
+    def answered(
+        self, response: HeartbeatResponse, sent_at: float, now: float
+    ) -> tuple[list[ShardMachine], list[CheckpointRequest]]:
+        """Applies an answer; returns the machines to start and the requests to send
+        (repeated last words and releases of shards this worker will not run)."""
+        self._refused_since = None
+        lease = self._lease = response.lease_duration_ms / 1000
+        resend: list[CheckpointRequest] = []
+        lost: set[str] = set()
+        for revocation in response.revocations:
+            machine = self.machines.get(revocation.shard_id)
+            if machine is not None and machine.epoch == revocation.epoch:
+                machine.revoke(Stop(revocation.reason.value))
+                if revocation.reason is RevocationReason.LOST:
+                    lost.add(revocation.shard_id)
+            elif revocation.reason is RevocationReason.HANDOFF:
+                resend.append(self._let_go_of(revocation.shard_id, revocation.epoch))
+        for shard_id, epoch in self._sent.items():
+            machine = self.machines.get(shard_id)
+            if machine is not None and machine.epoch == epoch and shard_id not in lost:
+                machine.renew(sent_at + lease)
+        started = []
+        for assignment in response.assignments:
+            shard_id, epoch = assignment.shard_id, assignment.epoch
+            current = self.machines.get(shard_id)
+            if current is not None:
+                if current.epoch < epoch:
+                    current.revoke(Stop.LOST)  # an older grant of ours: fenced out
+                continue
+            previous = self._let_go.get(shard_id)
+            if previous is not None and previous[0] >= epoch:
+                if previous[0] == epoch:
+                    resend.append(previous[1])
+                continue
+            if self.draining:
+                resend.append(self._let_go_of(shard_id, epoch))
+                continue
+            machine = ShardMachine(
+                self.name,
+                assignment,
+                fence_deadline=sent_at + lease,
+                prefetch=self._prefetch,
+                wants_empty_batches=self._wants_empty,
+                retry=Backoff(base=0.1, cap=30.0, rng=self._rng),
+            )
+            self.machines[shard_id] = machine
+            started.append(machine)
+        self._owns_nothing = not response.assignments and not response.revocations
+        self.interval = lease / 3
+        if response.next_heartbeat_ms is not None:
+            self.interval = min(self.interval, response.next_heartbeat_ms / 1000)
+        return started, [r.model_copy(update={"wait": False}) for r in resend]
+
+    def failed(self, refused: str | None, now: float) -> None:
+        """No answer (`refused` None), or a refusal (401/403/404) with its message. A
+        worker refused for long (its pod was deleted, its consumer is gone) gives up."""
+        self.interval = min(FAILED_HEARTBEAT_RETRY_SECONDS, self.request_timeout)
+        if refused is None:
+            return
+        if self._refused_since is None:
+            self._refused_since = now
+        if now - self._refused_since >= self._give_up:
+            self.exit_reason = (
+                f"the operator refused this worker for {self._give_up:.0f}s: {refused}"
+            )
+
+    def _let_go_of(self, shard_id: str, epoch: int) -> CheckpointRequest:
+        """The request that lets go of a shard this worker does not run under `epoch`."""
+        previous = self._let_go.get(shard_id)
+        if previous is not None and previous[0] == epoch:
+            return previous[1]
+        request = CheckpointRequest(worker=self.name, shard_id=shard_id, epoch=epoch, release=True)
+        if previous is None or previous[0] < epoch:
+            self._let_go[shard_id] = (epoch, request)
+        return request
+
+    # --- shards and shutdown ---------------------------------------------------------------
+
+    def finished(self, machine: ShardMachine) -> None:
+        if self.machines.get(machine.shard_id) is machine:
+            del self.machines[machine.shard_id]
+        self._let_go[machine.shard_id] = (machine.epoch, machine.last_request())
+
+    def drain(self, now: float, seconds: float) -> None:
+        """SIGTERM: take nothing new, hand everything off within `seconds`."""
+        if not self.draining:
+            self.draining = True
+            self._drain_until = now + seconds
+            self.interval = 0.0
+
+    def done(self, now: float) -> bool:
+        """May the process exit? After a drain once the operator counts nothing as ours
+        (or the drain's time is up), or when giving up."""
+        if self.exit_reason is not None:
+            return True
+        if not self.draining:
+            return False
+        assert self._drain_until is not None
+        return (not self.machines and self._owns_nothing) or now >= self._drain_until

@@ -1,0 +1,100 @@
+"""A thread-free driver of one ShardMachine for unit tests: processor calls run inline,
+checkpoints are answered by a function, time is a number that only moves forward."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from streamconsumer.core.backoff import Backoff
+from streamconsumer.models import (
+    Assignment,
+    CheckpointRequest,
+    StartPosition,
+    StartPositionType,
+)
+from streamconsumer.processor import BaseRecordProcessor, Record, ShardInfo
+from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.shard import (
+    Answer,
+    Deliver,
+    EndShard,
+    Finished,
+    Initialize,
+    LoseLease,
+    SendCheckpoint,
+    ShardMachine,
+    Shutdown,
+    Wait,
+)
+
+
+def batch(*sequences: int, end: bool = False) -> ReadResult:
+    records = [Record(b"d", "k", str(s), checkpoint_sequence=str(s)) for s in sequences]
+    return ReadResult(records, millis_behind_latest=0, shard_end=end)
+
+
+class Drive:
+    """Runs one ShardMachine to quiescence on a fake clock: processor calls on `processor`,
+    checkpoints answered by `answer` (default: saved)."""
+
+    def __init__(
+        self,
+        processor: BaseRecordProcessor,
+        fence: float = 1e9,
+        answer: Callable[[CheckpointRequest], Answer] = lambda _: Answer.SAVED,
+        wants_empty_batches: bool = False,
+    ) -> None:
+        self.now = 0.0
+        self.processor = processor
+        self.answer = answer
+        self.sent: list[CheckpointRequest] = []
+        self.machine = ShardMachine(
+            "w",
+            Assignment(
+                shard_id="s", epoch=1, start=StartPosition(type=StartPositionType.TRIM_HORIZON)
+            ),
+            fence_deadline=fence,
+            prefetch=10,
+            retry=Backoff(base=0.1, cap=30.0, rng=random.Random(0)),
+            wants_empty_batches=wants_empty_batches,
+        )
+
+    def run(self, until: float) -> None:
+        machine = self.machine
+        while self.now <= until:
+            step = machine.next(self.now)
+            if isinstance(step, Finished):
+                return
+            if isinstance(step, Wait):
+                if step.until is None or step.until > until:
+                    self.now = max(self.now, until)  # nothing happens before `until`
+                    return
+                self.now = step.until
+            elif isinstance(step, SendCheckpoint):
+                self.sent.append(step.request)
+                machine.answered(self.answer(step.request), self.now)
+            else:
+                try:
+                    self.call(step)
+                except Exception:
+                    machine.raised(self.now)
+                else:
+                    machine.returned(self.now)
+            self.now += 0.01
+
+    def call(self, step: object) -> None:
+        checkpointer = self.machine.checkpointer
+        if isinstance(step, Initialize):
+            self.processor.initialize(ShardInfo("s", None))
+        elif isinstance(step, Deliver):
+            self.processor.process_records(list(step.batch.records), checkpointer)
+        elif isinstance(step, EndShard):
+            self.processor.shard_ended(checkpointer)
+        elif isinstance(step, Shutdown):
+            self.processor.shutdown_requested(checkpointer)
+        elif isinstance(step, LoseLease):
+            self.processor.lease_lost()
+
+    def stored(self) -> list[str | None]:
+        return [r.sequence_number for r in self.sent]

@@ -1,0 +1,302 @@
+"""The worker's per-shard state machine, driven without threads (KCL lifecycle order,
+retries that never skip, hand-off, loss, self-fencing, checkpoints that wait for the
+operator), and once through the real threaded runtime against a real Coordinator."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import ClassVar
+
+import pytest
+
+from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.core.leases import CheckpointRefused
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import (
+    CheckpointRequest,
+    CheckpointResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    StartPosition,
+)
+from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.processor import SHARD_END, BaseRecordProcessor, Checkpointer, Record
+from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.client import OperatorRefused
+from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.runtime import Worker
+from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
+
+from .shard_drive import Drive, batch
+
+
+class Journal(BaseRecordProcessor):
+    def __init__(self, events: list[str], failures: int = 0) -> None:
+        self.events = events
+        self.failures = failures
+
+    def initialize(self, shard: object) -> None:
+        self.events.append("initialize")
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.failures:
+            self.failures -= 1
+            self.events.append("raise")
+            raise RuntimeError("sink down")
+        self.events.append("process " + ",".join(r.sequence_number for r in records))
+        checkpointer.checkpoint()
+
+    def shard_ended(self, checkpointer: Checkpointer) -> None:
+        self.events.append("shard_ended")
+
+    def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        self.events.append("shutdown_requested")
+        checkpointer.checkpoint()
+
+    def lease_lost(self) -> None:
+        self.events.append("lease_lost")
+
+
+@pytest.fixture
+def events() -> list[str]:
+    return []
+
+
+def test_lifecycle_in_kcl_order_to_shard_end(events: list[str]) -> None:
+    drive = Drive(Journal(events))
+    for result in (batch(1, 2), batch(3), batch(4, end=True)):
+        drive.machine.read(result)
+    drive.run(until=5)
+    assert events == ["initialize", "process 1,2", "process 3", "process 4", "shard_ended"]
+    assert drive.stored() == ["2", "3", "4", SHARD_END]
+    assert drive.machine.outcome is Outcome.ENDED
+    assert drive.machine.held().sequence_number == "4"
+
+
+def test_failures_retry_the_same_batch_and_skip_nothing(events: list[str]) -> None:
+    drive = Drive(Journal(events, failures=2))
+    drive.machine.read(batch(1))
+    drive.machine.read(batch(2, end=True))
+    drive.run(until=30)
+    assert events == ["initialize", "raise", "raise", "process 1", "process 2", "shard_ended"]
+    assert drive.stored() == ["1", "2", SHARD_END]
+
+
+def test_handoff_finishes_the_batch_checkpoints_and_releases_with_the_position(
+    events: list[str],
+) -> None:
+    drive = Drive(Journal(events))
+    drive.machine.read(batch(1))
+    drive.run(until=1)
+    drive.machine.revoke(Stop.HANDOFF)
+    drive.run(until=2)
+    assert events[-1] == "shutdown_requested"
+    assert drive.sent[-1].release
+    assert drive.sent[-1].sequence_number == "1"
+    assert drive.machine.outcome is Outcome.RELEASED
+
+
+def test_a_release_is_repeated_until_the_status_holds_it(events: list[str]) -> None:
+    answers = iter([Answer.ACCEPTED, Answer.UNREACHABLE, Answer.ACCEPTED, Answer.SAVED])
+    drive = Drive(Journal(events), answer=lambda _: next(answers))
+    drive.machine.revoke(Stop.HANDOFF)
+    drive.run(until=5)
+    assert [r.release for r in drive.sent] == [True] * 4
+    assert drive.machine.outcome is Outcome.RELEASED
+
+
+def test_lost_lease_stops_without_checkpoint(events: list[str]) -> None:
+    drive = Drive(Journal(events))
+    drive.run(until=1)
+    drive.machine.read(batch(1))
+    drive.machine.revoke(Stop.LOST)
+    drive.run(until=2)
+    assert events == ["initialize", "lease_lost"]
+    assert drive.sent == []
+    assert drive.machine.outcome is Outcome.LOST
+
+
+def test_a_refused_checkpoint_is_a_lost_lease(events: list[str]) -> None:
+    drive = Drive(Journal(events), answer=lambda _: Answer.LOST)
+    drive.machine.read(batch(1))
+    drive.machine.read(batch(2))
+    drive.run(until=1)
+    assert events == ["initialize", "process 1", "lease_lost"]
+
+
+def test_a_fenced_shard_delivers_nothing_until_renewed(events: list[str]) -> None:
+    drive = Drive(Journal(events), fence=0.0)  # never renewed: closed
+    drive.machine.read(batch(1, end=True))
+    drive.run(until=1)
+    assert events == [], "nothing delivered while fenced"
+    drive.machine.renew(100.0)
+    drive.run(until=2)
+    assert events == ["initialize", "process 1", "shard_ended"]
+
+
+def test_an_unreachable_operator_pauses_the_shard(events: list[str]) -> None:
+    reachable = False
+    drive = Drive(
+        Journal(events), answer=lambda _: Answer.SAVED if reachable else Answer.UNREACHABLE
+    )
+    drive.machine.read(batch(1))
+    drive.machine.read(batch(2))
+    drive.run(until=3)
+    assert events == ["initialize", "process 1"], "batch 2 waits for checkpoint 1"
+    reachable = True
+    drive.run(until=6)
+    assert events == ["initialize", "process 1", "process 2"]
+
+
+def test_empty_reads_reach_only_processors_that_ask_for_them(events: list[str]) -> None:
+    for wants, expected in ((True, ["process 1", "process ", "process 2"]), (False, None)):
+        events.clear()
+        drive = Drive(Journal(events), wants_empty_batches=wants)
+        for result in (batch(1), batch(), batch(2, end=True)):
+            drive.machine.read(result)
+        drive.run(until=5)
+        delivered = [e for e in events if e.startswith("process")]
+        assert delivered == (expected or ["process 1", "process 2"])
+
+
+def test_reading_stops_at_prefetch_and_at_shard_end() -> None:
+    drive = Drive(Journal([]))
+    for _ in range(10):
+        assert drive.machine.wants_read()
+        drive.machine.read(batch())
+    assert not drive.machine.wants_read(), "prefetch is full"
+    drive = Drive(Journal([]))
+    drive.machine.read(batch(1, end=True))
+    assert not drive.machine.wants_read()
+    drive.machine.revoke(Stop.HANDOFF)
+    assert drive.machine.next(0.0) != Wait()
+
+
+# --- the threaded runtime, against a real Coordinator in-process ----------------------------
+
+
+SPEC = StreamConsumerSpec.model_validate(
+    {
+        "source": {"kinesis": {"streamName": "s"}},
+        "processor": {"image": "i", "entrypoint": "m:f"},
+        "leases": {"durationSeconds": 3},
+    }
+)
+
+
+class InProcessOperator:
+    """The operator's protocol without HTTP: a real Coordinator, its engine stepped and its
+    table 'saved' on every call."""
+
+    def __init__(self, shards: list[Shard]) -> None:
+        self.coordinator = Coordinator(SPEC, DurableState(), now=time.monotonic())
+        self.coordinator.set_shards(shards)
+        self.lock = threading.Lock()
+
+    def _settle(self) -> None:
+        now = time.monotonic()
+        self.coordinator.step(now)
+        self.coordinator.persisted(self.coordinator.snapshot(now), self.coordinator.version)
+
+    def heartbeat(
+        self, request: HeartbeatRequest, timeout: float | None = None
+    ) -> HeartbeatResponse:
+        with self.lock:
+            self._settle()
+            response = self.coordinator.heartbeat(request, time.monotonic())
+            self._settle()
+            return response
+
+    def checkpoint(
+        self, request: CheckpointRequest, timeout: float | None = None
+    ) -> CheckpointResponse:
+        with self.lock:
+            try:
+                lease = self.coordinator.checkpoint(request)
+            except CheckpointRefused as refused:
+                raise OperatorRefused(str(refused), lease_lost=refused.lease_lost) from None
+            self._settle()
+            return CheckpointResponse(
+                shard_id=request.shard_id,
+                epoch=lease.epoch,
+                checkpoint=lease.checkpoint,
+                persisted=True,
+            )
+
+    def close(self) -> None:
+        pass
+
+
+class ListSource:
+    """Two shards: a closed parent with records 1..3 and its open child with 4..5."""
+
+    def __init__(self) -> None:
+        self.records = {"parent": [1, 2, 3], "child": [4, 5]}
+
+    def list_shards(self) -> list[Shard]:
+        return [Shard("parent", closed=True), Shard("child", ("parent",))]
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> ListReader:
+        after = int(start.sequence_number) if start.sequence_number else 0
+        return ListReader(self.records[shard_id], after, closed=shard_id == "parent")
+
+    def backlog(self, shard_id: str, start: StartPosition) -> int | None:
+        return None
+
+
+class ListReader:
+    def __init__(self, sequences: list[int], after: int, closed: bool) -> None:
+        self.pending = [s for s in sequences if s > after]
+        self.closed = closed
+
+    def read(self) -> ReadResult:
+        out, self.pending = self.pending[:2], self.pending[2:]
+        return batch(*out, end=self.closed and not self.pending)
+
+
+class Recorder(BaseRecordProcessor):
+    seen: ClassVar[list[tuple[str, str]]] = []
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        Recorder.seen += [(self.shard.shard_id, r.sequence_number) for r in records]
+        checkpointer.checkpoint()
+
+
+def test_the_threaded_runtime_reads_parents_first_and_drains_on_request() -> None:
+    Recorder.seen = []
+    source = ListSource()
+    operator = InProcessOperator(source.list_shards())
+    config = WorkerConfig.model_validate(
+        {
+            "operator_url": "http://unused",
+            "namespace": "n",
+            "consumer": "c",
+            "worker_name": "w",
+            "token_path": "/dev/null",
+            "entrypoint": "m:f",
+            "idle_between_reads_ms": 10,
+            "drain_seconds": 10,
+        }
+    )
+    worker = Worker(config, operator, source, Recorder)  # type: ignore[arg-type]
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    deadline = time.monotonic() + 20
+    while len(Recorder.seen) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.drain()
+    runner.join(15)
+    assert not runner.is_alive(), "the worker did not drain"
+    assert Recorder.seen == [
+        ("parent", "1"),
+        ("parent", "2"),
+        ("parent", "3"),
+        ("child", "4"),
+        ("child", "5"),
+    ]
+    leases = operator.coordinator.leases
+    assert leases["child"].owner is None, "released on drain"
+    assert leases["child"].checkpoint == "5", "with its position"
+    assert "parent" in operator.coordinator.finished or leases["parent"].checkpoint == SHARD_END
+    assert "w" not in operator.coordinator.workers, "gone from the status once it left"
