@@ -55,6 +55,11 @@ fmt: venv  ## format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+.PHONY: soak
+SOAK_MINUTES ?= 20
+soak: venv  ## the protocol simulation on new fault schedules for SOAK_MINUTES (default 20)
+	PYTHONPATH=tests $(BIN)/python -m sim.soak --minutes $(SOAK_MINUTES)
+
 .PHONY: cluster
 cluster: venv controlplane  ## run a local control plane in the foreground (prints its kubeconfig)
 	PYTHONPATH=tests $(BIN)/python -m testbed.controlplane

@@ -18,9 +18,15 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.sources.kinesis import KinesisShardReader, StreamRef, kinesis_client
+from streamconsumer.sources.kinesis import (
+    KinesisShardReader,
+    KinesisSource,
+    StreamRef,
+    kinesis_client,
+)
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
+HASHES = {"StartingHashKey": "0", "EndingHashKey": "1"}
 
 
 def raw(sequence: str, data: bytes = b"x") -> dict[str, object]:
@@ -121,3 +127,40 @@ def test_expired_iterator_resumes_after_the_last_record_read() -> None:
     assert [r.sequence_number for r in first.records + second.records] == ["10", "11", "12"]
     assert second.shard_end
     assert reader.read().shard_end, "stays ended without calling Kinesis again"
+
+
+def test_backlog_of_a_closed_shard_at_its_end_is_its_childrens() -> None:
+    """An unfinished closed shard with nothing left still needs a worker, and its
+    children's records wait behind it: the autoscaler must see that backlog."""
+    client = boto3.client(
+        "kinesis", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    stubber = Stubber(client)
+    source = KinesisSource(client, StreamRef(name="s"))
+    after = StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number="9")
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "p"})
+    stubber.add_response(
+        "get_records",
+        {
+            "Records": [],
+            "ChildShards": [
+                {"ShardId": "c1", "ParentShards": ["s0"], "HashKeyRange": HASHES},
+                {"ShardId": "c2", "ParentShards": ["s0"], "HashKeyRange": HASHES},
+            ],
+        },
+    )
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "c1"})
+    stubber.add_response("get_records", {"Records": [], "NextShardIterator": "c1-2"})
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "c2"})
+    stubber.add_response(
+        "get_records",
+        {"Records": [raw("12")], "NextShardIterator": "c2-2", "MillisBehindLatest": 4000},
+    )
+    with stubber:
+        assert source.backlog("s0", after) == 4000
+    stubber = Stubber(client)
+    source = KinesisSource(client, StreamRef(name="s"))
+    stubber.add_response("get_shard_iterator", {"ShardIterator": "open"})
+    stubber.add_response("get_records", {"Records": [], "NextShardIterator": "open-2"})
+    with stubber:
+        assert source.backlog("s1", after) is None, "open and caught up"

@@ -7,18 +7,20 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client as k8s
 
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.controller.state import Coordinator, DurableState, durable_from_status
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeldShard
 from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Progress, Record
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
+from streamconsumer.testing import ProcessorHarness
 from streamconsumer.worker.shard import Stop, Wait
 
 from .shard_drive import Drive, batch
@@ -269,3 +271,77 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
             return response.status, response.headers.get("Retry-After")
 
     assert asyncio.run(call()) == (503, "1")
+
+
+# --- found by the simulation ----------------------------------------------------------------
+
+
+def test_a_failed_flush_leaves_no_record_of_the_call_in_the_buffer() -> None:
+    """A record of a call that raised must not stay buffered: a later flush (on shutdown)
+    would commit it, then could not checkpoint it, and the next owner would commit it
+    again."""
+
+    class Sink(BatchingProcessor):
+        def __init__(self) -> None:
+            super().__init__(stream="s", max_records=3, max_wait=60)
+            self.fail = False
+            self.committed: list[str] = []
+
+        def commit(self, records: list[Record], batch: BatchInfo) -> None:
+            if self.fail:
+                raise OSError("storage unavailable")
+            self.committed += [r.sequence_number for r in records]
+
+    sink = Sink()
+    harness = ProcessorHarness(sink, "s")
+    harness.initialize()
+    harness.process(batch(1, 2).records)  # buffered: done as far as the worker knows
+    sink.fail = True
+    with pytest.raises(OSError, match="storage unavailable"):
+        harness.process(batch(3).records)  # the flush of 1..3 fails
+    sink.fail = False
+    harness.shutdown()  # a hand-off comes before any retry
+    assert sink.committed == ["1", "2"]
+    assert harness.checkpoints == ["2"], "record 3 is left for the next owner"
+
+
+def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
+    """After a restart while Kinesis is slow, draining workers still hand off and silent
+    ones still expire (the shards already started need no listing)."""
+    status = {
+        "leases": {
+            "s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"},
+            "s1": {"owner": "a", "epoch": 1, "state": "Active"},
+        }
+    }
+    coordinator = Coordinator(spec(), durable_from_status(status), now=0.0)
+    assert not coordinator.shards_known
+    coordinator.heartbeat(
+        HeartbeatRequest(
+            worker="a",
+            held=[HeldShard(shard_id="s0", epoch=3), HeldShard(shard_id="s1", epoch=1)],
+            draining=True,
+        ),
+        0.1,
+    )
+    beat(coordinator, "b", 0.1)
+    coordinator.step(0.2)
+    assert {lease.state.value for lease in coordinator.leases.values()} == {"HandOff"}
+    assert coordinator.finished == set(), "nothing is collected without a listing"
+
+
+def test_a_draining_owners_last_report_does_not_hide_a_measured_backlog() -> None:
+    coordinator = Coordinator(spec(), DurableState(), now=0.0)
+    coordinator.set_shards([Shard("s0")])
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)
+    coordinator.heartbeat(
+        HeartbeatRequest(
+            worker="a",
+            held=[HeldShard(shard_id="s0", epoch=1, millis_behind_latest=0)],
+            draining=True,
+        ),
+        1.0,
+    )
+    coordinator.set_backlog({"s0": 2080}, 1.1)
+    assert coordinator.lag_millis() == {"s0": 2080}

@@ -152,24 +152,28 @@ class Coordinator:
         return ShardChanges(new=new, expired_unfinished=expired)
 
     def step(self, now: float) -> list[Action]:
-        """Runs the lease engine once; collects finished leases and forgotten workers."""
-        if not self.shards_known:
-            return []
+        """Runs the lease engine once; collects finished leases and forgotten workers.
+
+        Before the first listing (Kinesis slow or down after a restart) it serves the
+        shards already started: their parents were finished when they were first
+        granted, so silent workers still expire and draining ones still hand off."""
+        shards = self.shards if self.shards_known else self._started_shards()
         liveness = [
             WorkerLiveness(name, progress.expires_at, progress.draining)
             for name, progress in self.workers.items()
         ]
         settings = EngineSettings(max_per_worker=self.spec.leases.max_per_worker)
-        result = plan(self.shards, self.leases, liveness, now, settings, self.finished)
+        result = plan(shards, self.leases, liveness, now, settings, self.finished)
         self.leases = result.leases
-        listed = set(self._by_id)
-        done = finished_shards(self.shards, self.leases, self.finished) & listed
-        for shard_id in collectable(self.shards, self.leases):
-            del self.leases[shard_id]
-            self._changed()
-        if not done <= self.finished:
-            self.finished |= done
-            self._changed()
+        if self.shards_known:  # collecting needs the stream's view of lineage
+            listed = set(self._by_id)
+            done = finished_shards(self.shards, self.leases, self.finished) & listed
+            for shard_id in collectable(self.shards, self.leases):
+                del self.leases[shard_id]
+                self._changed()
+            if not done <= self.finished:
+                self.finished |= done
+                self._changed()
         owners = {lease.owner for lease in self.leases.values()}
         for name, progress in list(self.workers.items()):
             if now > progress.expires_at and name not in owners:
@@ -236,6 +240,13 @@ class Coordinator:
             revocations=revocations,
             next_heartbeat_ms=PENDING_GRANT_HEARTBEAT_MS if pending else None,
         )
+
+    def _started_shards(self) -> list[Shard]:
+        return [
+            Shard(shard_id)
+            for shard_id, lease in sorted(self.leases.items())
+            if lease.epoch > 0 and lease.state is not FINISHED
+        ]
 
     def _owners(self) -> set[str | None]:
         return {lease.owner for lease in self.leases.values()}
@@ -346,12 +357,15 @@ class Coordinator:
         }
 
     def lag_millis(self) -> dict[str, int]:
-        lag = dict(self.backlog)
+        """What each owner last reported; for shards nobody live owns, what the operator
+        measured itself (a draining owner's last report must not hide a backlog)."""
+        lag: dict[str, int] = {}
         for name, progress in self.workers.items():
             for shard_id, millis in progress.millis_behind.items():
                 lease = self.leases.get(shard_id)
                 if lease is not None and lease.owner == name:
                     lag[shard_id] = millis
+        lag.update(self.backlog)
         return lag
 
     def status_leases(self) -> dict[str, Lease]:

@@ -36,5 +36,6 @@ class StreamSource(Protocol):
     def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader: ...
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
-        """Milliseconds behind the tip for a reader starting at `start`; None if caught up."""
+        """Milliseconds behind the tip for a reader starting at `start`; None if caught up.
+        A closed shard at its end reports its children's backlog (at least 1 ms)."""
         ...

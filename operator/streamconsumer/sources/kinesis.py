@@ -207,9 +207,15 @@ class KinesisSource:
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         """How far behind the tip a reader starting at `start` would be (milliseconds),
-        None when nothing waits there. Reads at most one record."""
+        None when nothing waits there. Reads at most one record per shard. A closed shard
+        read to its end still needs a worker to finish it, and its children wait behind
+        it: their backlog is its own (at least 1 ms)."""
         iterator = shard_iterator(self.client, self.stream, shard_id, start)
         response = self.client.get_records(ShardIterator=iterator, Limit=1)
-        if not response["Records"]:
-            return None
-        return max(1, int(response.get("MillisBehindLatest") or 0))
+        if response["Records"]:
+            return max(1, int(response.get("MillisBehindLatest") or 0))
+        if response.get("NextShardIterator"):
+            return None  # open, and caught up
+        trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
+        children = [c["ShardId"] for c in response.get("ChildShards", [])]
+        return max([1, *(self.backlog(child, trim_horizon) or 0 for child in children)])

@@ -3,8 +3,10 @@ gather records up to `max_records` or `max_wait` seconds, commit the batch somew
 durable, and only then checkpoint its last record. A batch is always whole reads, so a
 de-aggregated KPL record is never split across two batches.
 
-When a commit fails, `process_records` raises and the worker delivers the same records
-again: those already gathered are not gathered twice."""
+When a commit fails, `process_records` raises and leaves no trace: the records it added
+are taken out of the buffer again, since the worker counts them as not processed and
+delivers them again (gathering them twice would write them twice; keeping them would
+let a later flush commit records the worker cannot checkpoint)."""
 
 from __future__ import annotations
 
@@ -68,16 +70,19 @@ class BatchingProcessor(BaseRecordProcessor):
         self._buffer, self._since = [], None
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
-        if self._buffer:  # a retry after a failed commit brings these records again
-            last = self._buffer[-1].position
-            records = [r for r in records if r.position > last]
+        kept, since = len(self._buffer), self._since
         if records and not self._buffer:
             self._since = self._clock()
         self._buffer.extend(records)
         full = len(self._buffer) >= self.max_records
         waited = self._since is not None and self._clock() - self._since >= self.max_wait
         if self._buffer and (full or waited):
-            self.flush(checkpointer)
+            try:
+                self.flush(checkpointer)
+            except BaseException:
+                del self._buffer[kept:]
+                self._since = since
+                raise
 
     def flush(self, checkpointer: Checkpointer) -> None:
         """Commits the gathered records, then checkpoints them."""
