@@ -1,0 +1,162 @@
+"""Everything the simulated consumer did to the stream's records, and the invariants of
+DESIGN §3 checked as it happens. A breach raises Violation at the event that caused it.
+
+- single owner (§3.1/3.2): deliveries of a shard never go back to an older epoch, an
+  epoch is one worker's, and two workers never run processor calls on a shard at once
+  (unless the earlier call outlived its fence in a process pause: a zombie);
+- only what returned is checkpointed (§3.3/3.11): an accepted checkpoint never passes a
+  record that is not done; records are first done in shard order (nothing skipped);
+- parents first (§3.4): a shard's first delivery comes after every record of its
+  parents is done;
+- lineage remembered (§3.10): a shard whose SHARD_END was saved is never delivered again;
+- forward-only and durable (§3.3/3.8): saved checkpoints never go back;
+- at the end: nothing lost (liveness), and no duplicate when every fault was planned."""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.stream import SimShard, SimStream
+from streamconsumer.core.lineage import SHARD_END, expand
+
+
+class Violation(AssertionError):
+    pass
+
+
+@dataclass
+class Call:
+    worker: str
+    shard_id: str
+    epoch: int
+    zombie: bool = False  # the worker was paused during it
+
+
+@dataclass
+class Ledger:
+    stream: SimStream
+    done_times: Counter[int] = field(default_factory=Counter)
+    _next_undone: dict[str, int] = field(default_factory=dict)  # index into shard.sequences
+    _epochs: dict[str, tuple[int, str]] = field(default_factory=dict)
+    _running: dict[str, list[Call]] = field(default_factory=dict)
+    _started: set[str] = field(default_factory=set)
+    _finished_saved: set[str] = field(default_factory=set)
+    _saved_checkpoints: dict[str, int] = field(default_factory=dict)
+    unplanned: list[str] = field(default_factory=list)
+    deliveries: int = 0
+
+    def _shard(self, shard_id: str) -> SimShard:
+        shard = self.stream.shards.get(shard_id) or self.stream.trimmed.get(shard_id)
+        assert shard is not None, shard_id
+        return shard
+
+    def _all_done(self, shard_id: str) -> bool:
+        shard = self._shard(shard_id)
+        return self._next_undone.get(shard_id, 0) >= len(shard.sequences)
+
+    # --- deliveries (processor calls) --------------------------------------------------
+
+    def begin(self, worker: str, shard_id: str, epoch: int, records: Iterable[str]) -> Call:
+        if shard_id in self._finished_saved:
+            raise Violation(f"{shard_id}: delivered again after its SHARD_END was saved")
+        last = self._epochs.get(shard_id)
+        if last is not None:
+            if epoch < last[0]:
+                raise Violation(f"{shard_id}: {worker} delivers under epoch {epoch} after {last}")
+            if epoch == last[0] and worker != last[1]:
+                raise Violation(f"{shard_id}: epoch {epoch} used by {last[1]} and {worker}")
+        self._epochs[shard_id] = (epoch, worker)
+        for other in self._running.get(shard_id, []):
+            if other.worker != worker and not other.zombie:
+                raise Violation(f"{shard_id}: {worker} and {other.worker} deliver at once")
+        if shard_id not in self._started:
+            self._started.add(shard_id)
+            for parent in self._shard(shard_id).parents:
+                if parent in self.stream.shards and not self._all_done(parent):
+                    raise Violation(f"{shard_id} started before its parent {parent} was done")
+        call = Call(worker, shard_id, epoch)
+        self._running.setdefault(shard_id, []).append(call)
+        if any(True for _ in records):
+            self.deliveries += 1
+        return call
+
+    def end(self, call: Call) -> None:
+        self._running[call.shard_id].remove(call)
+
+    def paused(self, worker: str) -> None:
+        """A process pause: its calls in progress may outlive their fence."""
+        for calls in self._running.values():
+            for call in calls:
+                if call.worker == worker:
+                    call.zombie = True
+
+    def done(self, shard_id: str, sequences: Iterable[int]) -> None:
+        """Records whose processing returned (or whose batch the sink committed)."""
+        shard = self._shard(shard_id)
+        pointer = self._next_undone.get(shard_id, 0)
+        for sequence in sequences:
+            if self.done_times[sequence] == 0:
+                index = bisect.bisect_left(shard.sequences, sequence)
+                if index != pointer:
+                    expected = shard.sequences[pointer] if pointer < len(shard.sequences) else None
+                    raise Violation(f"{shard_id}: {sequence} done first, before {expected}")
+                pointer += 1
+            self.done_times[sequence] += 1
+        self._next_undone[shard_id] = pointer
+
+    # --- checkpoints -------------------------------------------------------------------
+
+    def accepted(self, shard_id: str, checkpoint: str | None) -> None:
+        """The operator now holds `checkpoint` for the shard (in memory)."""
+        if checkpoint is None or shard_id not in self.stream.shards:
+            return
+        shard = self._shard(shard_id)
+        pointer = self._next_undone.get(shard_id, 0)
+        if checkpoint == SHARD_END:
+            if shard.closed_at is None or pointer < len(shard.sequences):
+                raise Violation(f"{shard_id}: SHARD_END with records not done")
+        elif pointer < len(shard.sequences) and int(checkpoint) >= shard.sequences[pointer]:
+            raise Violation(
+                f"{shard_id}: checkpoint {checkpoint} passes {shard.sequences[pointer]}, not done"
+            )
+
+    def saved(self, status: dict[str, Any]) -> None:
+        """A status write landed."""
+        finished = set(expand(status.get("finishedShards") or []))
+        for shard_id, lease in (status.get("leases") or {}).items():
+            checkpoint = lease.get("checkpoint")
+            if checkpoint == SHARD_END:
+                finished.add(shard_id)
+            elif checkpoint is not None:
+                before = self._saved_checkpoints.get(shard_id, -1)
+                if int(checkpoint) < before:
+                    raise Violation(f"{shard_id}: saved checkpoint went back to {checkpoint}")
+                self._saved_checkpoints[shard_id] = int(checkpoint)
+            if shard_id in self._finished_saved and checkpoint != SHARD_END:
+                raise Violation(f"{shard_id}: finished, then saved unfinished ({lease})")
+            self.accepted(shard_id, checkpoint)
+        self._finished_saved |= finished
+
+    # --- the end -------------------------------------------------------------------------
+
+    def lost(self) -> list[int]:
+        """Records never done in shards still in the stream."""
+        return [
+            sequence
+            for shard in self.stream.shards.values()
+            for sequence in shard.sequences[self._next_undone.get(shard.id, 0) :]
+        ]
+
+    def expired(self) -> int:
+        """Records trimmed by retention before they were done (the stream's loss)."""
+        return sum(
+            len(shard.sequences) - self._next_undone.get(shard.id, 0)
+            for shard in self.stream.trimmed.values()
+        )
+
+    def duplicates(self) -> int:
+        return sum(times - 1 for times in self.done_times.values() if times > 1)

@@ -1,0 +1,173 @@
+"""The named runs that showed each bug of issue 11 (and those the simulation found on
+its own), with the revert that brings the bug back. Each must pass as the code is, and
+break an invariant under its revert."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim import reverts
+from sim.scenario import Fault, Run
+
+
+@dataclass(frozen=True)
+class Regression:
+    run: Run
+    revert: reverts.Revert
+    shows: str  # the violation its revert causes, as the ledger words it
+
+
+F = Fault
+REGRESSIONS: dict[str, Regression] = {
+    "11.1 split, then merged back": Regression(
+        Run(seed=1, shards=1, replicas=1, faults=(F(5.0, "split"), F(15.0, "merge")), duration=30),
+        reverts.lineage_forgets_finished_shards,
+        "finished, then saved unfinished",
+    ),
+    "11.2 hand-off while a batch keeps failing": Regression(
+        Run(
+            seed=2,
+            shards=2,
+            replicas=2,
+            faults=(F(8.0, "poison", 0, 30.0), F(8.0, "poison", 1, 30.0), F(10.0, "scale", 1)),
+            duration=50,
+        ),
+        reverts.a_raising_call_stays_delivered,
+        "not done",
+    ),
+    "11.3 a sink that fails once": Regression(
+        Run(seed=3, shards=1, replicas=1, processor="sink", faults=(F(5.0, "sink_errors", 0, 10),)),
+        reverts.a_retried_batch_is_buffered_again,
+        "duplicates although every fault was planned",
+    ),
+    "11.4 scaled to zero, records arrive": Regression(
+        Run(seed=4, shards=1, replicas=0, autoscale=True, duration=30),
+        reverts.unowned_shards_show_no_lag,
+        "never processed",
+    ),
+    "11.5 grants visible while writes fail, then a crash": Regression(
+        Run(
+            seed=5,
+            shards=2,
+            replicas=1,
+            lease=10.0,
+            faults=(
+                F(10.0, "status_errors", 0, 12.0),
+                F(11.0, "scale", 2),
+                F(16.0, "operator_crash", 0, 1.0),
+            ),
+            duration=40,
+        ),
+        reverts.grants_visible_before_saved,
+        "duplicates although every fault was planned",
+    ),
+    "11.7 scale-up, checkpoints only on shutdown": Regression(
+        Run(seed=7, shards=2, replicas=1, checkpoint_every=0, faults=(F(10.0, "scale", 2),)),
+        reverts.release_without_position,
+        "duplicates although every fault was planned",
+    ),
+    "11.8 lease lowered, then a worker goes quiet": Regression(
+        Run(
+            seed=8,
+            shards=2,
+            replicas=2,
+            lease=10.0,
+            checkpoint_every=0,
+            faults=(F(10.0, "lease", 0), F(10.5, "partition", 0, 8.0)),
+            duration=40,
+        ),
+        reverts.shorter_lease_cuts_promises,
+        "delivers under epoch",
+    ),
+    "11.9 a partitioned worker comes back": Regression(
+        Run(
+            seed=9,
+            shards=2,
+            replicas=2,
+            checkpoint_every=0,
+            faults=(F(10.0, "partition", 0, 12.0),),
+            duration=40,
+        ),
+        reverts.fence_renewed_before_revocations,
+        "delivers under epoch",
+    ),
+    "11.10 a poison record during scale-down": Regression(
+        Run(
+            seed=10,
+            shards=2,
+            replicas=2,
+            faults=(F(8.0, "poison", 0, 60.0), F(8.0, "poison", 1, 60.0), F(10.0, "scale", 1)),
+        ),
+        reverts.retries_ignore_handoffs,
+        "a planned move did not finish",
+    ),
+    "11.11 Kinesis slow during a scale-down": Regression(
+        Run(
+            seed=11,
+            shards=2,
+            replicas=2,
+            faults=(F(10.0, "listing_slow", 0, 12.0), F(11.0, "scale", 1)),
+            duration=40,
+        ),
+        reverts.listing_inline,
+        "a planned move did not finish",
+    ),
+    "11.12 a parent trimmed before it finished": Regression(
+        Run(
+            seed=12,
+            shards=1,
+            replicas=1,
+            faults=(F(5.0, "split"), F(5.01, "retention", 0, 0.001)),
+            duration=30,
+        ),
+        reverts.trimmed_shards_keep_leases,
+        "leases of shards gone from the stream",
+    ),
+    "found: operator restart with a short lease": Regression(
+        Run(
+            seed=46,
+            shards=1,
+            replicas=1,
+            lease=3.0,
+            processor="sink",
+            checkpoint_every=2,
+            faults=(F(23.8, "operator_crash", 8, 2.25),),
+        ),
+        reverts.fixed_heartbeat_timeout,
+        "duplicates although every fault was planned",
+    ),
+    "found: restart while Kinesis is slow, then a scale-down": Regression(
+        Run(
+            seed=14,
+            shards=2,
+            replicas=2,
+            faults=(
+                F(4.9, "listing_slow", 0, 55.0),
+                F(5.0, "operator_crash", 0, 1.0),
+                F(25.0, "scale", 1),
+            ),
+        ),
+        reverts.idle_engine_without_listing,
+        "a planned move did not finish",
+    ),
+    "found: scaled to zero behind a closed shard": Regression(
+        Run(
+            seed=26,
+            shards=1,
+            replicas=0,
+            lease=6.0,
+            checkpoint_every=2,
+            autoscale=True,
+            faults=(
+                F(8.29, "worker_crash", 0, 8.9),
+                F(13.34, "worker_crash", 6, 4.69),
+                F(36.53, "net_loss", 6, 11.47),
+                F(38.59, "split", 9, 6.76),
+                F(56.39, "flaky", 3, 2.16),
+                F(57.25, "split", 3, 9.54),
+            ),
+        ),
+        reverts.backlog_hidden_behind_a_finished_looking_shard,
+        "never processed",
+    ),
+}

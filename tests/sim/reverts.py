@@ -1,0 +1,232 @@
+"""Each fix of issue 11, reverted: a monkeypatch that puts the old behaviour back. The
+regression examples in test_sees_every_bug.py must pass as the code is and must break
+an invariant under their revert — the proof that the simulation can see each bug."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from streamconsumer.controller.loop import ConsumerLoop
+from streamconsumer.controller.state import Coordinator
+from streamconsumer.processor import Progress, Record
+from streamconsumer.spark.batching import BatchingProcessor
+from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.shard import ShardMachine, Step, Stop
+
+Revert = Callable[[pytest.MonkeyPatch], None]
+
+
+def lineage_forgets_finished_shards(patch: pytest.MonkeyPatch) -> None:
+    """11.1: no finished set; a parent is known finished only while a child's lease lives."""
+    step = Coordinator.step
+
+    def forgetful(self: Coordinator, now: float) -> Any:
+        self.finished.clear()
+        actions = step(self, now)
+        self.finished.clear()
+        return actions
+
+    patch.setattr(Coordinator, "step", forgetful)
+
+
+def a_raising_call_stays_delivered(patch: pytest.MonkeyPatch) -> None:
+    """11.2: records of a call that raised still count as delivered, so a bare
+    checkpoint() on shutdown stores them."""
+
+    def raised(self: Progress) -> None:
+        self.requested = self._before_call
+
+    patch.setattr(Progress, "raised", raised)
+
+
+def a_retried_batch_is_buffered_again(patch: pytest.MonkeyPatch) -> None:
+    """11.3: the batching processor adds a retried batch to its buffer again."""
+
+    def process_records(self: BatchingProcessor, records: list[Record], checkpointer: Any) -> None:
+        if records and not self._buffer:
+            self._since = self._clock()
+        self._buffer.extend(records)
+        full = len(self._buffer) >= self.max_records
+        waited = self._since is not None and self._clock() - self._since >= self.max_wait
+        if self._buffer and (full or waited):
+            self.flush(checkpointer)
+
+    patch.setattr(BatchingProcessor, "process_records", process_records)
+
+
+def unowned_shards_show_no_lag(patch: pytest.MonkeyPatch) -> None:
+    """11.4: nobody measures the backlog of shards without a worker."""
+    patch.setattr(ConsumerLoop, "probes_due", lambda self, now: [])
+
+
+def grants_visible_before_saved(patch: pytest.MonkeyPatch) -> None:
+    """11.5: a grant reaches its worker before the status holds it."""
+    patch.setattr(Coordinator, "_saved", lambda self, lease: True)
+
+
+def write_errors_restart_the_loop(patch: pytest.MonkeyPatch) -> None:
+    """11.6: a failed status write ends the loop; kopf restarts it 2 s later from the
+    saved status, dropping what was not saved."""
+    from sim.operator import SimOperator
+
+    def failed(self: ConsumerLoop, write: Any, error: str, now: float) -> None:
+        raise _LoopDied(error)
+
+    written = SimOperator._written
+
+    def restart_on_death(self: SimOperator, write: Any) -> None:
+        try:
+            written(self, write)
+        except _LoopDied:
+            self.crash(downtime=2.0)
+
+    patch.setattr(ConsumerLoop, "write_failed", failed)
+    patch.setattr(SimOperator, "_written", restart_on_death)
+
+
+class _LoopDied(Exception):
+    pass
+
+
+def listing_inline(patch: pytest.MonkeyPatch) -> None:
+    """11.11: the loop awaits ListShards: nothing else runs (no expiry, no grant, no
+    status write) until it answers or times out."""
+    from sim.operator import SimOperator
+
+    tick = SimOperator._tick
+
+    def blocked(self: SimOperator, plan: int) -> None:
+        if self._listing is not None and plan == self._plan:
+            self._tick_at = None
+            self.wake(0.2)  # still awaiting the listing
+            return
+        tick(self, plan)
+
+    patch.setattr(SimOperator, "_tick", blocked)
+
+
+def release_without_position(patch: pytest.MonkeyPatch) -> None:
+    """11.7: the release carries no position (what shutdown_requested checkpointed is
+    not stored)."""
+    closing = ShardMachine._closing
+
+    def positionless(self: ShardMachine, release: bool) -> Any:
+        request = closing(self, release)
+        if release and request.sequence_number is not None:
+            self._final = request = request.model_copy(update={"sequence_number": None})
+        return request
+
+    patch.setattr(ShardMachine, "_closing", positionless)
+
+
+def shorter_lease_cuts_promises(patch: pytest.MonkeyPatch) -> None:
+    """11.8: a new lease duration applies to fences already promised."""
+    update = Coordinator.update_spec
+
+    def update_spec(self: Coordinator, spec: Any) -> None:
+        before = self.lease_duration
+        update(self, spec)
+        shift = (self.lease_duration - before) * 4 / 3  # lease + grace, as heard then
+        for progress in self.workers.values():
+            progress.expires_at += shift
+        self.durable = type(self.durable)(
+            self.durable.leases, self.durable.finished, self.lease_duration
+        )
+        self._promises = {}
+
+    patch.setattr(Coordinator, "update_spec", update_spec)
+
+
+def fence_renewed_before_revocations(patch: pytest.MonkeyPatch) -> None:
+    """11.9: the answer renews every fence, the lost shard's too, before revoking it: the
+    machine delivers on until a checkpoint is refused."""
+    answered = WorkerCore.answered
+
+    def renew_first(self: WorkerCore, response: Any, sent_at: float, now: float) -> Any:
+        kept = [r for r in response.revocations if r.reason.value != "lost"]
+        lease = response.lease_duration_ms / 1000
+        for machine in self.machines.values():
+            machine.renew(sent_at + lease)
+        return answered(self, response.model_copy(update={"revocations": kept}), sent_at, now)
+
+    patch.setattr(WorkerCore, "answered", renew_first)
+
+
+def retries_ignore_handoffs(patch: pytest.MonkeyPatch) -> None:
+    """11.10: a failing batch is retried until it returns, whatever was asked."""
+    next_step = ShardMachine.next
+
+    def stubborn(self: ShardMachine, now: float) -> Step:
+        if self._stop is Stop.HANDOFF and self._call_failures:
+            self._stop = None
+            try:
+                return next_step(self, now)
+            finally:
+                self._stop = Stop.HANDOFF
+        return next_step(self, now)
+
+    patch.setattr(ShardMachine, "next", stubborn)
+
+
+def trimmed_shards_keep_leases(patch: pytest.MonkeyPatch) -> None:
+    """11.12: leases of shards that left the stream stay."""
+    set_shards = Coordinator.set_shards
+
+    def keep(self: Coordinator, shards: Any) -> Any:
+        kept = {sid: lease for sid, lease in self.leases.items()}
+        changes = set_shards(self, shards)
+        self.leases.update({sid: kept[sid] for sid in kept if sid not in self.leases})
+        return changes
+
+    patch.setattr(Coordinator, "set_shards", keep)
+
+
+def fixed_heartbeat_timeout(patch: pytest.MonkeyPatch) -> None:
+    """Found by the simulation: a 5 s heartbeat timeout whatever the lease, so after an
+    operator restart a worker may reach it only after its leases expired."""
+    patch.setattr(WorkerCore, "request_timeout", property(lambda self: 5.0))
+
+
+def idle_engine_without_listing(patch: pytest.MonkeyPatch) -> None:
+    """Found by the simulation: before its first listing the engine does nothing (no
+    expiry, no hand-off), so a restart while Kinesis is slow blocks every drain."""
+    step = Coordinator.step
+    patch.setattr(
+        Coordinator, "step", lambda self, now: step(self, now) if self.shards_known else []
+    )
+
+
+def backlog_hidden_behind_a_finished_looking_shard(patch: pytest.MonkeyPatch) -> None:
+    """Found by the simulation: a closed, unfinished shard read to its end looks caught
+    up although its children wait behind it with the backlog, and a draining owner's
+    last report (0) hides a measured backlog: a consumer at zero stays there."""
+    from sim.stream import SimSource
+
+    backlog = SimSource.backlog
+
+    def shallow(self: SimSource, shard_id: str, start: Any) -> int | None:
+        result = backlog(self, shard_id, start)
+        return result if self.open_reader(shard_id, start).read().records else None
+
+    def owners_first(self: Coordinator) -> dict[str, int]:
+        lag = dict(self.backlog)
+        for name, progress in self.workers.items():
+            for shard_id, millis in progress.millis_behind.items():
+                lease = self.leases.get(shard_id)
+                if lease is not None and lease.owner == name:
+                    lag[shard_id] = millis
+        return lag
+
+    patch.setattr(SimSource, "backlog", shallow)
+    patch.setattr(Coordinator, "lag_millis", owners_first)
+
+
+@contextlib.contextmanager
+def reverted(revert: Revert) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as patch:
+        revert(patch)
+        yield

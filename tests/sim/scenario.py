@@ -1,0 +1,327 @@
+"""One simulated run: a consumer on a stream with background puts, a schedule of faults
+applied at their times, then a quiet period in which everything must catch up.
+
+`simulate(run)` raises Violation at the first breach of an invariant; otherwise it
+checks the end state (nothing lost; no duplicate unless a worker was killed or paused
+or the network lost messages; finished leases collected; departed workers gone) and
+returns what happened."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.ledger import Ledger, Violation
+from sim.operator import SimApiServer, SimOperator
+from sim.stream import SimSource, SimStream
+from sim.worker import WAITING_CHECKPOINT_TIMEOUT, Recorder, SimWorker, Sink, Trouble
+from sim.world import Network, World
+from streamconsumer.core.lineage import SHARD_END
+from streamconsumer.processor import RecordProcessor
+
+SETTLE = 90.0  # the quiet period after the faults, in which everything must be processed
+GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
+LEASES = (3.0, 4.0, 6.0, 10.0)
+
+# Faults after which a record may be processed twice (DESIGN: duplicates only in the
+# window since the last checkpoint after a crash); every other fault must cause none.
+UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss"}
+PLANNED = {
+    "split",
+    "merge",
+    "scale",
+    "lease",
+    "operator_crash",
+    "status_errors",
+    "listing_errors",
+    "listing_slow",
+    "flaky",
+    "poison",
+    "sink_errors",
+    "net_slow",
+    "retention",
+}
+KINDS = tuple(sorted(UNPLANNED | PLANNED))
+# Faults during which a drain may not finish in time: the operator cannot answer or save,
+# or the worker cannot reach it.
+OUTAGES = {"operator_crash", "status_errors", "worker_pause", "partition", "net_loss"}
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float
+    kind: str
+    arg: int = 0
+    seconds: float = 1.0
+
+
+@dataclass(frozen=True)
+class Run:
+    seed: int
+    shards: int = 2
+    replicas: int = 2
+    lease: float = 6.0
+    processor: str = "recorder"  # recorder | sink
+    checkpoint_every: int = 1  # recorder: every n batches; 0: only on shard end / hand-off
+    faults: tuple[Fault, ...] = ()
+    duration: float = 60.0
+    puts_per_second: float = 6.0
+    # The lag autoscaler owns the worker count (minReplicas 0): it must bring workers
+    # back when records arrive with none running.
+    autoscale: bool = False
+
+
+@dataclass
+class Outcome:
+    steps: int
+    faults: Counter[str]
+    records: int
+    duplicates: int
+    expired: int
+    deliveries: int
+    operator_restarts: int
+    workers_started: int
+    status_writes: int
+
+
+class Deployment:
+    """The ReplicaSet: keeps `replicas` live workers, replaces dead ones, drains the
+    newest on scale-down and kills a draining worker after its grace period."""
+
+    def __init__(self, world: World, spawn: Callable[[str], SimWorker], replicas: int) -> None:
+        self.world = world
+        self.spawn = spawn
+        self.replicas = replicas
+        self.workers: list[SimWorker] = []
+        self.started = 0
+
+    def live(self) -> list[SimWorker]:
+        return [w for w in self.workers if w.alive and w.drain_started is None]
+
+    def reconcile(self) -> None:
+        live = self.live()
+        while len(live) < self.replicas:
+            self.started += 1
+            worker = self.spawn(f"worker-{self.started}")
+            self.workers.append(worker)
+            live.append(worker)
+        while len(live) > self.replicas:
+            victim = live.pop()
+            victim.drain()
+            self.world.after(GRACE_PERIOD, functools.partial(self._grace_over, victim))
+
+    def _grace_over(self, worker: SimWorker) -> None:
+        if worker.alive:
+            worker.killed_at_deadline = True
+            worker.kill()
+
+    def exited(self, worker: SimWorker) -> None:
+        # Pods are replaced a little later, as a ReplicaSet does.
+        self.world.after(self.world.rng.uniform(0.5, 2.0), self.reconcile)
+
+
+class Simulation:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        world = self.world = World(run.seed)
+        self.stream = SimStream(world, run.shards)
+        self.ledger = Ledger(self.stream)
+        spec = {
+            "source": {"kinesis": {"streamName": "sim"}},
+            "processor": {"image": "i", "entrypoint": "m:f"},
+            "replicas": run.replicas,
+            "leases": {"durationSeconds": run.lease},
+        }
+        if run.autoscale:
+            spec["autoscaling"] = {
+                "minReplicas": 0,
+                "maxReplicas": 4,
+                "targetLagSeconds": 5,
+                "scaleUpStabilizationSeconds": 0,
+                "scaleDownStabilizationSeconds": 10,
+            }
+        self.api = SimApiServer(world, self.ledger, spec)
+        self.source = SimSource(self.stream)
+        self.operator = SimOperator(world, self.api, self.source, self.ledger, self._autoscaled)
+        self.network = Network(world)
+        self.trouble = Trouble(world)
+        self.deployment = Deployment(world, self._spawn, run.replicas)
+        self.faults: Counter[str] = Counter()
+        self.outages: list[tuple[float, float]] = []  # operator unable to answer or save
+        self.killed: list[str] = []
+
+    def _autoscaled(self, replicas: int) -> None:
+        self.deployment.replicas = replicas
+        self.deployment.reconcile()
+
+    def _spawn(self, name: str) -> SimWorker:
+        def processor(worker: SimWorker) -> RecordProcessor:
+            if self.run.processor == "sink":
+                return Sink(self.ledger, self.trouble, worker.clock)
+            return Recorder(self.ledger, self.trouble, self.run.checkpoint_every)
+
+        return SimWorker(
+            self.world,
+            name,
+            self.network,
+            self.operator,
+            self.source,
+            self.ledger,
+            processor,
+            wants_empty=self.run.processor == "sink",
+            on_exit=self._exited,
+        )
+
+    def _exited(self, worker: SimWorker) -> None:
+        if worker.killed_at_deadline or worker.drain_started is None:
+            self.killed.append(worker.name)
+        if worker.killed_at_deadline and worker.drain_started is not None:
+            drain = (worker.drain_started, self.world.now)
+            if not any(start < drain[1] and end > drain[0] for start, end in self.outages):
+                raise Violation(
+                    f"{worker.name}: a planned move did not finish within the grace period "
+                    "although the operator was up and saving"
+                )
+        self.deployment.exited(worker)
+
+    # --- faults --------------------------------------------------------------------------
+
+    def _apply(self, fault: Fault) -> None:
+        now = self.world.now
+        self.faults[fault.kind] += 1
+        if fault.kind in UNPLANNED:
+            self.ledger.unplanned.append(fault.kind)
+        until = now + fault.seconds
+        if fault.kind in OUTAGES:
+            # A request lost near its end may be waited for a whole client timeout.
+            self.outages.append((now, until + WAITING_CHECKPOINT_TIMEOUT + 1.0))
+        workers = [w for w in self.deployment.workers if w.alive]
+        victim = workers[fault.arg % len(workers)] if workers else None
+        match fault.kind:
+            case "split":
+                self.stream.split(fault.arg)
+            case "merge":
+                self.stream.merge(fault.arg)
+            case "retention":
+                self.stream.expire(retention=fault.seconds)
+            case "scale" if self.run.autoscale:
+                pass  # the autoscaler owns the worker count
+            case "scale":
+                self.deployment.replicas = fault.arg % 5
+                self.api.edit_spec(replicas=self.deployment.replicas)
+                self.deployment.reconcile()
+            case "lease":
+                self.api.edit_spec(**{"leases.durationSeconds": LEASES[fault.arg % len(LEASES)]})
+                self.operator.spec_changed()
+            case "operator_crash":
+                self.operator.crash(downtime=fault.seconds)
+            case "status_errors":
+                self.api.failing_until = until
+                self.api.failure = ("unavailable", "lost_answer", "invalid")[fault.arg % 3]
+            case "listing_errors":
+                self.operator.listing_failing_until = until
+            case "listing_slow":
+                self.operator.listing_slow_until = until
+            case "flaky":
+                self.trouble.flaky_until = until
+            case "poison":  # the shard's first record not yet done, or its next one
+                open_shards = self.stream.open_shards()
+                if open_shards:
+                    shard = open_shards[fault.arg % len(open_shards)]
+                    done = [s for s in shard.sequences if self.ledger.done_times[s]]
+                    self.trouble.poison[shard.id] = done[-1] if done else 0
+                    self.trouble.poison_until = max(self.trouble.poison_until, until)
+            case "sink_errors":
+                self.trouble.sink_failing_until = until
+            case "net_slow":
+                self.network.slow_until = until
+                self.network.slow_delay = 0.5
+            case "worker_crash":
+                if victim is not None:
+                    victim.kill()
+            case "worker_pause":
+                if victim is not None:
+                    victim.pause(fault.seconds)
+            case "partition":
+                if victim is not None:
+                    self.network.link(victim.name).cut_until = until
+            case "net_loss":
+                self.network.lossy_until = until
+                self.network.loss = 0.3
+            case _:
+                raise ValueError(fault.kind)
+
+    def _heal(self) -> None:
+        """The end of the faults: everything works again, at least one worker runs."""
+        now = self.world.now
+        self.api.failing_until = self.network.slow_until = self.network.lossy_until = now
+        self.operator.listing_failing_until = self.operator.listing_slow_until = now
+        self.trouble.flaky_until = self.trouble.poison_until = now
+        self.trouble.sink_failing_until = now
+        for link in self.network.links.values():
+            link.cut_until = now
+        if self.deployment.replicas == 0 and not self.run.autoscale:
+            self.deployment.replicas = 1
+            self.deployment.reconcile()
+
+    def _put(self) -> None:
+        if self.world.now < self.run.duration:
+            self.stream.put(self.world.rng.randint(0, int(self.run.puts_per_second)))
+            self.world.after(1.0, self._put)
+
+    # --- the run -------------------------------------------------------------------------
+
+    def simulate(self) -> Outcome:
+        run, world = self.run, self.world
+        self.operator.start()
+        self.deployment.reconcile()
+        world.after(0.5, self._put)
+        for fault in run.faults:
+            world.at(fault.at, functools.partial(self._apply, fault))
+        world.run_until(run.duration)
+        self._heal()
+        world.run_until(run.duration + SETTLE)
+        self._check_end()
+        return Outcome(
+            steps=world.steps,
+            faults=self.faults,
+            records=sum(len(s.sequences) for s in self.stream.shards.values()),
+            duplicates=self.ledger.duplicates(),
+            expired=self.ledger.expired(),
+            deliveries=self.ledger.deliveries,
+            operator_restarts=self.operator.restarts,
+            workers_started=self.deployment.started,
+            status_writes=self.api.writes,
+        )
+
+    def _check_end(self) -> None:
+        ledger = self.ledger
+        lost = ledger.lost()
+        if lost:
+            raise Violation(f"{len(lost)} records never processed, first {lost[:5]}")
+        excused = ledger.unplanned or self.killed
+        if ledger.duplicates() and not excused:
+            raise Violation(f"{ledger.duplicates()} duplicates although every fault was planned")
+        status = self.api.status
+        listed = {s.id for s in self.stream.listing()}
+        leases = status.get("leases") or {}
+        if not set(leases) <= listed:
+            raise Violation(f"leases of shards gone from the stream: {set(leases) - listed}")
+        for shard_id, lease in leases.items():
+            children = self.stream.children(shard_id)
+            if (
+                lease.get("checkpoint") == SHARD_END
+                and children
+                and all(c in leases and leases[c].get("epoch", 0) > 0 for c in children)
+            ):
+                raise Violation(f"{shard_id}: finished and its children started, still listed")
+        alive = {w.name for w in self.deployment.workers if w.alive}
+        departed = set(status.get("workers") or {}) - alive
+        if departed:
+            raise Violation(f"departed workers still listed: {sorted(departed)}")
+
+
+def simulate(run: Run) -> Outcome:
+    return Simulation(run).simulate()

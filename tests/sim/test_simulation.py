@@ -1,0 +1,45 @@
+"""The guarantees under combined faults (issue 11): hypothesis generates consumers and
+fault schedules; the simulation checks every invariant after every event.
+
+`make test` runs a bounded budget (SIM_EXAMPLES, derandomized: the same examples on
+every machine, so a failure is never one run in three); `make soak` explores new ones
+for as long as it is given (sim/soak.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from sim.ledger import Violation
+from sim.regressions import REGRESSIONS
+from sim.reverts import reverted
+from sim.scenario import Run, simulate
+from sim.strategies import runs
+
+EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "1500"))
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(runs())
+def test_no_fault_in_any_order_breaks_an_invariant(run: Run) -> None:
+    simulate(run)
+
+
+@pytest.mark.parametrize("name", REGRESSIONS)
+def test_regression_example_holds(name: str) -> None:
+    simulate(REGRESSIONS[name].run)
+
+
+@pytest.mark.parametrize("name", REGRESSIONS)
+def test_the_simulation_sees_the_bug_once_its_fix_is_reverted(name: str) -> None:
+    regression = REGRESSIONS[name]
+    with reverted(regression.revert), pytest.raises(Violation, match=regression.shows):
+        simulate(regression.run)

@@ -1,0 +1,376 @@
+"""Simulated worker pods: the real WorkerCore and ShardMachines, driven the way
+`worker/runtime.py` drives them, on a clock of their own (an offset monotonic clock:
+no two processes agree on the time), over the simulated network. A worker can be
+paused (its events wait), killed (they vanish) or drained (SIGTERM)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.ledger import Call, Ledger
+from sim.operator import SimOperator
+from sim.stream import ShardGone, SimReader, SimSource
+from sim.world import Network, World
+from streamconsumer.models import HeartbeatResponse
+from streamconsumer.processor import (
+    BaseRecordProcessor,
+    Checkpointer,
+    Record,
+    RecordProcessor,
+    ShardInfo,
+)
+from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
+from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.shard import (
+    Answer,
+    Deliver,
+    EndShard,
+    Finished,
+    Initialize,
+    LoseLease,
+    SendCheckpoint,
+    ShardMachine,
+    Shutdown,
+    Wait,
+)
+
+WAITING_CHECKPOINT_TIMEOUT = 15.0  # as worker/runtime.py
+IDLE_READ = 0.5
+DRAIN_SECONDS = 25.0
+
+
+@dataclass
+class Trouble:
+    """Processor faults in force, shared by every processor of a run."""
+
+    world: World
+    flaky_until: float = -1.0
+    flaky_rate: float = 0.3
+    # A shard's records after a sequence fail (the first of them is the poison)...
+    poison: dict[str, int] = field(default_factory=dict)
+    poison_until: float = -1.0  # ...until then
+    sink_failing_until: float = -1.0
+    sink_rate: float = 0.5
+
+    def batch_fails(self, shard_id: str, records: list[Record]) -> bool:
+        now = self.world.now
+        after = self.poison.get(shard_id)
+        poisoned = after is not None and any(int(r.sequence_number) > after for r in records)
+        if now < self.poison_until and poisoned:
+            return True
+        return now < self.flaky_until and self.world.rng.random() < self.flaky_rate
+
+    def sink_fails(self) -> bool:
+        return self.world.now < self.sink_failing_until and self.world.rng.random() < self.sink_rate
+
+
+class Recorder(BaseRecordProcessor):
+    """Marks records done when process_records returns; checkpoints every `every`
+    batches (0: only when the shard ends or moves), sometimes at a record mid-batch."""
+
+    def __init__(self, ledger: Ledger, trouble: Trouble, every: int) -> None:
+        self.ledger = ledger
+        self.trouble = trouble
+        self.every = every
+        self.batches = 0
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.trouble.batch_fails(self.shard.shard_id, records):
+            raise RuntimeError("injected processor failure")
+        self.ledger.done(self.shard.shard_id, [int(r.sequence_number) for r in records])
+        self.batches += 1
+        if self.every and self.batches % self.every == 0:
+            middle = len(records) // 2 if self.batches % 3 == 0 else len(records) - 1
+            checkpointer.checkpoint(records[middle] if records else None)
+
+
+class Sink(BatchingProcessor):
+    """A Spark-like sink: batches of whole reads, commit (which may fail), checkpoint."""
+
+    def __init__(self, ledger: Ledger, trouble: Trouble, clock: Callable[[], float]) -> None:
+        super().__init__(stream="sim", max_records=12, max_wait=2.0, clock=clock)
+        self.ledger = ledger
+        self.trouble = trouble
+
+    def commit(self, records: list[Record], batch: BatchInfo) -> None:
+        if self.trouble.sink_fails():
+            raise OSError("injected sink failure")
+        self.ledger.done(batch.shard_id, [int(r.sequence_number) for r in records])
+
+
+@dataclass
+class Running:
+    """The driver's side of one ShardMachine."""
+
+    machine: ShardMachine
+    reader: SimReader
+    processor: RecordProcessor | None = None
+    call: Call | None = None
+    stepping: bool = False
+    reading: bool = False
+    read_failures: int = 0
+
+
+class SimWorker:
+    def __init__(
+        self,
+        world: World,
+        name: str,
+        network: Network,
+        operator: SimOperator,
+        source: SimSource,
+        ledger: Ledger,
+        make_processor: Callable[[SimWorker], RecordProcessor],
+        wants_empty: bool,
+        on_exit: Callable[[SimWorker], None],
+    ) -> None:
+        self.world = world
+        self.name = name
+        self.network = network
+        self.operator = operator
+        self.source = source
+        self.ledger = ledger
+        self.make_processor = make_processor
+        self.on_exit = on_exit
+        self.core = WorkerCore(name, prefetch=3, wants_empty_batches=wants_empty, rng=world.rng)
+        self.offset = world.rng.uniform(-1000.0, 1000.0)
+        self.alive = True
+        self.paused_until = -1.0
+        self.running: dict[str, Running] = {}  # by shard
+        self._beating = False
+        self._plans = itertools.count(1)
+        self._planned: int | None = None  # only the latest planned heartbeat runs
+        self._beat_at = 0.0
+        self.drain_started: float | None = None
+        self.killed_at_deadline = False
+        self._plan_heartbeat(0.0)
+
+    def clock(self) -> float:
+        return self.world.now + self.offset
+
+    # --- scheduling, with pauses and death -----------------------------------------------
+
+    def schedule(self, delay: float, callback: Callable[[], None]) -> None:
+        def run() -> None:
+            if not self.alive:
+                return
+            if self.world.now < self.paused_until:
+                self.world.at(self.paused_until, run)
+                return
+            callback()
+
+        self.world.after(delay, run)
+
+    def pause(self, seconds: float) -> None:
+        self.paused_until = max(self.paused_until, self.world.now + seconds)
+        self.ledger.paused(self.name)
+
+    def kill(self) -> None:
+        if self.alive:
+            self.alive = False
+            for running in self.running.values():
+                if running.call is not None:
+                    self.ledger.end(running.call)
+            self.on_exit(self)
+
+    def drain(self) -> None:
+        if self.drain_started is None:
+            self.drain_started = self.world.now
+            self.core.drain(self.clock(), DRAIN_SECONDS)
+            self._wake_heartbeat()
+
+    # --- heartbeats -------------------------------------------------------------------
+
+    def _wake_heartbeat(self) -> None:
+        if not self._beating:
+            self._plan_heartbeat(0.0)
+
+    def _plan_heartbeat(self, delay: float) -> None:
+        when = self.world.now + delay
+        if self._planned is not None and self._beat_at <= when:
+            return  # one is planned sooner already
+        plan = self._planned = next(self._plans)
+        self._beat_at = when
+        self.schedule(delay, lambda: self._heartbeat(plan))
+
+    def _heartbeat(self, plan: int) -> None:
+        if plan != self._planned or self._beating:
+            return
+        self._planned = None
+        self._beating = True
+        request = self.core.heartbeat()
+        sent_at = self.clock()
+        self._request(
+            self.core.request_timeout,
+            lambda respond: respond(self.operator.heartbeat(request)),
+            lambda response: self._answered_heartbeat(response, sent_at),
+        )
+
+    def _answered_heartbeat(self, response: HeartbeatResponse | None, sent_at: float) -> None:
+        self._beating = False
+        if response is None:
+            self.core.failed(None, self.clock())
+        else:
+            started, resend = self.core.answered(response, sent_at, self.clock())
+            for machine in started:
+                reader = self.source.open_reader(machine.shard_id, machine.assignment.start)
+                self.running[machine.shard_id] = Running(machine, reader)
+            for request in resend:
+                self._request(
+                    self.core.request_timeout,
+                    functools.partial(self.operator.checkpoint, request),
+                    lambda answer: None,
+                )
+            for running in list(self.running.values()):
+                self._poke(running)
+                self._read(running)
+        if self.core.done(self.clock()):
+            if self.core.machines and self.drain_started is not None:
+                self.killed_at_deadline = True  # the pod's grace period ran out
+            self.kill()
+            return
+        interval = self.core.interval
+        if self.core.draining and self.core.machines:
+            interval = min(interval, 0.25)
+        self._plan_heartbeat(interval)
+
+    # --- requests over the network ------------------------------------------------------
+
+    def _request(
+        self,
+        timeout: float,
+        send: Callable[[Callable[[Any], None]], None],
+        receive: Callable[[Any], None],
+    ) -> None:
+        """One request: delivered (or lost) to the operator, answered (or lost) back,
+        timing out at the worker. `receive` gets None for no answer."""
+        settled = False
+
+        def settle(answer: object) -> None:
+            nonlocal settled
+            if not settled:
+                settled = True
+                receive(answer)
+
+        self.schedule(timeout, lambda: settle(None))
+        going = self.network.transit(self.name)
+        if going is None:
+            return
+
+        def arrive() -> None:
+            if not self.operator.up:
+                return
+
+            def respond(answer: object) -> None:
+                coming = self.network.transit(self.name)
+                if coming is not None:
+                    self.schedule(coming, lambda: settle(answer))
+
+            send(respond)
+
+        self.world.after(going, arrive)
+
+    # --- shards -----------------------------------------------------------------------
+
+    def _poke(self, running: Running) -> None:
+        if not running.stepping:
+            running.stepping = True
+            self.schedule(0.0, lambda: self._step(running))
+
+    def _step(self, running: Running) -> None:
+        running.stepping = False
+        machine = running.machine
+        step = machine.next(self.clock())
+        if isinstance(step, Wait):
+            if step.until is not None:
+                # A hair after `until`: the offset clock rounds, and must not stay short of it.
+                delay = max(0.0, step.until - self.clock()) + 1e-6
+                self.schedule(delay, lambda: self._poke(running))
+            return
+        if isinstance(step, Finished):
+            if self.running.get(machine.shard_id) is running:
+                self.core.finished(machine)
+                del self.running[machine.shard_id]
+                self._wake_heartbeat()
+            return
+        if isinstance(step, SendCheckpoint):
+            wait = step.request.wait
+            self._request(
+                WAITING_CHECKPOINT_TIMEOUT if wait else self.core.request_timeout,
+                lambda respond: self.operator.checkpoint(step.request, respond),
+                lambda answer: self._checkpointed(running, answer),
+            )
+            return
+        records: list[Record] = list(step.batch.records) if isinstance(step, Deliver) else []
+        if isinstance(step, (Deliver, EndShard, Shutdown)):
+            running.call = self.ledger.begin(
+                self.name, machine.shard_id, machine.epoch, (r.sequence_number for r in records)
+            )
+        duration = self.world.rng.uniform(0.001, 0.03) * (1 + len(records) / 10)
+        self.schedule(duration, lambda: self._call(running, step))
+
+    def _call(self, running: Running, step: object) -> None:
+        machine = running.machine
+        checkpointer = machine.checkpointer
+        try:
+            if isinstance(step, Initialize):
+                running.processor = self.make_processor(self)
+                running.processor.initialize(ShardInfo(machine.shard_id, None))
+            elif isinstance(step, Deliver):
+                assert running.processor is not None
+                running.processor.process_records(list(step.batch.records), checkpointer)
+            elif isinstance(step, EndShard):
+                assert running.processor is not None
+                running.processor.shard_ended(checkpointer)
+            elif isinstance(step, Shutdown):
+                assert running.processor is not None
+                running.processor.shutdown_requested(checkpointer)
+            elif isinstance(step, LoseLease):
+                assert running.processor is not None
+                running.processor.lease_lost()
+        except Exception:
+            machine.raised(self.clock())
+        else:
+            machine.returned(self.clock())
+        if running.call is not None:
+            self.ledger.end(running.call)
+            running.call = None
+        self._poke(running)
+        self._read(running)
+
+    def _checkpointed(self, running: Running, answer: Answer | None) -> None:
+        running.machine.answered(Answer.UNREACHABLE if answer is None else answer, self.clock())
+        self._poke(running)
+
+    def _read(self, running: Running) -> None:
+        machine = running.machine
+        if running.reading or machine.outcome is not None or not machine.wants_read():
+            return
+        running.reading = True
+        self.schedule(self.world.rng.uniform(0.002, 0.02), lambda: self._got(running))
+
+    def _got(self, running: Running) -> None:
+        running.reading = False
+        machine = running.machine
+        if machine.outcome is not None or not machine.wants_read():
+            return
+        try:
+            result = running.reader.read()
+        except ShardGone:
+            running.read_failures += 1
+            running.reading = True
+            delay = min(10.0, 0.2 * 2 ** min(running.read_failures, 6))
+            self.schedule(delay, lambda: self._got(running))
+            return
+        running.read_failures = 0
+        machine.read(result)
+        self._poke(running)
+        if result.records:
+            self._read(running)
+        elif not result.shard_end:
+            running.reading = True
+            self.schedule(IDLE_READ, lambda: self._got(running))
