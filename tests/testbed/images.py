@@ -1,0 +1,242 @@
+"""Our images, built with podman from the repository's Dockerfiles, with no registry.
+
+The base image is Debian bookworm made here by debootstrap (its python3 is 3.11) and
+passed as the Dockerfiles' PYTHON build argument, whose default is the public python
+image users have. Each image is tagged with a digest of what goes into it (Dockerfile,
+build context, build arguments, base), so a warm run finds it and builds nothing.
+
+Builds reach PyPI and Maven Central as the host does: the host's trust store is lent to
+the download steps as build secrets (`--secret id=ca-bundle` / `id=java-cacerts`), the way
+users behind a TLS-inspecting proxy build, and nothing of it stays in an image."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed import podman
+
+REPO = Path(__file__).resolve().parents[2]
+PREFIX = "localhost/streamconsumer"
+# Bump when the recipe changes in a way the digests below do not see.
+RECIPE = "1"
+MIRROR = os.environ.get("STREAMCONSUMER_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+# python-is-python3 and python3-pip make it behave like the python image: `python`, `pip`.
+BASE_PACKAGES = "python3,python3-pip,python-is-python3,ca-certificates"
+# Where distributions keep the trust store (the host's, lent to builds).
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+JAVA_CACERTS = ("/etc/ssl/certs/java/cacerts", "/etc/pki/java/cacerts")
+_SKIPPED_DIRS = {"__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    dockerfile: Path
+    context: tuple[str, ...]  # what the Dockerfile copies, relative to the build context
+    base_arg: str  # the build argument naming the image it starts FROM
+    base: str | None = None  # another recipe's name; None: the bookworm base image
+    context_dir: Path = REPO
+
+
+_PACKAGE = ("pyproject.toml", "README.md", "requirements/dev.lock", "operator")
+_EXAMPLE = ("examples/clickstream",)
+RECIPES = (
+    Recipe("operator", REPO / "operator/Dockerfile", _PACKAGE, "PYTHON"),
+    Recipe("worker", REPO / "worker-image/Dockerfile", _PACKAGE, "PYTHON"),
+    Recipe("worker-spark", REPO / "worker-image/Dockerfile.spark", _PACKAGE, "PYTHON"),
+    Recipe(
+        "clickstream", REPO / "examples/clickstream/Dockerfile", _EXAMPLE, "WORKER_IMAGE", "worker"
+    ),
+    Recipe(
+        "clickstream-spark",
+        REPO / "examples/clickstream/spark/Dockerfile",
+        _EXAMPLE,
+        "SPARK_WORKER_IMAGE",
+        "worker-spark",
+    ),
+)
+
+
+def _progress(message: str) -> None:
+    print(f"[images] {message}", file=sys.stderr, flush=True)
+
+
+def _files(root: Path, paths: Iterable[str]) -> Iterable[Path]:
+    for relative in paths:
+        path = root / relative
+        if path.is_file():
+            yield path
+            continue
+        for file in sorted(path.rglob("*")):
+            parts = file.relative_to(root).parts
+            skipped = any(p in _SKIPPED_DIRS or p.endswith(".egg-info") for p in parts)
+            if file.is_file() and not skipped and file.suffix != ".pyc":
+                yield file
+
+
+def content_tag(*chunks: bytes, root: Path = REPO, paths: Iterable[str] = ()) -> str:
+    """A digest of the chunks and of the files (names and bytes) at `paths` in `root`."""
+    digest = hashlib.sha256(RECIPE.encode())
+    for chunk in chunks:
+        digest.update(chunk + b"\0")
+    for file in _files(root, paths):
+        digest.update(str(file.relative_to(root)).encode() + b"\0" + file.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _first(paths: Iterable[str]) -> str | None:
+    return next((p for p in paths if Path(p).is_file()), None)
+
+
+def base_image(log: Path) -> str:
+    """Debian bookworm with python3 and pip (debootstrap), imported into podman."""
+    reference = f"{PREFIX}/python:bookworm-{content_tag(BASE_PACKAGES.encode(), MIRROR.encode())}"
+    if podman.image_exists(reference):
+        return reference
+    _progress(f"debootstrap bookworm from {MIRROR} (about a minute, once)...")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bookworm-", dir=podman.ROOT / "tmp") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        argv = ["debootstrap", "--variant=minbase", f"--include={BASE_PACKAGES}"]
+        with log.open("a") as out:
+            done = subprocess.run(
+                [*argv, "bookworm", str(rootfs), MIRROR], stdout=out, stderr=out, check=False
+            )
+        if done.returncode != 0:
+            raise RuntimeError(f"debootstrap failed ({done.returncode}):\n{podman.tail(log)}")
+        _slim(rootfs)
+        with subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE) as tar:
+            podman.run(
+                "import",
+                "--change=ENV=LANG=C.UTF-8",
+                '--change=CMD=["python3"]',
+                "-",
+                reference,
+                log=log,
+                stdin=tar.stdout.fileno() if tar.stdout else None,
+            )
+    _progress(f"base image {reference} made in {time.monotonic() - started:.0f}s")
+    return reference
+
+
+def _slim(rootfs: Path) -> None:
+    """What the python image also leaves out; and pip may install system-wide, as there."""
+    for relative in (
+        "var/cache/apt/archives",
+        "var/lib/apt/lists",
+        "usr/share/doc",
+        "usr/share/man",
+        "usr/share/locale",
+    ):
+        shutil.rmtree(rootfs / relative, ignore_errors=True)
+        (rootfs / relative).mkdir(parents=True, exist_ok=True)
+    for marker in rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED"):
+        marker.unlink()
+
+
+def _build_flags() -> list[str]:
+    # chroot isolation: no runc, no cgroups, the host's network. The host's UTS namespace
+    # and an /etc/hosts entry for it, because the JVM (Spark's jar fetch) must resolve its
+    # own hostname.
+    hostname = socket.gethostname()
+    flags = [
+        "--isolation=chroot",
+        "--network=host",
+        "--uts=host",
+        f"--add-host={hostname}:127.0.0.1",
+    ]
+    if bundle := _first(CA_BUNDLES):
+        flags.append(f"--secret=id=ca-bundle,src={bundle}")
+    if cacerts := _first(JAVA_CACERTS):
+        flags.append(f"--secret=id=java-cacerts,src={cacerts}")
+    return flags
+
+
+def build(recipe: Recipe, base: str, log: Path, step: str) -> str:
+    """Builds the recipe FROM `base` unless an image with its content tag exists."""
+    dockerfile = recipe.dockerfile.read_bytes()
+    arg = f"{recipe.base_arg}={base}"
+    tag = content_tag(dockerfile, arg.encode(), root=recipe.context_dir, paths=recipe.context)
+    reference = f"{PREFIX}/{recipe.name}:{tag}"
+    if podman.image_exists(reference):
+        return reference
+    _progress(f"{step} building {recipe.name} from {recipe.dockerfile.relative_to(REPO)}...")
+    started = time.monotonic()
+    podman.run(
+        "build",
+        *_build_flags(),
+        f"--build-arg={arg}",
+        f"--file={recipe.dockerfile}",
+        f"--tag={reference}",
+        str(recipe.context_dir),
+        log=log,
+    )
+    _progress(f"{step} {recipe.name} built in {time.monotonic() - started:.0f}s")
+    return reference
+
+
+def pause_image(pause_binary: Path, log: Path) -> str:
+    """The pod sandbox image: our pause program FROM scratch."""
+    tag = content_tag(pause_binary.read_bytes())
+    reference = f"{PREFIX}/pause:{tag}"
+    if podman.image_exists(reference):
+        return reference
+    with tempfile.TemporaryDirectory(prefix="pause-", dir=podman.ROOT / "tmp") as context:
+        shutil.copy2(pause_binary, Path(context) / "pause")
+        (Path(context) / "Dockerfile").write_text(
+            'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n'
+        )
+        podman.run("build", "--isolation=chroot", f"--tag={reference}", context, log=log)
+    return reference
+
+
+def build_all(log: Path, names: Iterable[str] | None = None) -> dict[str, str]:
+    """Builds (or finds) the recipes named, and what they start FROM; name -> reference."""
+    wanted = set(names or (r.name for r in RECIPES))
+    for recipe in RECIPES:
+        if recipe.name in wanted and recipe.base:
+            wanted.add(recipe.base)
+    todo = [r for r in RECIPES if r.name in wanted]
+    refs: dict[str, str] = {"python": base_image(log)}
+    for index, recipe in enumerate(todo, 1):
+        base = refs[recipe.base or "python"]
+        refs[recipe.name] = build(recipe, base, log, f"{index}/{len(todo)}")
+    _prune(refs)
+    return refs
+
+
+def _prune(current: dict[str, str]) -> None:
+    """Drops our images of older content and the build stages' leftovers: without this
+    every change to operator/ would leave gigabytes behind (the layer cache goes too;
+    an unchanged image is found by its tag, not by the cache)."""
+    listed = podman.run("images", "--format={{.Repository}}:{{.Tag}}").stdout.split()
+    names = {f"{PREFIX}/{name}" for name in current}
+    stale = [
+        ref for ref in listed if ref.rsplit(":", 1)[0] in names and ref not in current.values()
+    ]
+    if stale:
+        podman.run("rmi", *stale)
+    podman.run("image", "prune", "--force")
+
+
+def main() -> None:
+    """`python -m testbed.images`: build (or find) every image; print their references."""
+    log = podman.ROOT / "build.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[images] podman build log: {log}", file=sys.stderr)
+    for name, reference in build_all(log).items():
+        print(f"{name}\t{reference}")
+
+
+if __name__ == "__main__":
+    main()
