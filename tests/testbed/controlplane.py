@@ -7,6 +7,7 @@ Run `python -m testbed.controlplane` for a control plane in the foreground."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import shutil
 import ssl
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,8 @@ from testbed.processes import Server, free_port
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "controlplane" / "build.sh"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+# The `kubernetes` Service's cluster IP: pods reach the apiserver there.
+KUBERNETES_SERVICE_IP = str(next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts()))
 
 
 def control_plane_binaries() -> Path:
@@ -43,13 +47,21 @@ class ControlPlane:
     apiserver_port: int
     kubeconfig: Path
     servers: list[Server] = field(default_factory=list)
+    apiserver_args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.apiserver_port}"
 
     @classmethod
-    def start(cls, workdir: Path | None = None, bin_dir: Path | None = None) -> ControlPlane:
+    def start(
+        cls,
+        workdir: Path | None = None,
+        bin_dir: Path | None = None,
+        apiserver_args: Sequence[str] = (),
+    ) -> ControlPlane:
+        """`apiserver_args` come after the defaults, so they may override them (a real
+        node needs another advertised address and kubelet credentials: testbed.node)."""
         workdir = workdir or Path(tempfile.mkdtemp(prefix="streamconsumer-cp-"))
         bin_dir = bin_dir or control_plane_binaries()
         logs = workdir / "logs"
@@ -57,9 +69,10 @@ class ControlPlane:
         plane = cls(
             workdir=workdir,
             bin_dir=bin_dir,
-            pki=create_pki(workdir / "pki"),
+            pki=create_pki(workdir / "pki", extra_ips=[KUBERNETES_SERVICE_IP]),
             apiserver_port=free_port(),
             kubeconfig=workdir / "admin.kubeconfig",
+            apiserver_args=tuple(apiserver_args),
         )
         try:
             plane._start_etcd_and_apiserver(logs)
@@ -112,6 +125,7 @@ class ControlPlane:
                 "--authorization-mode=RBAC",
                 "--allow-privileged=true",
                 "--v=0",
+                *self.apiserver_args,
             ],
             logs,
         )

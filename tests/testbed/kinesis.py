@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -51,10 +51,11 @@ class KinesisEmulator:
     server: Server
     workdir: Path
     _client: KinesisClient | None = field(default=None, repr=False)
+    host: str = "127.0.0.1"
 
     @property
     def endpoint_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def client(self) -> KinesisClient:
@@ -68,13 +69,19 @@ class KinesisEmulator:
         kind: EmulatorKind = "kinesis-local",
         workdir: Path | None = None,
         operation_delay_ms: int = 500,
+        *,
+        enter: Callable[[Sequence[str]], list[str]] | None = None,
+        host: str = "127.0.0.1",
     ) -> KinesisEmulator:
         """Starts an in-memory emulator. `operation_delay_ms` is how long a stream stays
-        CREATING / UPDATING after a create, split, merge or shard-count change."""
+        CREATING / UPDATING after a create, split, merge or shard-count change.
+
+        With `enter` (e.g. a real node's namespaces: testbed.netns), it runs through that
+        command prefix, listening on every address there, and is reached at `host`."""
         workdir = workdir or Path(tempfile.mkdtemp(prefix=f"streamconsumer-{kind}-"))
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
-        node = ["node", "--require", str(EMULATOR_DIR / "loopback.js")]
+        node = ["node"] if enter else ["node", "--require", str(EMULATOR_DIR / "loopback.js")]
         if kind == "kinesis-local":
             package = EMULATOR_DIR / "node_modules" / "kinesis-local"
             delay = f"{operation_delay_ms}ms"
@@ -98,20 +105,24 @@ class KinesisEmulator:
                     )
                 },
             }
-            server = Server(kind, [*node, str(package / "main.js")], workdir, env, cwd=workdir)
+            argv = [*node, str(package / "main.js")]
+            server = Server(kind, enter(argv) if enter else argv, workdir, env, cwd=workdir)
         else:
             delay = str(operation_delay_ms)
             argv = [
                 *node,
-                str(EMULATOR_DIR / "kinesalite.js"),
+                # Our wrapper pins loopback; inside a node's namespace, kinesalite's own CLI.
+                str(
+                    EMULATOR_DIR / ("node_modules/kinesalite/cli.js" if enter else "kinesalite.js")
+                ),
                 f"--port={port}",
                 f"--createStreamMs={delay}",
                 f"--deleteStreamMs={delay}",
                 f"--updateStreamMs={delay}",
                 "--shardLimit=2000",
             ]
-            server = Server(kind, argv, workdir, cwd=workdir)
-        emulator = cls(kind=kind, port=port, server=server, workdir=workdir)
+            server = Server(kind, enter(argv) if enter else argv, workdir, cwd=workdir)
+        emulator = cls(kind=kind, port=port, server=server, workdir=workdir, host=host)
         try:
             server.wait_until(lambda: "StreamNames" in emulator.client.list_streams(), 60, "ready")
         except BaseException:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,7 +49,9 @@ class Pki:
     service_account_pub: Path
 
 
-def create_pki(directory: Path) -> Pki:
+def create_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
+    """`extra_ips` are more addresses the apiserver is reached at (e.g. the `kubernetes`
+    Service's cluster IP, which pods use)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = _key()
@@ -105,6 +108,7 @@ def create_pki(directory: Path) -> Pki:
             x509.IPAddress(ipaddress.IPv4Address("127.0.0.1")),
             x509.DNSName("localhost"),
             x509.DNSName("kubernetes.default.svc"),
+            *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in extra_ips),
         ],
     )
     # Members of system:masters are cluster-admins without any RBAC binding.
