@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help
 help:  ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 $(STAMPS)/venv: pyproject.toml requirements/dev.lock
 	@mkdir -p $(STAMPS)
@@ -32,16 +32,22 @@ $(STAMPS)/emulators: tests/kinesis/package.json tests/kinesis/package-lock.json
 	@cd tests/kinesis && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-.PHONY: venv emulators controlplane helm
+.PHONY: venv emulators controlplane helm node-packages node-binaries node-images
 venv: $(STAMPS)/venv  ## create .venv with the package and the dev tools
 emulators: $(STAMPS)/emulators  ## install the Kinesis emulators
 controlplane:  ## build etcd, kube-apiserver, kube-controller-manager, kubectl (cached)
 	@tests/controlplane/build.sh >/dev/null
 helm:  ## build helm from Go modules for the chart tests (cached; a helm on PATH is used)
 	@tests/helm/build.sh >/dev/null
+node-packages:  ## apt-get the real node's Debian packages when missing (podman, containerd, ...)
+	@tests/node/packages.sh
+node-binaries: controlplane  ## build kubelet, kube-scheduler, kube-proxy, pause (cached)
+	@tests/node/build.sh >/dev/null
+node-images: venv node-packages  ## build our images with podman, FROM a debootstrapped bookworm (cached)
+	@PYTHONPATH=tests $(BIN)/python -m testbed.images >/dev/null
 
 .PHONY: test
-test: venv emulators controlplane helm  ## unit, property and integration tests on the real parts
+test: venv emulators controlplane helm node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -60,9 +66,11 @@ SOAK_MINUTES ?= 20
 soak: venv  ## the protocol simulation on new fault schedules for SOAK_MINUTES (default 20)
 	PYTHONPATH=tests $(BIN)/python -m sim.soak --minutes $(SOAK_MINUTES)
 
-.PHONY: cluster
+.PHONY: cluster node
 cluster: venv controlplane  ## run a local control plane in the foreground (prints its kubeconfig)
 	PYTHONPATH=tests $(BIN)/python -m testbed.controlplane
+node: venv node-packages node-binaries node-images  ## a control plane and a real node in the foreground (prints its kubeconfig)
+	PYTHONPATH=tests $(BIN)/python -m testbed.node
 
 .PHONY: clean
 clean:  ## remove the venv and stamps (the control-plane cache stays in ~/.cache/streamconsumer)
@@ -74,11 +82,12 @@ crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
 	cp crds/streamconsumer.yaml charts/streamconsumer/crds/streamconsumer.yaml
 
 .PHONY: bench
-bench: venv emulators controlplane  ## benchmarks; figures also go to bench/results.json
+bench: venv emulators controlplane node-packages node-binaries node-images  ## benchmarks; figures also go to bench/results.json
 	@rm -f bench/results.json
 	$(BIN)/python -m bench.lease_engine
 	PYTHONPATH=tests $(BIN)/python -m bench.system
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
+	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers
 
 .PHONY: demo
 PIPELINE ?= recording

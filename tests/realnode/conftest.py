@@ -1,0 +1,70 @@
+"""The real-node tier's fixtures: one control plane and one real node per session (images
+and binaries built, the node in namespaces of its own), a Kinesis emulator running on
+the node, and the operator installed the way the README's install section says.
+
+Nothing here skips: a machine that cannot run the node fails the tier with the reason.
+After the session the node must have left the machine as it found it."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from testbed import machine
+from testbed.kinesis import KinesisEmulator
+from testbed.node import Cluster
+from testbed.userpath import RELEASE_NAMESPACE, Kubectl, consumer_namespace, install_operator
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    before = machine.snapshot()
+    workdir = tmp_path_factory.mktemp("realnode")
+    started = Cluster.start(workdir)
+    try:
+        yield started
+    finally:
+        started.stop()
+        shutil.rmtree(workdir / "node", ignore_errors=True)  # large: image layers
+        left = machine.differences(before, machine.snapshot())
+        assert not left, "the real node left this behind on the machine:\n" + "\n".join(left)
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: Cluster) -> Kubectl:
+    return Kubectl(cluster)
+
+
+@pytest.fixture(scope="session")
+def emulator(
+    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KinesisEmulator]:
+    """kinesis-local running on the node: pods reach it at the node's address."""
+    node = cluster.node
+    started = KinesisEmulator.start(
+        "kinesis-local",
+        tmp_path_factory.mktemp("kinesis-on-node"),
+        enter=node.spaces.enter,
+        host=node.ip,
+    )
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="session")
+def operator_namespace(cluster: Cluster, helm: Path, kubectl: Kubectl) -> str:
+    install_operator(cluster, helm, kubectl)
+    return RELEASE_NAMESPACE
+
+
+@pytest.fixture
+def consumer_ns(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace with a credentials Secret, deleted afterwards."""
+    name = f"{request.node.name[5:25].replace('_', '-').strip('-')}-{uuid.uuid4().hex[:6]}"
+    consumer_namespace(kubectl, name)
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false")

@@ -1,0 +1,101 @@
+"""The user's path on a real node: the chart installed with our operator image (the
+README's install block), the clickstream example's StreamConsumer with our processor
+image consuming from a Kinesis emulator on the node, through a `kubectl delete pod` of a
+worker and a `kubectl rollout restart` of the operator. Nothing lost, each shard's
+events in order within each worker run, duplicates only of what the deleted pod had."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from realnode.deliveries import Producer, judge
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.node import Cluster
+from testbed.podlogs import PodLogs
+from testbed.userpath import EXAMPLES, OPERATOR, Kubectl, edited_example, wait_for
+
+# The first test of a session also waits for cold image and binary builds.
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
+
+
+def test_clickstream_through_a_pod_delete_and_an_operator_restart(
+    cluster: Cluster,
+    kubectl: Kubectl,
+    operator_namespace: str,
+    emulator: KinesisEmulator,
+    consumer_ns: str,
+) -> None:
+    stream = f"clicks-{uuid.uuid4().hex[:6]}"
+    create_stream(emulator.client, stream, 4)
+    producer = Producer([f"k{i:02d}" for i in range(16)])
+    logs = PodLogs(cluster.node.log_dir(), consumer_ns).start()
+
+    def produce(count: int) -> None:
+        put_records(emulator.client, stream, producer.batch(count))
+
+    def all_processed() -> bool:
+        kubectl.pods(consumer_ns)  # fails at once if a worker keeps crashing
+        return not judge(producer.produced, logs.streams()).lost
+
+    def worker_logs() -> str:
+        return "\n".join(
+            f"--- {s.pod}\n" + "\n".join(lines[-15:]) for s, lines in logs.streams().items()
+        )
+
+    try:
+        manifest = edited_example(
+            EXAMPLES / "streamconsumer.yaml",
+            cluster.images["clickstream"],
+            stream,
+            emulator,
+            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
+        )
+        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
+        kubectl(
+            "-n",
+            consumer_ns,
+            "wait",
+            "streamconsumer/clickstream",
+            "--for=condition=Ready",
+            "--timeout=3m",
+        )
+        produce(400)
+        wait_for(all_processed, 180, "the first events processed", worker_logs)
+
+        victim = kubectl.pods(consumer_ns)[0]["metadata"]["name"]
+        produce(200)
+        kubectl("-n", consumer_ns, "delete", "pod", victim, "--timeout=120s")
+        produce(200)
+        wait_for(all_processed, 180, f"the events after deleting pod {victim}", worker_logs)
+
+        kubectl("-n", operator_namespace, "rollout", "restart", f"deployment/{OPERATOR}")
+        produce(200)
+        kubectl(
+            "-n",
+            operator_namespace,
+            "rollout",
+            "status",
+            f"deployment/{OPERATOR}",
+            "--timeout=180s",
+        )
+        produce(200)
+        wait_for(all_processed, 180, "the events after the operator's restart", worker_logs)
+    finally:
+        logs.stop()
+
+    verdict = judge(producer.produced, logs.streams())
+    workers = sorted(stream.pod for stream, events in verdict.by_stream.items() if events)
+    print(
+        f"{len(producer.produced)} events, {sum(verdict.duplicates.values())} duplicates,"
+        f" processed by {workers}; deleted {victim}"
+    )
+    assert not verdict.lost
+    assert not verdict.out_of_order, verdict.out_of_order[:20]
+    had = {event for s, events in verdict.by_stream.items() if s.pod == victim for event in events}
+    unexplained = sorted(event for event in verdict.duplicates if event not in had)
+    assert not unexplained, f"duplicates of events pod {victim} never had: {unexplained[:20]}"
+    assert victim in workers, f"the deleted pod processed nothing; workers: {workers}"
+    assert len(workers) >= 3, f"no replacement pod processed anything: {workers}"
