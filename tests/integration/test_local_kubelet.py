@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import watch
 
-from testbed import kubelet as kubelet_module
 from testbed.kubelet import LocalKubelet
 from testbed.scenario import wait_for
 
@@ -20,7 +20,7 @@ from testbed.scenario import wait_for
 @pytest.fixture
 def lossy_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every deletion event is lost: only a kubelet that reconciles notices."""
-    stream = kubelet_module.watch.Watch.stream
+    stream = watch.Watch.stream
 
     def without_deletions(self: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         for event in stream(self, *args, **kwargs):
@@ -30,10 +30,9 @@ def lossy_watch(monkeypatch: pytest.MonkeyPatch) -> None:
             if not deleting:
                 yield event
 
-    monkeypatch.setattr(kubelet_module.watch.Watch, "stream", without_deletions)
+    monkeypatch.setattr(watch.Watch, "stream", without_deletions)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 11.14: the kubelet only watches, never reconciles")
 def test_a_pod_deleted_unseen_is_stopped(
     api_client: k8s.ApiClient, namespace: str, tmp_path: Path, lossy_watch: None
 ) -> None:

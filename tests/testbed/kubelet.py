@@ -6,7 +6,12 @@ ServiceAccount token minted by TokenRequest bound to the Pod and written to a fi
 marks it Running and Ready, and stops it (SIGTERM, then SIGKILL after the grace period)
 when the Pod is deleted. A process that dies on its own marks its Pod Failed, so the
 ReplicaSet replaces it — a lost pod, as on a real node. Scaling, kills and rollouts are
-then real API operations."""
+then real API operations.
+
+Like a real kubelet it converges rather than trusts every event: it lists, then watches
+from the list's resourceVersion (relisting when that is too old), and reconciles its
+processes against a fresh list every few seconds, so a pod deleted while no watch was
+looking is still stopped."""
 
 from __future__ import annotations
 
@@ -27,9 +32,11 @@ from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 Pod = dict[str, Any]
+RESYNC_SECONDS = 3.0
 
 
 @dataclass
@@ -64,6 +71,7 @@ class LocalKubelet:
         self._threads = [
             threading.Thread(target=self._watch, name="kubelet-watch", daemon=True),
             threading.Thread(target=self._monitor, name="kubelet-monitor", daemon=True),
+            threading.Thread(target=self._resync, name="kubelet-resync", daemon=True),
         ]
 
     def start(self) -> LocalKubelet:
@@ -92,34 +100,84 @@ class LocalKubelet:
 
     # --- watching -----------------------------------------------------------------
 
+    def _list(self) -> tuple[list[Pod], str]:
+        listed = self._core.list_namespaced_pod(self.namespace, label_selector=self.label_selector)
+        assert listed.metadata is not None
+        assert listed.metadata.resource_version is not None
+        pods = [self._api_client.sanitize_for_serialization(p) for p in listed.items]
+        return pods, listed.metadata.resource_version
+
     def _watch(self) -> None:
+        """List, then watch from there; list again when the watch's version is too old."""
+        version: str | None = None
         while not self._stopped.is_set():
             stream = watch.Watch()
             try:
+                if version is None:
+                    pods, version = self._list()
+                    self._reconcile(pods)
                 for event in stream.stream(
                     self._core.list_namespaced_pod,
                     self.namespace,
                     label_selector=self.label_selector,
-                    timeout_seconds=2,
+                    resource_version=version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=30,
                 ):
                     if self._stopped.is_set():
                         break
+                    version = event["object"].metadata.resource_version or version
+                    if event["type"] == "BOOKMARK":
+                        continue
                     # Plain camelCase dicts, as in a manifest.
                     pod: Pod = self._api_client.sanitize_for_serialization(event["object"])
                     if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
                         self._deleted(pod)
                     else:
                         self._seen(pod)
+            except ApiException as error:
+                if error.status != 410:
+                    self._retry_later("kubelet watch failed")
+                version = None  # 410 Gone: our version is compacted away; list again
             except Exception:  # the watch reconnects; a test's teardown may race it
-                if not self._stopped.is_set():
-                    log.exception("kubelet watch failed; retrying")
-                    time.sleep(0.5)
+                self._retry_later("kubelet watch failed")
             finally:
                 stream.stop()
+
+    def _resync(self) -> None:
+        """Reconcile with a fresh list now and then, whatever the watch saw."""
+        while not self._stopped.wait(RESYNC_SECONDS):
+            try:
+                self._reconcile(self._list()[0])
+            except Exception:
+                self._retry_later("kubelet resync failed")
+
+    def _reconcile(self, pods: list[Pod]) -> None:
+        wanted = {
+            p["metadata"]["name"]: p
+            for p in pods
+            if not p["metadata"].get("deletionTimestamp")
+            and p.get("status", {}).get("phase") not in ("Failed", "Succeeded")
+        }
+        with self._lock:
+            running = dict(self.pods)
+        for name, local in running.items():
+            pod = wanted.get(name)
+            if pod is None or pod["metadata"]["uid"] != local.uid:
+                self._deleted({"metadata": {"name": name}})
+        for pod in wanted.values():
+            self._seen(pod)
+
+    def _retry_later(self, what: str) -> None:
+        if not self._stopped.is_set():
+            log.exception(what + "; retrying")
+            time.sleep(0.5)
 
     def _seen(self, pod: Pod) -> None:
         name = pod["metadata"]["name"]
         with self._lock:
+            if self._stopped.is_set():
+                return
             if name in self.pods or pod.get("status", {}).get("phase") in ("Failed", "Succeeded"):
                 return
             self.pods[name] = self._launch(pod)

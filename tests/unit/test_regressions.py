@@ -258,7 +258,7 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
     configuration = k8s.Configuration()
     configuration.host = "https://127.0.0.1:9"  # nothing listens there
     configuration.retries = 0
-    reviewer = TokenReviewer(k8s.ApiClient(configuration), timeout=2)
+    reviewer = TokenReviewer(k8s.AuthenticationV1Api(k8s.ApiClient(configuration)), timeout=2)
 
     async def call() -> tuple[int, str | None]:
         api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)

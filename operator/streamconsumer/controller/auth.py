@@ -34,12 +34,12 @@ class TokenReviewer:
 
     def __init__(
         self,
-        api_client: k8s.ApiClient,
+        api: k8s.AuthenticationV1Api,
         audience: str = AUDIENCE,
         ttl: float = 30.0,
         timeout: float = 5.0,
     ) -> None:
-        self._api = k8s.AuthenticationV1Api(api_client)
+        self._api = api
         self._audience = audience
         self._ttl = ttl
         self._timeout = timeout

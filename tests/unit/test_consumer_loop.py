@@ -1,0 +1,293 @@
+"""The per-consumer loop: what it decides (ConsumerLoop, pure, on a fake clock) and how
+the runner executes it (asyncio, with adapters that fail or hang)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from streamconsumer.controller.autoscaler import Autoscaler
+from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.controller.runner import run_consumer
+from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.controller.status import (
+    Conflict,
+    StatusInvalid,
+    StatusUnavailable,
+    StatusWriter,
+)
+from streamconsumer.core.lineage import SHARD_END, Shard
+from streamconsumer.models import (
+    CheckpointRequest,
+    HeartbeatRequest,
+    HeldShard,
+    StartPosition,
+)
+from streamconsumer.models.resource import Source, StreamConsumerSpec
+
+
+def spec(**extra: Any) -> StreamConsumerSpec:
+    return StreamConsumerSpec.model_validate(
+        {
+            "source": {"kinesis": {"streamName": "s"}},
+            "processor": {"image": "i", "entrypoint": "m:f"},
+            "leases": {"durationSeconds": 6},
+            **extra,
+        }
+    )
+
+
+def make_loop(**extra: Any) -> ConsumerLoop:
+    coordinator = Coordinator(spec(**extra), DurableState(), now=0.0)
+    autoscaler = Autoscaler(0) if "autoscaling" in extra else None
+    settings = LoopSettings(shard_sync_seconds=10.0, relist_seconds=1.0)
+    return ConsumerLoop("c", coordinator, settings, lambda: 1, autoscaler)
+
+
+def condition(loop: ConsumerLoop, kind: str) -> tuple[str, str]:
+    by_type = {c.type: c for c in loop.conditions}
+    return by_type[kind].status, by_type[kind].message
+
+
+def test_status_write_errors_are_retried_with_back_off_and_shown() -> None:
+    """11.6: no write error ends the loop; each is an Event, Degraded, and a back-off."""
+    loop = make_loop()
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    attempts = []
+    now = 0.0
+    for error in ("HTTP 500: etcd leader changed", "status.leases: Invalid value", None):
+        write = loop.write_due(now)
+        while write is None:
+            now += 0.1
+            write = loop.write_due(now)
+        attempts.append(now)
+        if error is None:
+            loop.write_succeeded(write, now)
+        else:
+            loop.write_failed(write, error, now)
+    assert attempts[1] - attempts[0] >= 1.0
+    assert attempts[2] - attempts[1] >= 2.0, "the back-off grows"
+    events = loop.take_events()
+    assert [e.reason for e in events] == ["StatusWriteFailed"], "one event per episode"
+    loop.coordinator.version += 1
+    write = loop.write_due(now + 5)
+    assert write is not None
+    assert condition(loop, "Degraded") == ("False", ""), "cleared once a write lands"
+
+
+def test_the_degraded_condition_names_what_failed() -> None:
+    loop = make_loop()
+    loop.sync_started(0.0)
+    loop.sync_failed("ListShards: LimitExceededException", 0.0)
+    write = loop.write_due(0.0)
+    assert write is not None
+    loop.write_failed(write, "HTTP 503", 0.0)
+    write = loop.write_due(5.0)
+    assert write is not None
+    status, message = condition(loop, "Degraded")
+    assert status == "True"
+    assert "ListShards: LimitExceededException" in message
+    assert "status write failed: HTTP 503" in message
+
+
+def test_relisting_for_unseen_children_backs_off() -> None:
+    """11.11: a finished shard whose children the listing lacks was relisted every 0.2 s."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("p", closed=True)], 0.0)
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    coordinator.step(0.0)
+    coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id="p", epoch=1, sequence_number=SHARD_END)
+    )
+    starts = []
+    now = 0.0
+    while now < 10.0:
+        if loop.sync_due(now):
+            starts.append(now)
+            loop.sync_started(now)
+            loop.sync_succeeded([Shard("p", closed=True)], now)  # still no child listed
+        now = round(now + 0.2, 1)
+    gaps = [round(b - a, 1) for a, b in zip(starts, starts[1:], strict=False)]
+    assert gaps[:3] == [2.0, 4.0, 8.0] or gaps[0] >= 1.0, gaps
+    assert len(starts) <= 5
+
+
+def test_a_consumer_at_zero_scales_up_when_records_wait() -> None:
+    """11.4: with minReplicas 0 nobody reported lag, so nothing ever scaled up."""
+    loop = make_loop(
+        replicas=0,
+        autoscaling={"minReplicas": 0, "maxReplicas": 4, "targetLagSeconds": 10},
+    )
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0)
+    probes = loop.probes_due(0.0)
+    assert [shard for shard, _ in probes] == ["s0", "s1"]
+    loop.probes_done({"s0": 25_000, "s1": None}, 0.0)
+    assert loop.autoscale(1.0) == (0, 2, 25.0), "3 for the lag, capped at 2 shards"
+
+
+def test_ready_holds_through_a_planned_hand_off() -> None:
+    """11.13: Ready flipped to False on every hand-off (health checks flapped)."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0)
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    coordinator.step(0.0)
+    coordinator.heartbeat(
+        HeartbeatRequest(
+            worker="a", held=[HeldShard(shard_id="s0", epoch=1), HeldShard(shard_id="s1", epoch=1)]
+        ),
+        0.1,
+    )
+    coordinator.heartbeat(HeartbeatRequest(worker="b"), 0.2)
+    coordinator.step(0.2)  # one shard moves to b: hand-off
+    assert any(lease.state.value == "HandOff" for lease in coordinator.leases.values())
+    assert loop.write_due(0.3) is not None
+    assert condition(loop, "Ready")[0] == "True"
+    assert condition(loop, "Progressing")[0] == "True"
+
+
+def test_a_leaving_worker_leaves_the_status_at_once() -> None:
+    """11.13: departed workers stayed listed for lease x 4/3."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    assert "a" in coordinator.workers
+    coordinator.heartbeat(HeartbeatRequest(worker="a", draining=True), 1.0)
+    assert "a" not in coordinator.workers
+
+
+# --- the runner, for real asyncio ---------------------------------------------------------------
+
+
+class HungSource:
+    """ListShards answers once, then hangs (a Kinesis endpoint that stopped answering)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def list_shards(self) -> list[Shard]:
+        self.calls += 1
+        if self.calls > 1:
+            time.sleep(3.0)
+        return [Shard("s0")]
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> Any:
+        raise NotImplementedError
+
+    def backlog(self, shard_id: str, start: StartPosition) -> int | None:
+        return None
+
+
+class FlakyApi:
+    """A StatusApi whose writes fail `failures` times (5xx, 422, conflict), then land."""
+
+    def __init__(self, failures: list[Exception]) -> None:
+        self.failures = failures
+        self.version = 1
+        self.status: dict[str, Any] = {}
+        self.writes = 0
+
+    def get(self) -> dict[str, Any]:
+        return {"metadata": {"resourceVersion": str(self.version)}, "status": self.status}
+
+    def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.failures:
+            raise self.failures.pop(0)
+        self.status = body["status"]
+        self.version += 1
+        self.writes += 1
+        return self.get()
+
+
+def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
+    """11.11 and 11.6 for real: a hung ListShards (timeout 1 s here) and failing writes
+    stop neither the engine nor, once they recover, the status."""
+    api = FlakyApi([StatusUnavailable("HTTP 500"), StatusInvalid("422"), Conflict("stale")])
+    source = HungSource()
+
+    async def run() -> ManagedConsumer:
+        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic())
+        consumer = ManagedConsumer("n", "c", coordinator)
+        writer = StatusWriter(api, "n", "c")
+        writer.adopt(api.get())
+        loop = ConsumerLoop(
+            "c",
+            coordinator,
+            LoopSettings(shard_sync_seconds=0.2, write_backoff_seconds=0.1),
+            lambda: 1,
+        )
+        config = OperatorConfig(shard_sync_timeout_seconds=1.0, status_interval_seconds=0.1)
+        deadline = time.monotonic() + 4.0
+
+        async def worker() -> None:
+            while time.monotonic() < deadline:
+                coordinator.heartbeat(HeartbeatRequest(worker="a"), time.monotonic())
+                consumer.wake()
+                await asyncio.sleep(0.1)
+
+        def make_source(_: Source) -> HungSource:
+            return source
+
+        await asyncio.gather(
+            worker(),
+            run_consumer(
+                consumer,
+                loop,
+                make_source,
+                writer,
+                config,
+                emit=lambda event: None,
+                stopped=lambda: time.monotonic() > deadline,
+            ),
+        )
+        return consumer
+
+    consumer = asyncio.run(run())  # returned when told to stop: nothing ended it before
+    assert source.calls >= 3, "listed again after each timeout"
+    assert api.status["leases"]["s0"]["owner"] == "a", "the grant was saved after the failures"
+    degraded = next(c for c in api.status["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True"
+    assert "listing shards timed out after 1s" in degraded["message"]
+    assert consumer.coordinator.persisted_version == consumer.coordinator.version
+
+
+@pytest.mark.parametrize("error", [StatusUnavailable("HTTP 500"), StatusInvalid("422")])
+def test_status_writer_raises_what_the_loop_retries(error: Exception) -> None:
+    api = FlakyApi([error])
+    writer = StatusWriter(api, "n", "c")
+    writer.adopt(api.get())
+    with pytest.raises(type(error)):
+        writer.write({"leases": {}})
+    writer.write({"leases": {}})
+    assert api.writes == 1
+
+
+def test_a_write_that_landed_without_an_answer_is_recognised_as_ours() -> None:
+    """A timeout after the write landed: the next write conflicts, and the stored table
+    is the one we tried to write, so it is ours, not another writer's."""
+
+    class LostAnswer(FlakyApi):
+        def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+            written = super().replace_status(body)
+            if self.writes == 1:
+                raise StatusUnavailable("timed out after the write landed")
+            return written
+
+    api = LostAnswer([])
+    writer = StatusWriter(api, "n", "c")
+    writer.adopt(api.get())
+    first = {"leases": {"s0": {"owner": "a", "epoch": 1, "state": "Active"}}}
+    with pytest.raises(StatusUnavailable):
+        writer.write(first)
+    writer.write({"leases": {"s0": {"owner": "a", "epoch": 1, "checkpoint": "5"}}})
+    assert api.status["leases"]["s0"]["checkpoint"] == "5", "no StaleState, no adopt"
