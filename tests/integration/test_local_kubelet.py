@@ -20,7 +20,7 @@ from testbed.scenario import wait_for
 @pytest.fixture
 def lossy_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every deletion event is lost: only a kubelet that reconciles notices."""
-    stream = watch.Watch.stream
+    stream: Any = watch.Watch.stream  # untyped in the kubernetes package
 
     def without_deletions(self: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
         for event in stream(self, *args, **kwargs):
