@@ -1,0 +1,122 @@
+"""The worker's side of the protocol (WorkerCore), without threads or HTTP."""
+
+from __future__ import annotations
+
+from streamconsumer.models import (
+    Assignment,
+    HeartbeatResponse,
+    Revocation,
+    RevocationReason,
+    StartPosition,
+    StartPositionType,
+)
+from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.shard import Answer, Finished, Outcome, SendCheckpoint, Stop
+
+TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
+
+
+def grant(shard: str, epoch: int) -> Assignment:
+    return Assignment(shard_id=shard, epoch=epoch, start=TRIM_HORIZON)
+
+
+def answer(
+    assignments: list[Assignment] = (),  # type: ignore[assignment]
+    revocations: list[Revocation] = (),  # type: ignore[assignment]
+    lease_ms: int = 6000,
+) -> HeartbeatResponse:
+    return HeartbeatResponse(
+        lease_duration_ms=lease_ms, assignments=list(assignments), revocations=list(revocations)
+    )
+
+
+def revoke(shard: str, epoch: int, reason: RevocationReason) -> Revocation:
+    return Revocation(shard_id=shard, epoch=epoch, reason=reason)
+
+
+def test_a_lost_shard_is_never_renewed_by_the_answer_that_took_it() -> None:
+    core = WorkerCore("w", prefetch=2)
+    core.heartbeat()
+    (machine,), _ = core.answered(answer([grant("s", 1)]), sent_at=0.0, now=0.1)
+    core.heartbeat()  # lists s
+    core.answered(answer(revocations=[revoke("s", 1, RevocationReason.LOST)]), 5.0, 5.1)
+    assert machine.stopping is Stop.LOST
+    assert machine.next(7.0) == Finished(Outcome.LOST), "it delivers nothing more"
+
+
+def test_a_released_epoch_is_never_started_again_and_its_last_word_is_repeated() -> None:
+    core = WorkerCore("w", prefetch=2)
+    core.heartbeat()
+    (machine,), _ = core.answered(answer([grant("s", 3)]), 0.0, 0.1)
+    machine.revoke(Stop.HANDOFF)
+    step = machine.next(0.2)  # not initialized yet: straight to the release
+    assert isinstance(step, SendCheckpoint)
+    assert step.request.release
+    machine.answered(Answer.SAVED, 0.3)
+    assert machine.next(0.3) == Finished(Outcome.RELEASED)
+    core.finished(machine)
+    core.heartbeat()
+    # An operator restarted from an older status still counts s (epoch 3) as ours:
+    started, resend = core.answered(answer([grant("s", 3)]), 1.0, 1.1)
+    assert started == []
+    assert [(r.shard_id, r.epoch, r.release) for r in resend] == [("s", 3, True)]
+    started, _ = core.answered(answer([grant("s", 4)]), 2.0, 2.1)
+    assert [m.epoch for m in started] == [4], "a new grant is a new epoch"
+
+
+def test_a_handoff_of_a_shard_it_never_ran_is_answered_with_a_release() -> None:
+    core = WorkerCore("w", prefetch=2)
+    core.heartbeat()
+    started, resend = core.answered(
+        answer(revocations=[revoke("s", 2, RevocationReason.HANDOFF)]), 0.0, 0.1
+    )
+    assert started == []
+    assert [(r.shard_id, r.epoch, r.release, r.sequence_number) for r in resend] == [
+        ("s", 2, True, None)
+    ]
+    started, _ = core.answered(answer([grant("s", 2)]), 1.0, 1.1)
+    assert started == [], "never starts the epoch it released"
+
+
+def test_a_draining_worker_takes_nothing_and_exits_once_it_owns_nothing() -> None:
+    core = WorkerCore("w", prefetch=2)
+    core.drain(now=0.0, seconds=25)
+    assert core.heartbeat().draining
+    started, resend = core.answered(answer([grant("s", 1)]), 0.0, 0.1)
+    assert started == []
+    assert [r.release for r in resend] == [True]
+    assert not core.done(0.2), "the operator still counted s as ours"
+    core.answered(answer(), 1.0, 1.1)
+    assert core.done(1.2)
+
+
+def test_timeouts_follow_the_lease() -> None:
+    core = WorkerCore("w", prefetch=2)
+    assert core.request_timeout == 5.0, "before the first answer"
+    core.answered(answer(lease_ms=3000), 0.0, 0.1)
+    assert core.request_timeout == 1.0
+    core.failed(None, 0.2)
+    assert core.interval == 1.0
+    core.answered(answer(lease_ms=60_000), 1.0, 1.1)
+    assert core.request_timeout == 5.0
+
+
+def test_a_worker_refused_for_long_gives_up() -> None:
+    """A deleted pod's token is refused for good: exit (non-zero), do not loop."""
+    core = WorkerCore("w", prefetch=2, give_up_seconds=30)
+    core.failed("heartbeat refused (401): the token was not accepted", 0.0)
+    core.failed(None, 10.0)  # an unreachable operator neither counts nor resets
+    core.failed("heartbeat refused (401)", 29.0)
+    assert not core.done(29.0)
+    core.failed("heartbeat refused (401)", 30.5)
+    assert core.done(30.5)
+    assert core.exit_reason is not None
+    assert "refused this worker for 30s" in core.exit_reason
+
+
+def test_an_answer_ends_a_run_of_refusals() -> None:
+    core = WorkerCore("w", prefetch=2, give_up_seconds=30)
+    core.failed("heartbeat refused (403)", 0.0)
+    core.answered(answer(), 20.0, 20.1)
+    core.failed("heartbeat refused (403)", 31.0)
+    assert not core.done(31.0)
