@@ -33,10 +33,14 @@ class RecordingProcessor(BaseRecordProcessor):
         self.delay = float(os.environ.get("RECORD_DELAY_SECONDS", "0"))
         # Fail the first attempt of every n-th batch (0: never), to exercise retries.
         self.fail_every = int(os.environ.get("RECORD_FAIL_EVERY", "0"))
+        # While this file exists every batch fails: a sink that is down (poison).
+        self.down_while = os.environ.get("RECORD_DOWN_WHILE")
         self.batches = 0
         self.failed = False
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.down_while and os.path.exists(self.down_while):
+            raise RuntimeError("injected failure: the sink is down until the test says so")
         if self.fail_every and not self.failed and self.batches % self.fail_every == 0:
             self.failed = True
             raise RuntimeError("injected failure: the sink is down")

@@ -30,6 +30,9 @@ class WorkerConfig(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
     # SIGTERM: hand every shard off within this (the pod's grace period, less a margin).
     drain_seconds: float = Field(default=25.0, gt=0)
+    # Exit (non-zero) once the operator has refused this worker for this long: its pod
+    # was deleted, or its StreamConsumer is gone.
+    give_up_seconds: float = Field(default=30.0, gt=0)
 
     @staticmethod
     def env_name(field: str) -> str:

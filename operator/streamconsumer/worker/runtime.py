@@ -57,7 +57,9 @@ class Worker:
         self._factory = processor_factory
         # A class factory carries the flag; a plain function's processor never wants empties.
         wants_empty = bool(getattr(processor_factory, "wants_empty_batches", False))
-        self.core = WorkerCore(config.worker_name, config.prefetch, wants_empty)
+        self.core = WorkerCore(
+            config.worker_name, config.prefetch, wants_empty, config.give_up_seconds
+        )
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
