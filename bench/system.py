@@ -278,6 +278,14 @@ def control_plane_at_scale(
                     held[assignment["shardId"]] = assignment["epoch"]
                 for revocation in response["revocations"]:
                     held.pop(revocation["shardId"], None)
+                    if revocation["reason"] == "handoff":  # let go, at this epoch
+                        release = {
+                            "worker": name,
+                            "shardId": revocation["shardId"],
+                            "epoch": revocation["epoch"],
+                            "release": True,
+                        }
+                        await http.post(f"{base}/checkpoint", json=release, headers=headers)
                 sequence += 1
                 for shard, epoch in list(held.items()):
                     body = {
