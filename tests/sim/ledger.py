@@ -29,7 +29,7 @@ class Violation(AssertionError):
 
 
 @dataclass
-class Call:
+class Delivery:
     worker: str
     shard_id: str
     epoch: int
@@ -42,7 +42,7 @@ class Ledger:
     done_times: Counter[int] = field(default_factory=Counter)
     _next_undone: dict[str, int] = field(default_factory=dict)  # index into shard.sequences
     _epochs: dict[str, tuple[int, str]] = field(default_factory=dict)
-    _running: dict[str, list[Call]] = field(default_factory=dict)
+    _running: dict[str, list[Delivery]] = field(default_factory=dict)
     _started: set[str] = field(default_factory=set)
     _finished_saved: set[str] = field(default_factory=set)
     _saved_checkpoints: dict[str, int] = field(default_factory=dict)
@@ -60,7 +60,7 @@ class Ledger:
 
     # --- deliveries (processor calls) --------------------------------------------------
 
-    def begin(self, worker: str, shard_id: str, epoch: int, records: Iterable[str]) -> Call:
+    def begin(self, worker: str, shard_id: str, epoch: int, records: Iterable[str]) -> Delivery:
         if shard_id in self._finished_saved:
             raise Violation(f"{shard_id}: delivered again after its SHARD_END was saved")
         last = self._epochs.get(shard_id)
@@ -78,13 +78,13 @@ class Ledger:
             for parent in self._shard(shard_id).parents:
                 if parent in self.stream.shards and not self._all_done(parent):
                     raise Violation(f"{shard_id} started before its parent {parent} was done")
-        call = Call(worker, shard_id, epoch)
+        call = Delivery(worker, shard_id, epoch)
         self._running.setdefault(shard_id, []).append(call)
         if any(True for _ in records):
             self.deliveries += 1
         return call
 
-    def end(self, call: Call) -> None:
+    def end(self, call: Delivery) -> None:
         self._running[call.shard_id].remove(call)
 
     def paused(self, worker: str) -> None:

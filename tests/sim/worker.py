@@ -11,27 +11,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.ledger import Call, Ledger
+from sim.ledger import Delivery, Ledger
 from sim.operator import SimOperator
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World
 from streamconsumer.models import HeartbeatResponse
-from streamconsumer.processor import (
-    BaseRecordProcessor,
-    Checkpointer,
-    Record,
-    RecordProcessor,
-    ShardInfo,
-)
+from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, RecordProcessor
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
+from streamconsumer.worker.calls import call_processor
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
     Answer,
+    Call,
     Deliver,
     EndShard,
     Finished,
-    Initialize,
-    LoseLease,
     SendCheckpoint,
     ShardMachine,
     Shutdown,
@@ -109,7 +103,7 @@ class Running:
     machine: ShardMachine
     reader: SimReader
     processor: RecordProcessor | None = None
-    call: Call | None = None
+    delivery: Delivery | None = None
     stepping: bool = False
     reading: bool = False
     read_failures: int = 0
@@ -173,8 +167,8 @@ class SimWorker:
         if self.alive:
             self.alive = False
             for running in self.running.values():
-                if running.call is not None:
-                    self.ledger.end(running.call)
+                if running.delivery is not None:
+                    self.ledger.end(running.delivery)
             self.on_exit(self)
 
     def drain(self) -> None:
@@ -307,38 +301,25 @@ class SimWorker:
             return
         records: list[Record] = list(step.batch.records) if isinstance(step, Deliver) else []
         if isinstance(step, (Deliver, EndShard, Shutdown)):
-            running.call = self.ledger.begin(
+            running.delivery = self.ledger.begin(
                 self.name, machine.shard_id, machine.epoch, (r.sequence_number for r in records)
             )
         duration = self.world.rng.uniform(0.001, 0.03) * (1 + len(records) / 10)
         self.schedule(duration, lambda: self._call(running, step))
 
-    def _call(self, running: Running, step: object) -> None:
+    def _call(self, running: Running, step: Call) -> None:
         machine = running.machine
-        checkpointer = machine.checkpointer
         try:
-            if isinstance(step, Initialize):
-                running.processor = self.make_processor(self)
-                running.processor.initialize(ShardInfo(machine.shard_id, None))
-            elif isinstance(step, Deliver):
-                assert running.processor is not None
-                running.processor.process_records(list(step.batch.records), checkpointer)
-            elif isinstance(step, EndShard):
-                assert running.processor is not None
-                running.processor.shard_ended(checkpointer)
-            elif isinstance(step, Shutdown):
-                assert running.processor is not None
-                running.processor.shutdown_requested(checkpointer)
-            elif isinstance(step, LoseLease):
-                assert running.processor is not None
-                running.processor.lease_lost()
+            running.processor = call_processor(
+                step, machine, running.processor, lambda: self.make_processor(self)
+            )
         except Exception:
             machine.raised(self.clock())
         else:
             machine.returned(self.clock())
-        if running.call is not None:
-            self.ledger.end(running.call)
-            running.call = None
+        if running.delivery is not None:
+            self.ledger.end(running.delivery)
+            running.delivery = None
         self._poke(running)
         self._read(running)
 

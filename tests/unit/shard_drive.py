@@ -13,18 +13,15 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
-from streamconsumer.processor import BaseRecordProcessor, Record, ShardInfo
+from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.calls import call_processor
 from streamconsumer.worker.shard import (
     Answer,
-    Deliver,
-    EndShard,
+    Call,
     Finished,
-    Initialize,
-    LoseLease,
     SendCheckpoint,
     ShardMachine,
-    Shutdown,
     Wait,
 )
 
@@ -76,25 +73,15 @@ class Drive:
                 machine.answered(self.answer(step.request), self.now)
             else:
                 try:
-                    self.call(step)
+                    self.call_processor(step)
                 except Exception:
                     machine.raised(self.now)
                 else:
                     machine.returned(self.now)
             self.now += 0.01
 
-    def call(self, step: object) -> None:
-        checkpointer = self.machine.checkpointer
-        if isinstance(step, Initialize):
-            self.processor.initialize(ShardInfo("s", None))
-        elif isinstance(step, Deliver):
-            self.processor.process_records(list(step.batch.records), checkpointer)
-        elif isinstance(step, EndShard):
-            self.processor.shard_ended(checkpointer)
-        elif isinstance(step, Shutdown):
-            self.processor.shutdown_requested(checkpointer)
-        elif isinstance(step, LoseLease):
-            self.processor.lease_lost()
+    def call_processor(self, step: Call) -> None:
+        call_processor(step, self.machine, self.processor, lambda: self.processor)
 
     def stored(self) -> list[str | None]:
         return [r.sequence_number for r in self.sent]

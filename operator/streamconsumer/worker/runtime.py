@@ -12,33 +12,23 @@ import time
 
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import CheckpointRequest
-from streamconsumer.processor import ProcessorFactory, RecordProcessor, ShardInfo
+from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import StreamSource
 from streamconsumer.worker import metrics
+from streamconsumer.worker.calls import CALL_NAMES, call_processor
 from streamconsumer.worker.client import OperatorClient, OperatorRefused, OperatorUnavailable
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
     Answer,
     Deliver,
-    EndShard,
     Finished,
-    Initialize,
-    LoseLease,
     SendCheckpoint,
     ShardMachine,
-    Shutdown,
     Wait,
 )
 
 log = logging.getLogger(__name__)
-_CALLS = {
-    Initialize: "initialize",
-    Deliver: "process_records",
-    EndShard: "shard_ended",
-    Shutdown: "shutdown_requested",
-    LoseLease: "lease_lost",
-}
 MAX_WAIT_SECONDS = 1.0  # wake up at least this often (a fence may have closed)
 WAITING_CHECKPOINT_SECONDS = 15.0
 
@@ -182,35 +172,16 @@ class Worker:
                 continue
             started = time.perf_counter()
             try:
-                if isinstance(step, Initialize):
-                    processor = self._factory()
-                    processor.initialize(
-                        ShardInfo(
-                            shard,
-                            machine.assignment.start.sequence_number,
-                            tuple(machine.assignment.parents),
-                        )
-                    )
-                elif isinstance(step, Deliver):
-                    assert processor is not None
-                    processor.process_records(list(step.batch.records), machine.checkpointer)
+                processor = call_processor(step, machine, processor, self._factory)
+                if isinstance(step, Deliver):
                     metrics.batch_processed(shard, step.batch.records, started)
-                elif isinstance(step, EndShard):
-                    assert processor is not None
-                    processor.shard_ended(machine.checkpointer)
-                elif isinstance(step, Shutdown):
-                    assert processor is not None
-                    processor.shutdown_requested(machine.checkpointer)
-                elif isinstance(step, LoseLease):
-                    assert processor is not None
-                    processor.lease_lost()
             except Exception:
                 metrics.batch_failed(shard, started)
                 log.exception(
                     "%s: processor failed in %s; retried after a back-off until it returns "
                     "or the shard moves",
                     shard,
-                    _CALLS[type(step)],
+                    CALL_NAMES[type(step)],
                 )
                 with changed:
                     machine.raised(time.monotonic())
