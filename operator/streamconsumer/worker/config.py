@@ -3,8 +3,6 @@ operator writes. One model names them for both sides."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -46,17 +44,17 @@ class WorkerConfig(BaseSettings):
         }
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> WorkerConfig:
-        """From the process environment (or `environ`); a clear exit on bad input."""
+    def from_env(cls) -> WorkerConfig:
+        """From the process environment (pydantic-settings); a clear exit on bad input."""
         try:
-            if environ is None:
-                return cls()
-            names = [n for n in cls.model_fields if cls.env_name(n) in environ]
-            return cls.model_validate({n: environ[cls.env_name(n)] for n in names})
+            return cls()
         except ValidationError as error:
             missing = [
                 cls.env_name(str(e["loc"][0])) for e in error.errors() if e["type"] == "missing"
             ]
             if missing:
                 raise SystemExit(f"worker: missing environment: {', '.join(missing)}") from None
-            raise SystemExit(f"worker: bad configuration: {error}") from None
+            problems = "; ".join(
+                f"{cls.env_name(str(e['loc'][0]))}: {e['msg']}" for e in error.errors()
+            )
+            raise SystemExit(f"worker: bad configuration: {problems}") from None
