@@ -38,7 +38,7 @@ total=${#missing[@]}
 step=0
 for name in "${missing[@]}"; do
   step=$((step + 1))
-  echo "[node $step/$total] building $name $k8s_version from Go modules (the kubelet takes several minutes cold on 2 cores)..." >&2
+  echo "[node $step/$total] building $name $k8s_version from Go modules (cold: seconds after the control plane build, minutes alone)..." >&2
   started=$SECONDS
   (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
     go build -trimpath -ldflags "$(version_flags)" -o "$bin/$name.tmp" "${package[$name]}")

@@ -1,4 +1,4 @@
-"""The real-node tier's fixtures: one control plane and one real node per session (images
+"""The real-node tier's fixtures: one control plane and one real node for the tier (images
 and binaries built, the node in namespaces of its own), a Kinesis emulator running on
 the node, and the operator installed the way the README's install section says.
 
@@ -20,7 +20,7 @@ from testbed.node import Cluster
 from testbed.userpath import RELEASE_NAMESPACE, Kubectl, consumer_namespace, install_operator
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     before = machine.snapshot()
     workdir = tmp_path_factory.mktemp("realnode")
@@ -34,12 +34,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         assert not left, "the real node left this behind on the machine:\n" + "\n".join(left)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kubectl(cluster: Cluster) -> Kubectl:
     return Kubectl(cluster)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def emulator(
     cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KinesisEmulator]:
@@ -55,7 +55,7 @@ def emulator(
     started.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def operator_namespace(cluster: Cluster, helm: Path, kubectl: Kubectl) -> str:
     install_operator(cluster, helm, kubectl)
     return RELEASE_NAMESPACE
