@@ -145,25 +145,12 @@ class NodeNamespaces:
         return self.workdir / "root" / directory.strip("/")
 
     def _network(self, prefix: int) -> None:
-        _run(
-            [
-                "ip",
-                "link",
-                "add",
-                self.host_if,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                str(self.pid),
-            ]
-        )
-        _run(["ip", "addr", "add", f"{self.host_ip}/{prefix}", "dev", self.host_if])
-        _run(["ip", "link", "set", self.host_if, "up"])
+        peer = f"ip link add {self.host_if} type veth peer name eth0 netns {self.pid}"
+        _run(peer.split())
+        _run(f"ip addr add {self.host_ip}/{prefix} dev {self.host_if}".split())
+        _run(f"ip link set {self.host_if} up".split())
         self.run("ip", "link", "set", "lo", "up")
-        self.run("ip", "addr", "add", f"{self.node_ip}/{prefix}", "dev", "eth0")
+        self.run(*f"ip addr add {self.node_ip}/{prefix} dev eth0".split())
         self.run("ip", "link", "set", "eth0", "up")
 
     def processes(self) -> list[int]:
