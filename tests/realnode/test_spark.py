@@ -25,14 +25,6 @@ from testbed.userpath import EXAMPLES, Kubectl, edited_example, wait_for
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 
-# The worker pod template (operator/streamconsumer/controller/children.py) has no
-# writable volume: Spark's warm-up fails with "No usable temporary directory found in
-# ['/tmp', ...]". It needs an emptyDir mounted at /tmp; then this passes (strict: it
-# must then lose this mark).
-NO_SCRATCH = pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="worker pods have no writable /tmp"
-)
-
 OUTPUT = "/tmp/page-views"
 
 
@@ -51,7 +43,6 @@ def counted(cluster: Cluster, pods: list[dict[str, Any]]) -> Counter[tuple[str, 
     return views
 
 
-@NO_SCRATCH
 def test_spark_example_counts_each_event_in_a_read_only_container(
     cluster: Cluster,
     kubectl: Kubectl,

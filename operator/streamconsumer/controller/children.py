@@ -90,7 +90,10 @@ def deployment(
         "command": ["python", "-m", "streamconsumer.worker"],
         "env": env,
         "volumeMounts": [
-            {"name": "streamconsumer-token", "mountPath": TOKEN_DIR, "readOnly": True}
+            {"name": "streamconsumer-token", "mountPath": TOKEN_DIR, "readOnly": True},
+            # The root filesystem is read-only; /tmp is where processors (Spark's scratch,
+            # Python's tempfile) may write.
+            {"name": "scratch", "mountPath": "/tmp"},
         ],
         "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
         "securityContext": {
@@ -123,6 +126,7 @@ def deployment(
                     "terminationGracePeriodSeconds": GRACE_SECONDS,
                     "containers": [container],
                     "volumes": [
+                        {"name": "scratch", "emptyDir": {}},
                         {
                             "name": "streamconsumer-token",
                             "projected": {
@@ -136,7 +140,7 @@ def deployment(
                                     }
                                 ]
                             },
-                        }
+                        },
                     ],
                 },
             },
