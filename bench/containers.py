@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import threading
 import time
@@ -96,71 +97,79 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-node-"))
     print("Starting a control plane and a real node (images and binaries cached)...")
     cluster = Cluster.start(workdir)
-    node = cluster.node
-    figures = {
-        "base_image_mb": image_mb(cluster.images["python"]),
-        "worker_image_mb": image_mb(cluster.images["worker"]),
-        "worker_spark_image_mb": image_mb(cluster.images["worker-spark"]),
-        "operator_image_mb": image_mb(cluster.images["operator"]),
-    }
-    kubectl = Kubectl(cluster)
-    emulator = KinesisEmulator.start(
-        "kinesalite", workdir / "kinesalite", enter=node.spaces.enter, host=node.ip
-    )
+    emulator: KinesisEmulator | None = None
     try:
-        install_operator(cluster, helm_binary(), kubectl)
-        namespace = f"bench-{uuid.uuid4().hex[:6]}"
-        consumer_namespace(kubectl, namespace)
-        stream = "clicks"
-        create_stream(emulator.client, stream, 4)
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml", cluster.images["clickstream"], stream, emulator, {}
-        )
-        manifest["spec"]["replicas"] = 1
-        kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n",
-            namespace,
-            "wait",
-            "streamconsumer/clickstream",
-            "--for=condition=Ready",
-            "--timeout=180s",
-        )
-        wait_for(lambda: bool(ready_container(kubectl, namespace)), 120, "the worker Ready")
-        container = ready_container(kubectl, namespace) or ""
-        time.sleep(5)  # its shards granted, its readers polling an empty stream
-        idle = sample(node, container, 10)
-
-        stop = threading.Event()
-        produced = 0
-
-        def feed() -> None:
-            nonlocal produced
-            seed = 0
-            while not stop.is_set():
-                seed += 1
-                events = make_events(2000, seed=seed)
-                put_records(emulator.client, stream, [(str(i), e) for i, e in enumerate(events)])
-                produced += len(events)
-
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
-        busy = sample(node, container, BUSY_SECONDS)
-        stop.set()
-        feeder.join(60)
-        floor = bare_python_rss(kubectl, node, cluster.images["worker"], namespace)
-        figures |= {
-            "worker_rss_mb_idle": round(sorted(idle)[len(idle) // 2], 1),
-            "worker_rss_mb_busy": round(max(busy), 1),
-            "bare_python_rss_mb": round(floor, 1),
+        figures = {
+            "base_image_mb": image_mb(cluster.images["python"]),
+            "worker_image_mb": image_mb(cluster.images["worker"]),
+            "worker_spark_image_mb": image_mb(cluster.images["worker-spark"]),
+            "operator_image_mb": image_mb(cluster.images["operator"]),
         }
-        print(f"  fed {produced} records in {BUSY_SECONDS:.0f}s while sampling")
+        node = cluster.node
+        emulator = KinesisEmulator.start(
+            "kinesalite", workdir / "kinesalite", enter=node.spaces.enter, host=node.ip
+        )
+        figures |= measure_worker(cluster, emulator)
     finally:
-        emulator.stop()
+        if emulator:
+            emulator.stop()
         cluster.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     for name, value in figures.items():
         print(f"  {name:28s} {value:8.1f}")
     record(figures)
+
+
+def measure_worker(cluster: Cluster, emulator: KinesisEmulator) -> dict[str, float]:
+    """The clickstream example, one worker over 4 shards: its RSS idle, then busy."""
+    node, kubectl = cluster.node, Kubectl(cluster)
+    install_operator(cluster, helm_binary(), kubectl)
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    consumer_namespace(kubectl, namespace)
+    stream = "clicks"
+    create_stream(emulator.client, stream, 4)
+    manifest = edited_example(
+        EXAMPLES / "streamconsumer.yaml", cluster.images["clickstream"], stream, emulator, {}
+    )
+    manifest["spec"]["replicas"] = 1
+    kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
+    kubectl(
+        "-n",
+        namespace,
+        "wait",
+        "streamconsumer/clickstream",
+        "--for=condition=Ready",
+        "--timeout=180s",
+    )
+    wait_for(lambda: bool(ready_container(kubectl, namespace)), 120, "the worker Ready")
+    container = ready_container(kubectl, namespace) or ""
+    time.sleep(5)  # its shards granted, its readers polling an empty stream
+    idle = sample(node, container, 10)
+
+    stop = threading.Event()
+    produced = 0
+
+    def feed() -> None:
+        nonlocal produced
+        seed = 0
+        while not stop.is_set():
+            seed += 1
+            events = make_events(2000, seed=seed)
+            put_records(emulator.client, stream, [(str(i), e) for i, e in enumerate(events)])
+            produced += len(events)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    busy = sample(node, container, BUSY_SECONDS)
+    stop.set()
+    feeder.join(60)
+    print(f"  fed {produced} records in {BUSY_SECONDS:.0f}s while sampling")
+    floor = bare_python_rss(kubectl, node, cluster.images["worker"], namespace)
+    return {
+        "worker_rss_mb_idle": round(sorted(idle)[len(idle) // 2], 1),
+        "worker_rss_mb_busy": round(max(busy), 1),
+        "bare_python_rss_mb": round(floor, 1),
+    }
 
 
 if __name__ == "__main__":

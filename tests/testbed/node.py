@@ -253,6 +253,7 @@ class Cluster:
         refs["pause"] = images.pause_image(bin_dir / "pause", log)
         spaces = NodeNamespaces.create(workdir / "node", uuid.uuid4().hex[:8])
         plane: ControlPlane | None = None
+        node: Node | None = None
         try:
             plane_dir = workdir / "control-plane"
             args = apiserver_args(spaces.node_ip, plane_dir / "pki")
@@ -262,6 +263,8 @@ class Cluster:
             node.import_images([refs[name] for name in ON_NODE])
             print(f"[node] images imported in {time.monotonic() - started:.0f}s", file=sys.stderr)
         except BaseException:
+            if node:
+                node.stop()
             if plane:
                 plane.stop()
             spaces.destroy()
@@ -276,14 +279,18 @@ class Cluster:
 
 
 def main() -> None:
+    # Ctrl-C and a plain kill both stop the node cleanly (a shell's background job starts
+    # with SIGINT ignored, which would leave Ctrl-C's KeyboardInterrupt unraised).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     print("Starting a control plane and a real node...", file=sys.stderr)
     workdir = Path(tempfile.mkdtemp(prefix="streamconsumer-node-"))
     cluster = Cluster.start(workdir)
     node = cluster.node
     print(f"Node {node.name} Ready at {node.ip}\n  export KUBECONFIG={cluster.plane.kubeconfig}")
     print(f"  kubectl: {cluster.plane.bin_dir / 'kubectl'}")
-    for name, reference in sorted(cluster.images.items()):
-        print(f"  image {name}: {reference}")
+    for name in (*ON_NODE, "pause"):
+        print(f"  image {name}: {cluster.images[name]}")
     print("Ctrl-C stops it.")
     try:
         while all(server.process.poll() is None for server in node.servers):
