@@ -12,8 +12,10 @@ the same run:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -397,25 +399,29 @@ class StatusWatch:
 
 
 def main() -> None:
-    work = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-"))
-    plane = ControlPlane.start(work / "cp")
-    fast = KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
-    faithful = KinesisEmulator.start("kinesis-local", work / "kinesis-local")
+    with contextlib.ExitStack() as cleanup:
+        work = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-"))
+        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+        plane = ControlPlane.start(work / "cp")
+        cleanup.callback(plane.remove)
+        fast = KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
+        cleanup.callback(fast.stop)
+        faithful = KinesisEmulator.start("kinesis-local", work / "kinesis-local")
+        cleanup.callback(faithful.stop)
+        run(plane, fast, faithful, work)
+
+
+def run(plane: ControlPlane, fast: KinesisEmulator, faithful: KinesisEmulator, work: Path) -> None:
+    assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
+    wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
+    api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+    scenario = worker_throughput(plane, api, fast, work)
     try:
-        assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
-        wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-        api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
-        scenario = worker_throughput(plane, api, fast, work)
-        try:
-            checkpoint_rtt(scenario)
-        finally:
-            scenario.stop()
-        failover(plane, api, faithful, work)
-        control_plane_at_scale(plane, api, fast, work)
+        checkpoint_rtt(scenario)
     finally:
-        faithful.stop()
-        fast.stop()
-        plane.remove()
+        scenario.stop()
+    failover(plane, api, faithful, work)
+    control_plane_at_scale(plane, api, fast, work)
 
 
 if __name__ == "__main__":
