@@ -10,7 +10,10 @@ DESIGN §3 checked as it happens. A breach raises Violation at the event that ca
   parents is done;
 - lineage remembered (§3.10): a shard whose SHARD_END was saved is never delivered again;
 - forward-only and durable (§3.3/3.8): saved checkpoints never go back;
-- at the end: nothing lost (liveness), and no duplicate when every fault was planned."""
+- at the end: nothing lost (liveness), and no duplicate when every fault was planned.
+
+With `initialPosition: LATEST` the records that arrived before the consumer was created
+(simulated time 0) are not owed; every record after is, however early a shard moves."""
 
 from __future__ import annotations
 
@@ -48,6 +51,14 @@ class Ledger:
     _saved_checkpoints: dict[str, int] = field(default_factory=dict)
     unplanned: list[str] = field(default_factory=list)
     deliveries: int = 0
+    from_latest: bool = False  # initialPosition LATEST: the history is not owed
+
+    def _first_owed(self, shard_id: str) -> int:
+        """Index of the shard's first record the consumer owes (0 but under LATEST)."""
+        shard = self._shard(shard_id)
+        if not self.from_latest or shard.parents:
+            return 0
+        return bisect.bisect_left(shard.arrivals, 0.0)
 
     def _shard(self, shard_id: str) -> SimShard:
         shard = self.stream.shards.get(shard_id) or self.stream.trimmed.get(shard_id)
@@ -56,7 +67,7 @@ class Ledger:
 
     def _all_done(self, shard_id: str) -> bool:
         shard = self._shard(shard_id)
-        return self._next_undone.get(shard_id, 0) >= len(shard.sequences)
+        return self._next_undone.get(shard_id, self._first_owed(shard_id)) >= len(shard.sequences)
 
     # --- deliveries (processor calls) --------------------------------------------------
 
@@ -97,14 +108,18 @@ class Ledger:
     def done(self, shard_id: str, sequences: Iterable[int]) -> None:
         """Records whose processing returned (or whose batch the sink committed)."""
         shard = self._shard(shard_id)
-        pointer = self._next_undone.get(shard_id, 0)
+        first_owed = self._first_owed(shard_id)
+        pointer = self._next_undone.get(shard_id, first_owed)
         for sequence in sequences:
             if self.done_times[sequence] == 0:
                 index = bisect.bisect_left(shard.sequences, sequence)
-                if index != pointer:
+                if index < first_owed:
+                    pass  # history from before the start, not owed: order is not checked
+                elif index != pointer:
                     expected = shard.sequences[pointer] if pointer < len(shard.sequences) else None
                     raise Violation(f"{shard_id}: {sequence} done first, before {expected}")
-                pointer += 1
+                else:
+                    pointer += 1
             self.done_times[sequence] += 1
         self._next_undone[shard_id] = pointer
 
@@ -115,7 +130,7 @@ class Ledger:
         if checkpoint is None or shard_id not in self.stream.shards:
             return
         shard = self._shard(shard_id)
-        pointer = self._next_undone.get(shard_id, 0)
+        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
         if checkpoint == SHARD_END:
             if shard.closed_at is None or pointer < len(shard.sequences):
                 raise Violation(f"{shard_id}: SHARD_END with records not done")
@@ -148,13 +163,15 @@ class Ledger:
         return [
             sequence
             for shard in self.stream.shards.values()
-            for sequence in shard.sequences[self._next_undone.get(shard.id, 0) :]
+            for sequence in shard.sequences[
+                self._next_undone.get(shard.id, self._first_owed(shard.id)) :
+            ]
         ]
 
     def expired(self) -> int:
         """Records trimmed by retention before they were done (the stream's loss)."""
         return sum(
-            len(shard.sequences) - self._next_undone.get(shard.id, 0)
+            len(shard.sequences) - self._next_undone.get(shard.id, self._first_owed(shard.id))
             for shard in self.stream.trimmed.values()
         )
 

@@ -71,6 +71,8 @@ class Run:
     # The lag autoscaler owns the worker count (minReplicas 0): it must bring workers
     # back when records arrive with none running.
     autoscale: bool = False
+    initial_position: str = "TRIM_HORIZON"  # TRIM_HORIZON | LATEST
+    history: int = 0  # records in the stream before the consumer is created
 
 
 @dataclass
@@ -127,12 +129,14 @@ class Simulation:
         self.run = run
         world = self.world = World(run.seed)
         self.stream = SimStream(world, run.shards)
-        self.ledger = Ledger(self.stream)
+        self.stream.put(run.history, arrival=-1.0)
+        self.ledger = Ledger(self.stream, from_latest=run.initial_position == "LATEST")
         spec = {
             "source": {"kinesis": {"streamName": "sim"}},
             "processor": {"image": "i", "entrypoint": "m:f"},
             "replicas": run.replicas,
             "leases": {"durationSeconds": run.lease},
+            "initialPosition": run.initial_position,
         }
         if run.autoscale:
             spec["autoscaling"] = {
