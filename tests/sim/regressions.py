@@ -1,4 +1,4 @@
-"""The named runs that showed each bug of issue 11 (and those the simulation found on
+"""The named runs that showed each bug of issues 11 and 13 (and those the simulation found on
 its own), with the revert that brings the bug back. Each must pass as the code is, and
 break an invariant under its revert."""
 
@@ -149,6 +149,25 @@ REGRESSIONS: dict[str, Regression] = {
         ),
         reverts.idle_engine_without_listing,
         "a planned move did not finish",
+    ),
+    "13.5 LATEST, the worker lost before its first checkpoint": Regression(
+        Run(
+            seed=7,
+            shards=1,
+            replicas=1,
+            checkpoint_every=0,
+            initial_position="LATEST",
+            history=20,
+            faults=(F(5.0, "worker_crash"),),
+            duration=30,
+        ),
+        reverts.latest_read_at_every_move,
+        "never processed",
+    ),
+    "13.5 LATEST, scaled from zero by the backlog": Regression(
+        Run(seed=8, shards=2, replicas=0, autoscale=True, initial_position="LATEST", history=20),
+        reverts.latest_read_at_every_move,
+        "never processed",
     ),
     "found: scaled to zero behind a closed shard": Regression(
         Run(

@@ -12,6 +12,7 @@ import pytest
 
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.state import Coordinator
+from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker.core import WorkerCore
@@ -230,3 +231,17 @@ def reverted(revert: Revert) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         revert(patch)
         yield
+
+
+def latest_read_at_every_move(patch: pytest.MonkeyPatch) -> None:
+    """13.5: `initialPosition: LATEST` is handed to each new owner as LATEST, so a shard
+    that moves before its first checkpoint skips what arrived meanwhile."""
+    start_position = Coordinator._start_position
+
+    def latest_again(self: Coordinator, lease: Any, parents: list[str]) -> StartPosition:
+        position = start_position(self, lease, parents)
+        if position.type is StartPositionType.AT_TIMESTAMP and not self.spec.initial_timestamp:
+            return StartPosition(type=StartPositionType.LATEST)
+        return position
+
+    patch.setattr(Coordinator, "_start_position", latest_again)

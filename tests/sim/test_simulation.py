@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from sim.ledger import Violation
 from sim.regressions import REGRESSIONS
 from sim.reverts import reverted
-from sim.scenario import Fault, Run, simulate
+from sim.scenario import Run, simulate
 from sim.strategies import runs
 
 EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "1500"))
@@ -43,19 +43,3 @@ def test_the_simulation_sees_the_bug_once_its_fix_is_reverted(name: str) -> None
     regression = REGRESSIONS[name]
     with reverted(regression.revert), pytest.raises(Violation, match=regression.shows):
         simulate(regression.run)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 13.5: LATEST is read again at every move")
-def test_latest_skips_nothing_when_a_shard_moves_before_its_first_checkpoint() -> None:
-    simulate(
-        Run(
-            seed=7,
-            shards=1,
-            replicas=1,
-            checkpoint_every=0,
-            initial_position="LATEST",
-            history=20,
-            faults=(Fault(5.0, "worker_crash", 0),),
-            duration=30,
-        )
-    )

@@ -60,6 +60,7 @@ class Scenario:
         max_records: int = 100,
         processor_env: dict[str, str] | None = None,
         autoscaling: dict[str, Any] | None = None,
+        initial_position: str = "TRIM_HORIZON",
     ) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
@@ -86,6 +87,7 @@ class Scenario:
                     ],
                 },
                 "replicas": replicas,
+                "initialPosition": initial_position,
                 **({"autoscaling": autoscaling} if autoscaling else {}),
                 "leases": {"durationSeconds": lease_seconds},
                 "reading": {"maxRecords": max_records, "idleBetweenReadsMs": 100},
@@ -103,6 +105,7 @@ class Scenario:
         max_records: int = 100,
         processor_env: dict[str, str] | None = None,
         autoscaling: dict[str, Any] | None = None,
+        initial_position: str = "TRIM_HORIZON",
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             create_stream(self.kinesis.client, self.stream, shards)
@@ -120,7 +123,14 @@ class Scenario:
             },
         ).start()
         manifest = self.manifest(
-            replicas, lease_seconds, delay, processor, max_records, processor_env, autoscaling
+            replicas,
+            lease_seconds,
+            delay,
+            processor,
+            max_records,
+            processor_env,
+            autoscaling,
+            initial_position,
         )
         self.consumers.create(manifest)
         return self

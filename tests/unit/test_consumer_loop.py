@@ -30,6 +30,8 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.resource import Source, StreamConsumerSpec
 
+from .moments import CREATED
+
 
 def spec(**extra: Any) -> StreamConsumerSpec:
     return StreamConsumerSpec.model_validate(
@@ -43,7 +45,7 @@ def spec(**extra: Any) -> StreamConsumerSpec:
 
 
 def make_loop(**extra: Any) -> ConsumerLoop:
-    coordinator = Coordinator(spec(**extra), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(**extra), DurableState(), now=0.0, created=CREATED)
     autoscaler = Autoscaler(0) if "autoscaling" in extra else None
     settings = LoopSettings(shard_sync_seconds=10.0, relist_seconds=1.0)
     return ConsumerLoop("c", coordinator, settings, lambda: 1, autoscaler)
@@ -214,7 +216,7 @@ def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
     source = HungSource()
 
     async def run() -> ManagedConsumer:
-        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic())
+        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
         consumer = ManagedConsumer("n", "c", coordinator)
         writer = StatusWriter(api, "n", "c")
         writer.adopt(api.get())
@@ -298,7 +300,7 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
     built: list[str | None] = []
 
     async def run() -> None:
-        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic())
+        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
         consumer = ManagedConsumer("n", "c", coordinator)
         writer = StatusWriter(api, "n", "c")
         writer.adopt(api.get())

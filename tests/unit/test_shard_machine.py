@@ -28,6 +28,7 @@ from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
 
+from .moments import CREATED
 from .shard_drive import Drive, batch
 
 
@@ -190,7 +191,7 @@ class InProcessOperator:
     table 'saved' on every call."""
 
     def __init__(self, shards: list[Shard]) -> None:
-        self.coordinator = Coordinator(SPEC, DurableState(), now=time.monotonic())
+        self.coordinator = Coordinator(SPEC, DurableState(), now=time.monotonic(), created=CREATED)
         self.coordinator.set_shards(shards)
         self.lock = threading.Lock()
 

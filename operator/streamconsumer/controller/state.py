@@ -9,12 +9,17 @@ Two rules shape it (DESIGN §3.9, §3.2):
 - **Promises are kept.** Each heartbeat answer promises the worker its leases for a
   duration; a worker is expired only after the longest duration it was promised (plus a
   grace), and a longer duration is promised only once the status holds it, so lowering
-  `leases.durationSeconds` or restarting never cuts a promise short."""
+  `leases.durationSeconds` or restarting never cuts a promise short.
+
+`initialPosition: LATEST` means "what arrives from the consumer's creation on": it is
+resolved to that instant (AT_TIMESTAMP), never re-read as LATEST when a shard moves before
+its first checkpoint, so nothing that arrived meanwhile is skipped."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from streamconsumer.core.leases import (
@@ -84,8 +89,11 @@ class Coordinator:
     """Leases, checkpoints and workers of one consumer. `version` grows with every change
     the status must show; the status writer persists up to a version."""
 
-    def __init__(self, spec: StreamConsumerSpec, durable: DurableState, now: float) -> None:
+    def __init__(
+        self, spec: StreamConsumerSpec, durable: DurableState, now: float, *, created: datetime
+    ) -> None:
         self.spec = spec
+        self.created = created  # the resource's creationTimestamp: where LATEST starts
         self.durable = durable
         self.leases: dict[str, ShardLease] = dict(durable.leases)
         self.finished: set[str] = set(durable.finished)
@@ -280,7 +288,11 @@ class Coordinator:
             return StartPosition(
                 type=StartPositionType.AT_TIMESTAMP, timestamp=self.spec.initial_timestamp
             )
-        return StartPosition(type=StartPositionType(initial.value))
+        if initial is InitialPosition.LATEST:
+            # Not LATEST itself: read again at each move, it would skip what arrived
+            # between a grant and the shard's first checkpoint.
+            return StartPosition(type=StartPositionType.AT_TIMESTAMP, timestamp=self.created)
+        return StartPosition(type=StartPositionType.TRIM_HORIZON)
 
     def checkpoint(self, request: CheckpointRequest) -> ShardLease:
         """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid)."""
@@ -318,7 +330,7 @@ class Coordinator:
     def adopt(self, durable: DurableState, now: float) -> None:
         """Another writer saved a newer table: start over from it. Nothing of ours that
         was not saved ever left this process, so dropping it is safe."""
-        fresh = Coordinator(self.spec, durable, now)
+        fresh = Coordinator(self.spec, durable, now, created=self.created)
         self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
@@ -382,6 +394,11 @@ class Coordinator:
             )
             for shard_id, lease in sorted(self.leases.items())
         }
+
+
+def creation_time(resource: Mapping[str, Any]) -> datetime:
+    """The resource's creationTimestamp: the instant `initialPosition: LATEST` starts at."""
+    return datetime.fromisoformat(resource["metadata"]["creationTimestamp"])
 
 
 def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:

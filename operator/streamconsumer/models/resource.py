@@ -202,7 +202,12 @@ class StreamConsumerSpec(Model):
 
     source: Source
     processor: Processor
-    initial_position: InitialPosition = InitialPosition.TRIM_HORIZON
+    initial_position: InitialPosition = Field(
+        default=InitialPosition.TRIM_HORIZON,
+        description="Where a shard without a checkpoint starts: TRIM_HORIZON (the oldest "
+        "record), LATEST (what arrives from the consumer's creation on, however early a "
+        "shard moves) or AT_TIMESTAMP (initialTimestamp).",
+    )
     initial_timestamp: datetime | None = None
     replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods (scale subresource).")
     autoscaling: Autoscaling | None = None
