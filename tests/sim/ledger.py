@@ -6,6 +6,7 @@ DESIGN §3 checked as it happens. A breach raises Violation at the event that ca
   (unless the earlier call outlived its fence in a process pause: a zombie);
 - only what returned is checkpointed (§3.3/3.11): an accepted checkpoint never passes a
   record that is not done; records are first done in shard order (nothing skipped);
+- paused means paused: no batch is delivered once a pause has had time to settle;
 - parents first (§3.4): a shard's first delivery comes after every record of its
   parents is done;
 - lineage remembered (§3.10): a shard whose SHARD_END was saved is never delivered again;
@@ -31,6 +32,11 @@ class Violation(AssertionError):
     pass
 
 
+PAUSE_SETTLES = 25.0
+"""Once paused, deliveries stop within this: a heartbeat brings the hand-off, or the fence
+(the longest lease a run uses, 10 s, plus its grace) runs out first."""
+
+
 @dataclass
 class Delivery:
     worker: str
@@ -52,6 +58,7 @@ class Ledger:
     unplanned: list[str] = field(default_factory=list)
     deliveries: int = 0
     from_latest: bool = False  # initialPosition LATEST: the history is not owed
+    paused_since: float | None = None  # spec.paused set at this time (and still set)
 
     def _first_owed(self, shard_id: str) -> int:
         """Index of the shard's first record the consumer owes (0 but under LATEST)."""
@@ -72,6 +79,10 @@ class Ledger:
     # --- deliveries (processor calls) --------------------------------------------------
 
     def begin(self, worker: str, shard_id: str, epoch: int, records: Iterable[str]) -> Delivery:
+        records = list(records)
+        paused = self.paused_since
+        if records and paused is not None and self.stream.world.now - paused > PAUSE_SETTLES:
+            raise Violation(f"{shard_id}: {worker} delivers while the consumer is paused")
         if shard_id in self._finished_saved:
             raise Violation(f"{shard_id}: delivered again after its SHARD_END was saved")
         last = self._epochs.get(shard_id)
@@ -91,7 +102,7 @@ class Ledger:
                     raise Violation(f"{shard_id} started before its parent {parent} was done")
         call = Delivery(worker, shard_id, epoch)
         self._running.setdefault(shard_id, []).append(call)
-        if any(True for _ in records):
+        if records:
             self.deliveries += 1
         return call
 

@@ -169,6 +169,22 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.latest_read_at_every_move,
         "never processed",
     ),
+    "13.4 paused through a scale-up and a crash, then resumed": Regression(
+        Run(
+            seed=9,
+            shards=3,
+            replicas=2,
+            faults=(
+                F(5.0, "pause", 0, 10.0),
+                F(8.0, "scale", 3),
+                F(30.0, "worker_crash", 1),
+                F(50.0, "pause", 0, 3.0),
+            ),
+            duration=70,
+        ),
+        reverts.pause_ignored,
+        "delivers while the consumer is paused",
+    ),
     "found: scaled to zero behind a closed shard": Regression(
         Run(
             seed=26,

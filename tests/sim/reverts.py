@@ -245,3 +245,17 @@ def latest_read_at_every_move(patch: pytest.MonkeyPatch) -> None:
         return position
 
     patch.setattr(Coordinator, "_start_position", latest_again)
+
+
+def pause_ignored(patch: pytest.MonkeyPatch) -> None:
+    """13.4: `spec.paused` is not read: workers keep consuming."""
+    step = Coordinator.step
+
+    def unpaused(self: Coordinator, now: float) -> Any:
+        paused, self.spec = self.spec.paused, self.spec.model_copy(update={"paused": False})
+        try:
+            return step(self, now)
+        finally:
+            self.spec = self.spec.model_copy(update={"paused": paused})
+
+    patch.setattr(Coordinator, "step", unpaused)

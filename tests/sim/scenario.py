@@ -24,6 +24,7 @@ from streamconsumer.processor import RecordProcessor
 SETTLE = 90.0  # the quiet period after the faults, in which everything must be processed
 GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
 LEASES = (3.0, 4.0, 6.0, 10.0)
+PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to settle
 
 # Faults after which a record may be processed twice (DESIGN: duplicates only in the
 # window since the last checkpoint after a crash); every other fault must cause none.
@@ -42,6 +43,7 @@ PLANNED = {
     "sink_errors",
     "net_slow",
     "retention",
+    "pause",
 }
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
@@ -219,6 +221,10 @@ class Simulation:
             case "lease":
                 self.api.edit_spec(**{"leases.durationSeconds": LEASES[fault.arg % len(LEASES)]})
                 self.operator.spec_changed()
+            case "pause":  # `streamconsumer pause`, then `resume` after a while
+                self._set_paused(True)
+                resume = functools.partial(self._set_paused, False)
+                self.world.after(fault.seconds * PAUSE_STRETCH, resume)
             case "operator_crash":
                 self.operator.crash(downtime=fault.seconds)
             case "status_errors":
@@ -257,6 +263,14 @@ class Simulation:
             case _:
                 raise ValueError(fault.kind)
 
+    def _set_paused(self, paused: bool) -> None:
+        if paused and not self.api.spec.get("paused"):
+            self.ledger.paused_since = self.world.now
+        elif not paused:
+            self.ledger.paused_since = None
+        self.api.edit_spec(paused=paused)
+        self.operator.spec_changed()
+
     def _heal(self) -> None:
         """The end of the faults: everything works again, at least one worker runs."""
         now = self.world.now
@@ -266,6 +280,8 @@ class Simulation:
         self.trouble.sink_failing_until = now
         for link in self.network.links.values():
             link.cut_until = now
+        if self.api.spec.get("paused"):
+            self._set_paused(False)
         if self.deployment.replicas == 0 and not self.run.autoscale:
             self.deployment.replicas = 1
             self.deployment.reconcile()

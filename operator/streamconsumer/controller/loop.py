@@ -177,8 +177,9 @@ class ConsumerLoop:
 
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
         """(from, to, lag seconds) when the lag autoscaler wants another worker count."""
-        if self.autoscaler is None or not self.coordinator.shards_known:
-            return None
+        coordinator = self.coordinator
+        if self.autoscaler is None or not coordinator.shards_known or coordinator.spec.paused:
+            return None  # paused: the backlog grows by design, workers stay as they are
         lag = max(self.coordinator.lag_millis().values(), default=0) / 1000
         decided = self.autoscaler.decide(
             now, self.coordinator.spec.autoscaling, lag, len(self.coordinator.assignable())

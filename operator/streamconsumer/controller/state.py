@@ -166,8 +166,11 @@ class Coordinator:
         shards already started: their parents were finished when they were first
         granted, so silent workers still expire and draining ones still hand off."""
         shards = self.shards if self.shards_known else self._started_shards()
+        # Paused: every worker is treated as leaving, so each hands its shards off at
+        # their positions (a planned move to nobody) and none is granted.
+        paused = self.spec.paused
         liveness = [
-            WorkerLiveness(name, progress.expires_at, progress.draining)
+            WorkerLiveness(name, progress.expires_at, progress.draining or paused)
             for name, progress in self.workers.items()
         ]
         settings = EngineSettings(max_per_worker=self.spec.leases.max_per_worker)

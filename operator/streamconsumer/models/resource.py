@@ -210,6 +210,12 @@ class StreamConsumerSpec(Model):
     )
     initial_timestamp: datetime | None = None
     replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods (scale subresource).")
+    paused: bool = Field(
+        default=False,
+        description="Stop consuming: every worker hands its shards off at their positions "
+        "and none is granted until this is false again (the pods stay; the autoscaler "
+        "holds). `streamconsumer pause|resume NAME` sets it, or Git.",
+    )
     autoscaling: Autoscaling | None = None
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     reading: Reading = Field(default_factory=Reading)
