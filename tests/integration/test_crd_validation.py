@@ -37,6 +37,7 @@ def variant(**changes: Any) -> dict[str, Any]:
 
 
 ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks"
+SQS = "https://sqs.eu-west-1.amazonaws.com/123456789012/clicks-dlq"
 
 REFUSED = [
     pytest.param(
@@ -81,6 +82,31 @@ REFUSED = [
         variant(initialPosition="EARLIEST"), 'supported values: "TRIM_HORIZON"', id="bad-position"
     ),
     pytest.param(variant(replicas=-1), "spec.replicas", id="negative-replicas"),
+    pytest.param(
+        variant(processor__onFailure={"then": "deadLetter"}),
+        "deadLetter (the target) goes with then: deadLetter, and only with it",
+        id="dead-letter-without-target",
+    ),
+    pytest.param(
+        variant(processor__onFailure={"then": "skip", "deadLetter": {"sqs": {"queueURL": SQS}}}),
+        "deadLetter (the target) goes with then: deadLetter, and only with it",
+        id="target-without-dead-letter",
+    ),
+    pytest.param(
+        variant(
+            processor__onFailure={
+                "then": "deadLetter",
+                "deadLetter": {"sqs": {"queueURL": SQS}, "s3": {"bucket": "failures"}},
+            }
+        ),
+        "set exactly one dead-letter target: kinesis, sqs or s3",
+        id="two-targets",
+    ),
+    pytest.param(
+        variant(processor__onFailure={"then": "retry"}),
+        'supported values: "block", "skip", "deadLetter"',
+        id="bad-policy",
+    ),
 ]
 
 
@@ -106,6 +132,14 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
             variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
             variant(source={"kinesis": {"streamARN": ARN}}),
             variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
+            variant(
+                processor__onFailure={
+                    "retries": 5,
+                    "then": "deadLetter",
+                    "deadLetter": {"s3": {"bucket": "failures", "prefix": "clicks/"}},
+                },
+                paused=True,
+            ),
         )
     ):
         manifest["metadata"]["name"] = f"clicks-{index}"

@@ -58,6 +58,9 @@ class Ledger:
     unplanned: list[str] = field(default_factory=list)
     deliveries: int = 0
     from_latest: bool = False  # initialPosition LATEST: the history is not owed
+    retries: int | None = None  # the failure policy's, when it may pass records over
+    raised_times: Counter[int] = field(default_factory=Counter)
+    passed: set[int] = field(default_factory=set)  # skipped or dead-lettered
     paused_since: float | None = None  # spec.paused set at this time (and still set)
 
     def _first_owed(self, shard_id: str) -> int:
@@ -118,21 +121,53 @@ class Ledger:
 
     def done(self, shard_id: str, sequences: Iterable[int]) -> None:
         """Records whose processing returned (or whose batch the sink committed)."""
+        sequences = list(sequences)
+        self._advance(shard_id, [s for s in sequences if s not in self.passed])
+        self.done_times.update(sequences)
+
+    def _advance(self, shard_id: str, sequences: list[int]) -> None:
+        """Records done for the first time: they must come in shard order (records the
+        policy passed over may go ahead of records a batching sink has not committed)."""
         shard = self._shard(shard_id)
         first_owed = self._first_owed(shard_id)
         pointer = self._next_undone.get(shard_id, first_owed)
-        for sequence in sequences:
-            if self.done_times[sequence] == 0:
-                index = bisect.bisect_left(shard.sequences, sequence)
-                if index < first_owed:
-                    pass  # history from before the start, not owed: order is not checked
-                elif index != pointer:
-                    expected = shard.sequences[pointer] if pointer < len(shard.sequences) else None
-                    raise Violation(f"{shard_id}: {sequence} done first, before {expected}")
-                else:
-                    pointer += 1
-            self.done_times[sequence] += 1
+        first_time = [s for s in dict.fromkeys(sequences) if not self.done_times[s]]
+        for sequence in first_time:
+            if sequence in self.passed:
+                continue
+            index = bisect.bisect_left(shard.sequences, sequence)
+            if index < first_owed:
+                continue  # history from before the start, not owed: order is not checked
+            if index != pointer:
+                expected = shard.sequences[pointer] if pointer < len(shard.sequences) else None
+                raise Violation(f"{shard_id}: {sequence} done first, before {expected}")
+            pointer = self._past_passed(shard, pointer + 1)
         self._next_undone[shard_id] = pointer
+
+    def _past_passed(self, shard: SimShard, pointer: int) -> int:
+        while pointer < len(shard.sequences) and shard.sequences[pointer] in self.passed:
+            pointer += 1
+        return pointer
+
+    def raised(self, sequences: Iterable[int]) -> None:
+        """A delivery of these records raised."""
+        self.raised_times.update(sequences)
+
+    def passed_over(self, shard_id: str, sequences: list[int]) -> None:
+        """The failure policy skipped or dead-lettered these records: done, by policy,
+        and only once they failed as often as the policy retries (§3.11)."""
+        if self.retries is None:
+            raise Violation(f"{shard_id}: records passed over under policy block")
+        for sequence in sequences:
+            if self.raised_times[sequence] <= self.retries:
+                raise Violation(
+                    f"{shard_id}: {sequence} passed over after "
+                    f"{self.raised_times[sequence]} failures (retries: {self.retries})"
+                )
+        self.passed.update(sequences)
+        shard = self._shard(shard_id)
+        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
+        self._next_undone[shard_id] = self._past_passed(shard, pointer)
 
     # --- checkpoints -------------------------------------------------------------------
 
@@ -177,6 +212,7 @@ class Ledger:
             for sequence in shard.sequences[
                 self._next_undone.get(shard.id, self._first_owed(shard.id)) :
             ]
+            if sequence not in self.passed
         ]
 
     def expired(self) -> int:

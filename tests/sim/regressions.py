@@ -162,7 +162,7 @@ REGRESSIONS: dict[str, Regression] = {
             duration=30,
         ),
         reverts.latest_read_at_every_move,
-        "never processed",
+        "done first, before",
     ),
     "13.5 LATEST, scaled from zero by the backlog": Regression(
         Run(seed=8, shards=2, replicas=0, autoscale=True, initial_position="LATEST", history=20),
@@ -184,6 +184,37 @@ REGRESSIONS: dict[str, Regression] = {
         ),
         reverts.pause_ignored,
         "delivers while the consumer is paused",
+    ),
+    "13.2 poison under skip: passed over only after its retries": Regression(
+        Run(
+            seed=0,
+            shards=2,
+            replicas=2,
+            on_failure="skip",
+            faults=(F(5.0, "poison", 0, 20.0), F(12.0, "scale", 3), F(20.0, "flaky", 0, 5.0)),
+            duration=50,
+        ),
+        reverts.passed_over_at_the_first_failure,
+        "passed over after 1 failures",
+    ),
+    "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
+        Run(
+            seed=0,
+            shards=2,
+            replicas=2,
+            processor="sink",
+            on_failure="deadLetter",
+            checkpoint_every=0,
+            faults=(
+                F(5.0, "poison", 0, 20.0),
+                F(6.0, "sink_errors", 0, 10.0),
+                F(12.0, "scale", 3),
+                F(20.0, "flaky", 0, 5.0),
+            ),
+            duration=50,
+        ),
+        reverts.passing_over_checkpoints_unflushed_records,
+        "passes 37, not done",
     ),
     "found: scaled to zero behind a closed shard": Regression(
         Run(

@@ -259,3 +259,23 @@ def pause_ignored(patch: pytest.MonkeyPatch) -> None:
             self.spec = self.spec.model_copy(update={"paused": paused})
 
     patch.setattr(Coordinator, "step", unpaused)
+
+
+def passed_over_at_the_first_failure(patch: pytest.MonkeyPatch) -> None:
+    """13.2: the failure policy skips or dead-letters a batch without retrying it."""
+
+    def exhausted(self: ShardMachine, now: float, batch: Any = None) -> bool:
+        return self._failing_since is not None
+
+    patch.setattr(ShardMachine, "_exhausted", exhausted)
+
+
+def passing_over_checkpoints_unflushed_records(patch: pytest.MonkeyPatch) -> None:
+    """13.2: a skipped batch moves the checkpoint even past records a batching processor
+    has not committed yet."""
+
+    def passed_over(self: Progress, records: Any) -> None:
+        self._delivered = self._done = records[-1]
+        self.requested = records[-1].checkpoint_sequence
+
+    patch.setattr(Progress, "passed_over", passed_over)

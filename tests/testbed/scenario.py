@@ -61,6 +61,7 @@ class Scenario:
         processor_env: dict[str, str] | None = None,
         autoscaling: dict[str, Any] | None = None,
         initial_position: str = "TRIM_HORIZON",
+        on_failure: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
@@ -85,6 +86,7 @@ class Scenario:
                         {"name": "AWS_SECRET_ACCESS_KEY", "value": "testing"},
                         *({"name": k, "value": v} for k, v in (processor_env or {}).items()),
                     ],
+                    **({"onFailure": on_failure} if on_failure else {}),
                 },
                 "replicas": replicas,
                 "initialPosition": initial_position,
@@ -106,6 +108,7 @@ class Scenario:
         processor_env: dict[str, str] | None = None,
         autoscaling: dict[str, Any] | None = None,
         initial_position: str = "TRIM_HORIZON",
+        on_failure: dict[str, Any] | None = None,
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             create_stream(self.kinesis.client, self.stream, shards)
@@ -131,6 +134,7 @@ class Scenario:
             processor_env,
             autoscaling,
             initial_position,
+            on_failure,
         )
         self.consumers.create(manifest)
         return self

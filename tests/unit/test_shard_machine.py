@@ -72,7 +72,7 @@ def test_lifecycle_in_kcl_order_to_shard_end(events: list[str]) -> None:
     assert events == ["initialize", "process 1,2", "process 3", "process 4", "shard_ended"]
     assert drive.stored() == ["2", "3", "4", SHARD_END]
     assert drive.machine.outcome is Outcome.ENDED
-    assert drive.machine.held().sequence_number == "4"
+    assert drive.machine.held(0.0).sequence_number == "4"
 
 
 def test_failures_retry_the_same_batch_and_skip_nothing(events: list[str]) -> None:

@@ -48,6 +48,7 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
+from streamconsumer.models.api import Failing, PassedOver
 from streamconsumer.models.resource import InitialPosition, StreamConsumerSpec
 
 PENDING_GRANT_HEARTBEAT_MS = 250
@@ -74,6 +75,14 @@ class WorkerProgress:
     expires_at: float  # operator clock: the longest promise made to it, plus the grace
     draining: bool = False
     millis_behind: dict[str, int] = field(default_factory=dict)
+    blocked: dict[str, Failing] = field(default_factory=dict)  # retries used up, policy block
+
+
+@dataclass(frozen=True)
+class PassedOverNote:
+    worker: str
+    shard_id: str
+    note: PassedOver
 
 
 @dataclass(frozen=True)
@@ -102,6 +111,7 @@ class Coordinator:
         self.shards_known = False
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
+        self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
         self.version = 0
         self.persisted_version = 0
         self.desired_replicas: int | None = None  # set by the lag autoscaler
@@ -214,6 +224,13 @@ class Coordinator:
             for h in request.held
             if h.millis_behind_latest is not None
         }
+        blocked = {h.shard_id: h.failing for h in request.held if h.failing and h.failing.blocked}
+        if blocked.keys() != progress.blocked.keys():
+            self._changed()  # Degraded names the blocked shards
+        progress.blocked = blocked
+        self.passed_over.extend(
+            PassedOverNote(name, h.shard_id, note) for h in request.held for note in h.passed_over
+        )
         revocations = []
         for shard_id, claim in held.items():
             lease = self.leases.get(shard_id)
@@ -370,6 +387,15 @@ class Coordinator:
         self.backlog = {
             sid: millis for sid, millis in measured.items() if millis and sid in unowned
         }
+
+    def blocked_shards(self) -> list[str]:
+        """What Degraded says of shards whose failing batch blocks them (policy block)."""
+        return [
+            f"{shard_id} blocked on {name}: {f.attempts} attempts in {f.seconds:.0f}s: {f.error}"
+            for name, progress in sorted(self.workers.items())
+            for shard_id, f in sorted(progress.blocked.items())
+            if (lease := self.leases.get(shard_id)) is not None and lease.owner == name
+        ]
 
     def lag_millis(self) -> dict[str, int]:
         """What each owner last reported; for shards nobody live owns, what the operator

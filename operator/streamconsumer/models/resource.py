@@ -10,10 +10,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
-from streamconsumer.models.base import Model
+from streamconsumer.models.base import Model, with_rules
+from streamconsumer.models.failure import FailurePolicy
 
 GROUP = "streamconsumer.io"
 VERSION = "v1alpha1"
@@ -26,18 +26,6 @@ SequenceNumber = Annotated[str, Field(pattern=r"^[0-9]{1,128}$", max_length=128)
 
 ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", max_length=128)]
 """A sequence number, or SHARD_END once every record of a closed shard is processed."""
-
-
-def _cel(*rules: tuple[str, str]) -> ConfigDict:
-    """Model config carrying CEL validation rules (rule, message) into the CRD schema."""
-    return ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        json_schema_extra={
-            "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]
-        },
-    )
 
 
 def _same(field: str) -> str:
@@ -56,7 +44,7 @@ class KinesisSource(Model):
     under a consumer (its leases and checkpoints belong to that stream's shards); the
     endpoint can."""
 
-    model_config = _cel(
+    model_config = with_rules(
         (
             "has(self.streamName) != has(self.streamARN)",
             "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
@@ -141,6 +129,10 @@ class Processor(Model):
         description="Kubernetes resource requests and limits for the worker container.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
     )
+    on_failure: FailurePolicy = Field(
+        default_factory=FailurePolicy,
+        description="What happens to a batch whose processing keeps raising.",
+    )
 
 
 class Autoscaling(Model):
@@ -151,7 +143,7 @@ class Autoscaling(Model):
     records-behind target is not offered because Kinesis exposes no record count behind
     a shard's tip (see docs/architecture.md)."""
 
-    model_config = _cel(
+    model_config = with_rules(
         ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
     )
 
@@ -189,7 +181,7 @@ class Reading(Model):
 
 
 class StreamConsumerSpec(Model):
-    model_config = _cel(
+    model_config = with_rules(
         (
             "self.initialPosition != 'AT_TIMESTAMP' || has(self.initialTimestamp)",
             "initialPosition AT_TIMESTAMP needs initialTimestamp",
