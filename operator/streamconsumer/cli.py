@@ -1,12 +1,16 @@
 """`streamconsumer status NAME [-n NAMESPACE] [--watch]`: a consumer's leases and
 conditions, read from its status with your kubeconfig (install `streamconsumer[cli]`).
-`streamconsumer pause|resume NAME`: set `spec.paused` (as Git could)."""
+`streamconsumer pause|resume NAME`: set `spec.paused` (as Git could).
+`streamconsumer reset NAME --to trim-horizon|latest|timestamp T [--shard ID] [--dry-run]`:
+move checkpoints, safely while workers run (owners hand off first)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+import uuid
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from kubernetes import client as k8s
@@ -18,6 +22,8 @@ from rich.table import Table
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.models import GROUP, PLURAL, VERSION
+from streamconsumer.models.resource import RESET_ANNOTATION, ResetRequest
+from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
 
 
 def fetch(api: k8s.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
@@ -76,6 +82,20 @@ def main(argv: list[str] | None = None) -> None:
         command.add_argument("name")
         command.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
         command.add_argument("--kubeconfig", default=None)
+    reset = commands.add_parser("reset", help="move checkpoints (like a consumer group reset)")
+    reset.add_argument("name")
+    reset.add_argument(
+        "--to",
+        nargs="+",
+        required=True,
+        metavar="POSITION",
+        help="trim-horizon | latest | timestamp 2026-11-23T10:00:00Z",
+    )
+    reset.add_argument("--shard", action="append", default=[], help="only this shard (repeat)")
+    reset.add_argument("--dry-run", action="store_true", help="show what would move, only")
+    reset.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
+    reset.add_argument("--kubeconfig", default=None)
+    reset.add_argument("--timeout", type=float, default=60.0, help="wait this long for it")
     args = parser.parse_args(argv)
     console = Console()
     try:
@@ -95,6 +115,9 @@ def main(argv: list[str] | None = None) -> None:
             state = "paused: workers hand their shards off" if paused else "resumed"
             console.print(f"{namespace}/{args.name} {state}")
             return
+        if args.command == "reset":
+            do_reset(api, namespace, args, console)
+            return
         body = fetch(api, namespace, args.name)
         if not args.watch:
             console.print(render(body))
@@ -111,6 +134,45 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"streamconsumer: cannot reach the API server: {error}")
     except KeyboardInterrupt:
         pass
+
+
+def do_reset(
+    api: k8s.CustomObjectsApi, namespace: str, args: argparse.Namespace, console: Console
+) -> None:
+    try:
+        position = parse_position(args.to, datetime.now(UTC))
+        body = fetch(api, namespace, args.name)
+        shards = shards_to_reset(body.get("status") or {}, args.shard)
+    except ResetError as error:
+        sys.exit(f"streamconsumer: {error}")
+    leases = (body.get("status") or {}).get("leases") or {}
+    table = Table(title=f"reset {namespace}/{args.name} to {describe(position)}")
+    for column in ("SHARD", "OWNER", "CHECKPOINT"):
+        table.add_column(column, no_wrap=True)
+    for shard_id in shards:
+        lease = leases[shard_id]
+        table.add_row(shard_id, lease.get("owner") or "-", lease.get("checkpoint") or "-")
+    console.print(table)
+    if args.dry_run or not shards:
+        console.print("dry run: nothing changed" if args.dry_run else "no shard to reset")
+        return
+    request = ResetRequest(id=uuid.uuid4().hex[:12], to=position, shards=args.shard)
+    patch = {
+        "metadata": {"annotations": {RESET_ANNOTATION: request.model_dump_json(by_alias=True)}}
+    }
+    api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, args.name, patch)
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        applied = (fetch(api, namespace, args.name).get("status") or {}).get("lastReset") or {}
+        if applied.get("id") == request.id:
+            done = applied.get("shards") or []
+            console.print(f"reset {len(done)} shards; owners hand them off, then they resume")
+            return
+        time.sleep(1.0)
+    sys.exit(
+        f"streamconsumer: the operator has not applied reset {request.id} within "
+        f"{args.timeout:.0f}s (is it running?); it will when it can"
+    )
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ DESIGN §3 checked as it happens. A breach raises Violation at the event that ca
 - parents first (§3.4): a shard's first delivery comes after every record of its
   parents is done;
 - lineage remembered (§3.10): a shard whose SHARD_END was saved is never delivered again;
-- forward-only and durable (§3.3/3.8): saved checkpoints never go back;
+- forward-only and durable (§3.3/3.8): saved checkpoints never go back, but for a reset,
+  after which the next owner's first batch starts exactly at the reset's position;
 - at the end: nothing lost (liveness), and no duplicate when every fault was planned.
 
 With `initialPosition: LATEST` the records that arrived before the consumer was created
@@ -22,14 +23,27 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sim.stream import SimShard, SimStream
+from sim.world import simulated
 from streamconsumer.core.lineage import SHARD_END, expand
 
 
 class Violation(AssertionError):
     pass
+
+
+def _next_epoch(lease: dict[str, Any] | None) -> int:
+    """The first epoch of the owner after a reset, from the first status that holds it:
+    the one after the lease's, unless the reset is carried out and granted already (a
+    grant leaves the operator only once saved: nothing was delivered under it yet)."""
+    if lease is None:
+        return 1
+    epoch = int(lease.get("epoch", 0))
+    carried_out = not lease.get("resetting") and lease.get("owner") is not None
+    return epoch if carried_out else epoch + 1
 
 
 PAUSE_SETTLES = 25.0
@@ -60,7 +74,11 @@ class Ledger:
     from_latest: bool = False  # initialPosition LATEST: the history is not owed
     retries: int | None = None  # the failure policy's, when it may pass records over
     raised_times: Counter[int] = field(default_factory=Counter)
-    passed: set[int] = field(default_factory=set)  # skipped or dead-lettered
+    passed: set[int] = field(default_factory=set)  # skipped, dead-lettered or reset past
+    _resets_seen: set[str] = field(default_factory=set)
+    _reset_shards: set[str] = field(default_factory=set)
+    # shard -> (from this epoch on, the sequence the first delivery must start with)
+    _reset_expected: dict[str, tuple[int, int]] = field(default_factory=dict)
     paused_since: float | None = None  # spec.paused set at this time (and still set)
 
     def _first_owed(self, shard_id: str) -> int:
@@ -95,6 +113,13 @@ class Ledger:
             if epoch == last[0] and worker != last[1]:
                 raise Violation(f"{shard_id}: epoch {epoch} used by {last[1]} and {worker}")
         self._epochs[shard_id] = (epoch, worker)
+        expected = self._reset_expected.get(shard_id)
+        if expected is not None and epoch >= expected[0] and records:
+            del self._reset_expected[shard_id]
+            if int(records[0]) != expected[1]:
+                raise Violation(
+                    f"{shard_id}: reset to {expected[1]}, resumed at {records[0]} instead"
+                )
         for other in self._running.get(shard_id, []):
             if other.worker != worker and not other.zombie:
                 raise Violation(f"{shard_id}: {worker} and {other.worker} deliver at once")
@@ -188,11 +213,23 @@ class Ledger:
     def saved(self, status: dict[str, Any]) -> None:
         """A status write landed."""
         finished = set(expand(status.get("finishedShards") or []))
-        for shard_id, lease in (status.get("leases") or {}).items():
+        leases = status.get("leases") or {}
+        reset = status.get("lastReset")
+        if reset is not None and reset["id"] not in self._resets_seen:
+            self._resets_seen.add(reset["id"])
+            for shard_id in reset["shards"]:
+                self._reset_applied(
+                    shard_id, _next_epoch(leases.get(shard_id)), reset["to"].get("timestamp")
+                )
+        for shard_id, lease in leases.items():
             checkpoint = lease.get("checkpoint")
             if checkpoint == SHARD_END:
                 finished.add(shard_id)
-            elif checkpoint is not None:
+            elif checkpoint is None and shard_id in self._saved_checkpoints:
+                if shard_id not in self._reset_shards:
+                    raise Violation(f"{shard_id}: saved checkpoint vanished ({lease})")
+                del self._saved_checkpoints[shard_id]
+            elif checkpoint is not None and not lease.get("resetting"):
                 before = self._saved_checkpoints.get(shard_id, -1)
                 if int(checkpoint) < before:
                     raise Violation(f"{shard_id}: saved checkpoint went back to {checkpoint}")
@@ -201,6 +238,23 @@ class Ledger:
                 raise Violation(f"{shard_id}: finished, then saved unfinished ({lease})")
             self.accepted(shard_id, checkpoint)
         self._finished_saved |= finished
+
+    def _reset_applied(self, shard_id: str, epoch: int, timestamp: str | None) -> None:
+        """The status holds a reset of the shard: its checkpoint starts over, what arrived
+        before its position is no longer owed, and the first batch delivered under
+        `epoch` or later starts exactly there."""
+        self._reset_shards.add(shard_id)
+        shard = self._shard(shard_id)
+        index = 0
+        if timestamp is not None:
+            instant = simulated(datetime.fromisoformat(timestamp))
+            index = bisect.bisect_left(shard.arrivals, instant)
+        waived = [s for s in shard.sequences[:index] if not self.done_times[s]]
+        self.passed.update(waived)
+        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
+        self._next_undone[shard_id] = self._past_passed(shard, pointer)
+        if index < len(shard.sequences):
+            self._reset_expected[shard_id] = (epoch, shard.sequences[index])
 
     # --- the end -------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from streamconsumer.controller.status import (
 )
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeartbeatResponse
-from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
 from streamconsumer.worker.shard import Answer
 
 NAME, NAMESPACE = "sim", "sim"
@@ -47,11 +47,13 @@ class SimApiServer:
     failing_until: float = -1.0
     failure: str = "unavailable"  # unavailable | lost_answer | invalid
     writes: int = 0
+    annotations: dict[str, str] = field(default_factory=dict)
 
     def get(self) -> dict[str, Any]:
         return copy.deepcopy(
             {
                 "metadata": {
+                    "annotations": self.annotations,
                     "resourceVersion": str(self.version),
                     "creationTimestamp": EPOCH.isoformat().replace("+00:00", "Z"),
                 },
@@ -116,6 +118,7 @@ class SimOperator:
         spec = StreamConsumerSpec.model_validate(body["spec"])
         durable = durable_from_status(body["status"])
         self.coordinator = Coordinator(spec, durable, self.world.now, created=creation_time(body))
+        self.reset_requested()  # as main.consume: one asked for while it was down
         desired = body["status"].get("desiredReplicas")
         self.coordinator.desired_replicas = desired
         self.loop = ConsumerLoop(
@@ -141,6 +144,12 @@ class SimOperator:
         self.incarnation += 1
         self.restarts += 1
         self.world.after(downtime, self.start)
+
+    def reset_requested(self) -> None:
+        """As main.reset_requested: the annotation changed."""
+        if self.up and (request := ResetRequest.on(self.api.get())) is not None:
+            self.coordinator.request_reset(request)
+            self.wake()
 
     def spec_changed(self) -> None:
         if self.up:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.state import Coordinator
+from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
@@ -279,3 +281,33 @@ def passing_over_checkpoints_unflushed_records(patch: pytest.MonkeyPatch) -> Non
         self.requested = records[-1].checkpoint_sequence
 
     patch.setattr(Progress, "passed_over", passed_over)
+
+
+def reset_without_handoff(patch: pytest.MonkeyPatch) -> None:
+    """13.4: a reset takes the shard from its owner at once, so the next owner starts
+    while the last one may still deliver."""
+    request_reset = Coordinator.request_reset
+
+    def at_once(self: Coordinator, request: Any) -> None:
+        request_reset(self, request)
+        for shard_id in self.last_reset.shards if self.last_reset else ():
+            lease = self.leases[shard_id]
+            self.leases[shard_id] = replace(
+                lease, owner=None, state=RELEASED, checkpoint=None, resetting=False
+            )
+
+    patch.setattr(Coordinator, "request_reset", at_once)
+
+
+def release_forgets_the_reset(patch: pytest.MonkeyPatch) -> None:
+    """13.4: the owner's hand-off checkpoint clears the reset's position."""
+    from streamconsumer.core import leases
+
+    apply_checkpoint = leases.apply_checkpoint
+
+    def forgetting(lease: Any, *args: Any, **kwargs: Any) -> Any:
+        updated = apply_checkpoint(lease, *args, **kwargs)
+        return replace(updated, start=None) if updated.checkpoint else updated
+
+    patch.setattr(leases, "apply_checkpoint", forgetting)
+    patch.setattr("streamconsumer.controller.state.apply_checkpoint", forgetting)

@@ -18,9 +18,14 @@ from sim.ledger import Ledger, Violation
 from sim.operator import SimApiServer, SimOperator
 from sim.stream import SimSource, SimStream
 from sim.worker import WAITING_CHECKPOINT_TIMEOUT, Recorder, SimWorker, Sink, Trouble
-from sim.world import Network, World
+from sim.world import Network, World, wall
 from streamconsumer.core.lineage import SHARD_END
-from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.models.resource import (
+    RESET_ANNOTATION,
+    ResetPosition,
+    ResetRequest,
+    StreamConsumerSpec,
+)
 from streamconsumer.processor import RecordProcessor
 
 SETTLE = 90.0  # the quiet period after the faults, in which everything must be processed
@@ -31,7 +36,7 @@ PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to s
 
 # Faults after which a record may be processed twice (DESIGN: duplicates only in the
 # window since the last checkpoint after a crash); every other fault must cause none.
-UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss"}
+UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss", "reset"}
 PLANNED = {
     "split",
     "merge",
@@ -236,6 +241,11 @@ class Simulation:
             case "lease":
                 self.api.edit_spec(**{"leases.durationSeconds": LEASES[fault.arg % len(LEASES)]})
                 self.operator.spec_changed()
+            case "reset":  # `streamconsumer reset --to trim-horizon | timestamp`
+                back = None if fault.arg % 2 == 0 else wall(now - fault.seconds * 3)
+                request = ResetRequest(id=f"r{now}", to=ResetPosition(timestamp=back))
+                self.api.annotations[RESET_ANNOTATION] = request.model_dump_json(by_alias=True)
+                self.operator.reset_requested()
             case "pause":  # `streamconsumer pause`, then `resume` after a while
                 self._set_paused(True)
                 resume = functools.partial(self._set_paused, False)

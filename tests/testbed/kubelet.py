@@ -129,11 +129,17 @@ class LocalKubelet:
                     if event["type"] == "ERROR":  # a Status, e.g. 410 Gone: list again
                         version = None
                         break
-                    version = event["object"].metadata.resource_version or version
+                    # Plain camelCase dicts, as in a manifest (the client hands some
+                    # events over undecoded, already in that form).
+                    raw = event["object"]
+                    pod: Pod = (
+                        raw
+                        if isinstance(raw, dict)
+                        else self._api_client.sanitize_for_serialization(raw)
+                    )
+                    version = pod.get("metadata", {}).get("resourceVersion") or version
                     if event["type"] == "BOOKMARK":
                         continue
-                    # Plain camelCase dicts, as in a manifest.
-                    pod: Pod = self._api_client.sanitize_for_serialization(event["object"])
                     if event["type"] == "DELETED" or pod["metadata"].get("deletionTimestamp"):
                         self._deleted(pod)
                     else:

@@ -16,6 +16,7 @@ import kopf
 from aiohttp import web
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from pydantic import ValidationError
 
 from streamconsumer.controller import children
 from streamconsumer.controller.api import WorkerApi
@@ -28,7 +29,12 @@ from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import KubeStatusApi, StatusWriter
 from streamconsumer.models import GROUP, PLURAL, VERSION
-from streamconsumer.models.resource import Source, StreamConsumerSpec
+from streamconsumer.models.resource import (
+    RESET_ANNOTATION,
+    ResetRequest,
+    Source,
+    StreamConsumerSpec,
+)
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
 
 FIELD_MANAGER = "streamconsumer-operator"
@@ -122,6 +128,27 @@ async def reconcile_children(
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
 
 
+@kopf.on.field(GROUP, VERSION, PLURAL, field=("metadata", "annotations", RESET_ANNOTATION))
+async def reset_requested(
+    body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    consumer = memo.registry.get(namespace, name)
+    if consumer is not None:
+        _request_reset(body, consumer.coordinator)
+        consumer.wake()
+
+
+def _request_reset(body: kopf.Body, coordinator: Coordinator) -> None:
+    try:
+        request = ResetRequest.on(body)
+    except ValidationError as error:
+        kopf.warn(body, reason="ResetInvalid", message=f"{RESET_ANNOTATION}: {error}")
+        return
+    if request is not None:
+        coordinator.request_reset(request)
+
+
 # A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;
 # it is built not to fail (errors are retried in place and shown as conditions).
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, backoff=2.0)
@@ -147,6 +174,7 @@ async def consume(
         spec, durable_from_status(status), time.monotonic(), created=creation_time(current)
     )
     consumer = ManagedConsumer(namespace, name, coordinator)
+    _request_reset(body, coordinator)  # one asked for while the operator was away
     # After a restart, carry on from what the autoscaler last asked for.
     desired = status.get("desiredReplicas")
     coordinator.desired_replicas = desired

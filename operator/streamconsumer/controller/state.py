@@ -18,7 +18,7 @@ its first checkpoint, so nothing that arrived meanwhile is skipped."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +49,12 @@ from streamconsumer.models import (
     StartPositionType,
 )
 from streamconsumer.models.api import Failing, PassedOver
-from streamconsumer.models.resource import InitialPosition, StreamConsumerSpec
+from streamconsumer.models.resource import (
+    InitialPosition,
+    ResetRecord,
+    ResetRequest,
+    StreamConsumerSpec,
+)
 
 PENDING_GRANT_HEARTBEAT_MS = 250
 """How soon a worker should come back while grants for it are being saved."""
@@ -68,6 +73,7 @@ class DurableState:
     leases: Mapping[str, ShardLease] = field(default_factory=dict)
     finished: frozenset[str] = frozenset()
     promised_lease_seconds: float | None = None
+    last_reset: ResetRecord | None = None
 
 
 @dataclass
@@ -112,6 +118,8 @@ class Coordinator:
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
+        self.last_reset = durable.last_reset
+        self._reset_waiting: ResetRequest | None = None  # until the first listing
         self.version = 0
         self.persisted_version = 0
         self.desired_replicas: int | None = None  # set by the lag autoscaler
@@ -167,6 +175,8 @@ class Coordinator:
         self.shards_known = True
         if changed:
             self._changed()
+        if self._reset_waiting is not None:
+            self.request_reset(self._reset_waiting)
         return ShardChanges(new=new, expired_unfinished=expired)
 
     def step(self, now: float) -> list[Action]:
@@ -299,6 +309,12 @@ class Coordinator:
             return StartPosition(
                 type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=lease.checkpoint
             )
+        if lease.start is not None:  # a reset
+            if lease.start.timestamp is None:
+                return StartPosition(type=StartPositionType.TRIM_HORIZON)
+            return StartPosition(
+                type=StartPositionType.AT_TIMESTAMP, timestamp=lease.start.timestamp
+            )
         if parents:
             # A child of a reshard: its parents were read to the end, so start at its
             # beginning whatever the initial position (as KCL does).
@@ -332,6 +348,34 @@ class Coordinator:
             self._changed()
         return updated
 
+    # --- resets --------------------------------------------------------------------
+
+    def request_reset(self, request: ResetRequest) -> None:
+        """Marks the shards for a reset (once per request id). An owned shard is handed
+        off first (the engine does it); the saved status holds the request before any
+        grant from the new position leaves the operator (durable before visible)."""
+        if self.last_reset is not None and self.last_reset.id == request.id:
+            return
+        if not self.shards_known:
+            self._reset_waiting = request  # which shards exist is not known yet
+            return
+        self._reset_waiting = None
+        listed = {shard.id for shard in self.shards}
+        wanted = set(request.shards) if request.shards else listed
+        reset = []
+        for shard_id in sorted(wanted & listed - self.finished):
+            lease = self.leases.get(shard_id) or ShardLease(shard_id)
+            if lease.state is FINISHED:
+                continue
+            if lease.owner is None:
+                lease = replace(lease, checkpoint=None, start=request.to, resetting=False)
+            else:
+                lease = replace(lease, start=request.to, resetting=True)
+            self.leases[shard_id] = lease
+            reset.append(shard_id)
+        self.last_reset = ResetRecord(id=request.id, to=request.to, shards=reset)
+        self._changed()
+
     # --- the status ----------------------------------------------------------------
 
     def snapshot(self, now: float) -> DurableState:
@@ -340,6 +384,7 @@ class Coordinator:
             leases=dict(self.leases),
             finished=frozenset(self.finished),
             promised_lease_seconds=self.promised_lease_seconds(now),
+            last_reset=self.last_reset,
         )
 
     def persisted(self, snapshot: DurableState, version: int) -> None:
@@ -352,6 +397,7 @@ class Coordinator:
         was not saved ever left this process, so dropping it is safe."""
         fresh = Coordinator(self.spec, durable, now, created=self.created)
         self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
+        self.last_reset = durable.last_reset
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
         if self.shards_known:
@@ -419,6 +465,8 @@ class Coordinator:
                 parents=list(self._by_id[shard_id].parents) if shard_id in self._by_id else [],
                 state=lease.state,
                 handoff_to=lease.handoff_to,
+                start=lease.start,
+                resetting=lease.resetting,
                 millis_behind_latest=lag.get(shard_id) if lease.owner else None,
             )
             for shard_id, lease in sorted(self.leases.items())
@@ -443,12 +491,16 @@ def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
             checkpoint=lease.checkpoint,
             state=lease.state,
             handoff_to=lease.handoff_to,
+            start=lease.start,
+            resetting=lease.resetting,
         )
     promised = status.get("promisedLeaseSeconds")
+    last_reset = status.get("lastReset")
     return DurableState(
         leases=leases,
         finished=frozenset(expand(status.get("finishedShards") or [])),
         promised_lease_seconds=float(promised) if promised is not None else None,
+        last_reset=ResetRecord.model_validate(last_reset) if last_reset else None,
     )
 
 
@@ -457,4 +509,5 @@ def durable_fields(snapshot: DurableState) -> dict[str, Any]:
     return {
         "finishedShards": compact(snapshot.finished),
         "promisedLeaseSeconds": snapshot.promised_lease_seconds,
+        "lastReset": snapshot.last_reset.wire() if snapshot.last_reset else None,
     }

@@ -22,7 +22,15 @@ from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, WorkerSummary
 
-_DURABLE_LEASE_FIELDS = ("owner", "epoch", "checkpoint", "state", "handoffTo")
+_DURABLE_LEASE_FIELDS = (
+    "owner",
+    "epoch",
+    "checkpoint",
+    "state",
+    "handoffTo",
+    "start",
+    "resetting",
+)
 
 
 def _condition(
@@ -148,6 +156,7 @@ def durable_part(status: dict[str, Any] | None) -> tuple[Any, ...]:
         sorted(leases.items()),
         status.get("finishedShards") or [],
         status.get("promisedLeaseSeconds"),
+        (status.get("lastReset") or {}).get("id"),
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from streamconsumer.core.lineage import SHARD_END, Shard, assignable_shards
-from streamconsumer.models.resource import LeaseState
+from streamconsumer.models.resource import LeaseState, ResetPosition
 
 ACTIVE, HANDOFF, RELEASED, FINISHED = (
     LeaseState.ACTIVE,
@@ -36,6 +36,8 @@ class ShardLease:
     checkpoint: str | None = None
     state: LeaseState = RELEASED
     handoff_to: str | None = None  # the planned next owner during (or right after) a hand-off
+    start: ResetPosition | None = None  # where a grant starts without a checkpoint (a reset)
+    resetting: bool = False  # a reset waits for the owner to hand the shard off
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +112,12 @@ def plan(
     receivers = sorted(alive - draining)
 
     _expire_silent_owners(result, alive)
-    ready = ready_shards(shards, result.leases, finished)
+    _carry_out_resets(result)
+    ready = [
+        shard_id
+        for shard_id in ready_shards(shards, result.leases, finished)
+        if not (shard_id in result.leases and result.leases[shard_id].resetting)
+    ]
     holders = _current_holders(ready, result.leases, set(receivers))
     targets = _balanced_targets(len(ready), receivers, holders, settings.max_per_worker)
     new_holders = _rebalance(ready, holders, targets, result.leases)
@@ -148,6 +155,23 @@ def _expire_silent_owners(result: Plan, alive: set[str]) -> None:
             result.leases[shard_id] = replace(lease, owner=None, state=RELEASED, handoff_to=None)
     for worker in sorted(expired):
         result.actions.append(Expire(worker, tuple(sorted(expired[worker]))))
+
+
+def _carry_out_resets(result: Plan) -> None:
+    """A reset is a hand-off to nobody: the owner finishes its batch and releases (or
+    expires); only then does the lease forget its checkpoint for the reset's position, so
+    the next owner, under a new epoch, never overlaps the last one."""
+    for shard_id, lease in result.leases.items():
+        if not lease.resetting:
+            continue
+        if lease.state is ACTIVE:
+            assert lease.owner is not None
+            result.leases[shard_id] = replace(lease, state=HANDOFF, handoff_to=None)
+            result.actions.append(Revoke(shard_id, lease.owner, None))
+        elif lease.state is HANDOFF and lease.handoff_to is not None:
+            result.leases[shard_id] = replace(lease, handoff_to=None)
+        elif lease.state is RELEASED:
+            result.leases[shard_id] = replace(lease, checkpoint=None, resetting=False)
 
 
 def _current_holders(
@@ -253,7 +277,9 @@ def _apply(result: Plan, ready: list[str], new_holders: Mapping[str, str | None]
             if target is not None:
                 epoch = lease.epoch + 1
                 # Built directly, not with replace(): this is the hot path of a fresh start.
-                leases[shard_id] = ShardLease(shard_id, target, epoch, lease.checkpoint, ACTIVE)
+                leases[shard_id] = ShardLease(
+                    shard_id, target, epoch, lease.checkpoint, ACTIVE, None, lease.start
+                )
                 actions.append(Grant(shard_id, target, epoch))
             elif lease.handoff_to is not None:
                 leases[shard_id] = replace(lease, handoff_to=None)
@@ -306,9 +332,10 @@ def apply_checkpoint(
         )
     if sequence_number == SHARD_END:
         return replace(lease, checkpoint=SHARD_END, owner=None, state=FINISHED, handoff_to=None)
+    start = lease.start if lease.resetting else None  # a checkpoint outranks a reset's start
     if release:
-        return replace(lease, checkpoint=sequence_number, owner=None, state=RELEASED)
-    return replace(lease, checkpoint=sequence_number)
+        return replace(lease, checkpoint=sequence_number, owner=None, state=RELEASED, start=start)
+    return replace(lease, checkpoint=sequence_number, start=start)
 
 
 def _repeats(lease: ShardLease, epoch: int, sequence_number: str | None, release: bool) -> bool:

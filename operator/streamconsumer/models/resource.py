@@ -6,6 +6,7 @@ structural schema can carry are CEL rules here, so `kubectl apply` refuses a bad
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -220,6 +221,12 @@ class LeaseState(StrEnum):
     FINISHED = "Finished"  # checkpointed at SHARD_END
 
 
+class ResetPosition(Model):
+    """Where a reset sends a shard: its oldest record, or the first at or after a time."""
+
+    timestamp: datetime | None = Field(default=None, description="None: TRIM_HORIZON.")
+
+
 class Lease(Model):
     """One shard's lease and checkpoint; the durable truth lives only here."""
 
@@ -229,7 +236,41 @@ class Lease(Model):
     parents: list[str] = Field(default_factory=list, max_length=2)
     state: LeaseState = LeaseState.RELEASED
     handoff_to: str | None = None
+    start: ResetPosition | None = Field(
+        default=None, description="Where the next owner starts without a checkpoint (a reset)."
+    )
+    resetting: bool = Field(
+        default=False, description="A reset waits for the owner to hand the shard off."
+    )
     millis_behind_latest: int | None = Field(default=None, ge=0)
+
+
+RESET_ANNOTATION = f"reset.{GROUP}/request"
+"""Where `streamconsumer reset` puts its request (JSON of ResetRequest) on the object. Not
+under `{GROUP}/`: kopf keeps its own state there and ignores changes to those keys."""
+
+
+class ResetRequest(Model):
+    """Send shards (all unfinished ones if none are named) back to `to`, safely while
+    workers run. Applied once per id; the status keeps the last id applied."""
+
+    id: str = Field(min_length=1, max_length=64)
+    to: ResetPosition
+    shards: list[str] = Field(default_factory=list, max_length=10000)
+
+    @classmethod
+    def on(cls, resource: Mapping[str, Any]) -> ResetRequest | None:
+        """The reset asked for on the object, if any (raises ValidationError if bad)."""
+        raw = (resource.get("metadata", {}).get("annotations") or {}).get(RESET_ANNOTATION)
+        return None if raw is None else cls.model_validate_json(raw)
+
+
+class ResetRecord(Model):
+    """The last reset the operator applied (`streamconsumer reset`)."""
+
+    id: str = Field(max_length=64)
+    to: ResetPosition
+    shards: list[str] = Field(default_factory=list, description="The shards it reset.")
 
 
 class WorkerSummary(Model):
@@ -266,6 +307,7 @@ class StreamConsumerStatus(Model):
     shards: int = Field(default=0, description="Open shards.")
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
     leases: dict[str, Lease] = Field(default_factory=dict)
+    last_reset: ResetRecord | None = None
     workers: dict[str, WorkerSummary] = Field(default_factory=dict)
     conditions: list[Condition] = Field(
         default_factory=list,
