@@ -21,6 +21,9 @@ from sim.strategies import runs
 EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "1500"))
 
 
+# CPU-bound and deterministic: its wall time is the machine's load, not a hang (1,500
+# examples take about a minute on an idle 2-core machine, five on a loaded one).
+@pytest.mark.timeout(1800)
 @settings(
     max_examples=EXAMPLES,
     deadline=None,
