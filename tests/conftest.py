@@ -33,12 +33,17 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
     try:
         result = plane.kubectl("apply", "--server-side", "-f", str(CRD_PATH))
         assert result.returncode == 0, result.stderr
-        result = plane.kubectl(
-            "wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRD_PATH)
-        )
-        assert result.returncode == 0, result.stderr
-        # Established is not the end: the new resource's storage may still be initializing.
+        # Polled rather than `kubectl wait`, which fails outright ("accessor error") when
+        # it reads the CRD before the apiserver has given it any condition.
         deadline = time.monotonic() + 60
+        established = '{.status.conditions[?(@.type=="Established")].status}'
+        while (
+            plane.kubectl("get", "-f", str(CRD_PATH), "-o", f"jsonpath={established}").stdout
+            != "True"
+        ):
+            assert time.monotonic() < deadline, "the CRD never became Established"
+            time.sleep(0.2)
+        # Established is not the end: the new resource's storage may still be initializing.
         while plane.kubectl("get", "streamconsumers", "-A").returncode != 0:
             assert time.monotonic() < deadline, "StreamConsumer storage never became ready"
             time.sleep(0.2)

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from streamconsumer.models import GROUP, KIND, PLURAL, VERSION
+from streamconsumer.models import GROUP, KIND, PLURAL, VERSION, kubernetes_schemas
 from streamconsumer.models.resource import StreamConsumerSpec, StreamConsumerStatus
 
 # Keywords of pydantic's JSON Schema that OpenAPI v3 structural schemas do not take.
@@ -24,6 +24,11 @@ def structural_schema(model: type[Any]) -> dict[str, Any]:
     definitions = schema.get("$defs", {})
 
     def convert(node: dict[str, Any]) -> dict[str, Any]:
+        if "x-kubernetes-schema" in node:  # a Pod field: Kubernetes' own schema
+            kind = kubernetes_schemas.schema(node["x-kubernetes-schema"])
+            field = {"type": "array", "items": kind} if node["x-kubernetes-many"] else dict(kind)
+            field.update({k: node[k] for k in ("description", "maxItems") if k in node})
+            return field
         if "$ref" in node:
             target = definitions[node["$ref"].split("/")[-1]]
             merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}

@@ -70,6 +70,19 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
         kubectl("-n", consumer_ns, "delete", "pod", victim, "--timeout=120s")
         produce(200)
         wait_for(all_processed, 180, f"the events after deleting pod {victim}", worker_logs)
+        # The survivor may well have processed all that alone while the replacement pod
+        # was starting (a loaded machine): wait until the replacement holds its share, so
+        # the events below show it working.
+
+        def replacement_holds_shards() -> bool:
+            """Two owners, neither the deleted pod: the survivor and its replacement."""
+            status = json.loads(
+                kubectl("-n", consumer_ns, "get", "streamconsumer/clickstream", "-o", "json")
+            ).get("status", {})
+            owners = {lease.get("owner") for lease in status.get("leases", {}).values()}
+            return len(owners - {None, victim}) == 2
+
+        wait_for(replacement_holds_shards, 180, "the replacement pod's share", worker_logs)
 
         kubectl("-n", operator_namespace, "rollout", "restart", f"deployment/{OPERATOR}")
         produce(200)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import GRACE_SECONDS, deployment
+from streamconsumer.controller.children import deployment
 from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.worker.config import WorkerConfig
 
@@ -38,4 +38,4 @@ def test_a_worker_gets_a_pod_bound_token_for_the_operator_and_drains_in_time() -
     (token,) = [v for v in pod["volumes"] if "projected" in v]
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == AUDIENCE
     drain = float(env[WorkerConfig.env_name("drain_seconds")])
-    assert drain < pod["terminationGracePeriodSeconds"] == GRACE_SECONDS
+    assert drain < pod["terminationGracePeriodSeconds"] == 30

@@ -1,21 +1,23 @@
-"""The objects a StreamConsumer owns: the workers' ServiceAccount and Deployment.
-Built as plain manifests (pure), applied by `main`."""
+"""The objects a StreamConsumer owns: the workers' ServiceAccount, Deployment and
+PodDisruptionBudget. Built as plain manifests (pure), applied by `main`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.registry import (
+from streamconsumer.controller.registry import worker_deployment, worker_service_account
+from streamconsumer.models.resource import (
     CONSUMER_LABEL,
-    worker_deployment,
-    worker_service_account,
+    NAME_LABEL,
+    SCRATCH_DIR,
+    SCRATCH_VOLUME,
+    TOKEN_DIR,
+    TOKEN_VOLUME,
+    StreamConsumerSpec,
 )
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.worker.config import WorkerConfig
 
-TOKEN_DIR = "/var/run/secrets/streamconsumer.io"
-GRACE_SECONDS = 30
 DRAIN_MARGIN_SECONDS = 5  # the worker's drain ends this long before the pod is killed
 WORKER_METRICS_PORT = 9102
 
@@ -35,7 +37,7 @@ def scale_patch(consumer: str, replicas: int) -> dict[str, Any]:
 
 
 def selector_labels(consumer: str) -> dict[str, str]:
-    return {CONSUMER_LABEL: consumer, "app.kubernetes.io/name": "streamconsumer-worker"}
+    return {CONSUMER_LABEL: consumer, NAME_LABEL: "streamconsumer-worker"}
 
 
 def label_selector(consumer: str) -> str:
@@ -60,6 +62,7 @@ def deployment(
     namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
 ) -> dict[str, Any]:
     kinesis = spec.source.kinesis
+    pod = spec.pod
     config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
         {
             "operator_url": operator_url,
@@ -76,14 +79,14 @@ def deployment(
             "idle_between_reads_ms": spec.reading.idle_between_reads_ms,
             "prefetch": spec.reading.prefetch,
             "metrics_port": WORKER_METRICS_PORT,
-            "drain_seconds": GRACE_SECONDS - DRAIN_MARGIN_SECONDS,
+            "drain_seconds": pod.termination_grace_period_seconds - DRAIN_MARGIN_SECONDS,
             "on_failure": spec.processor.on_failure,
         }
     )
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         *({"name": k, "value": v} for k, v in config.to_env().items()),
-        *({"name": e.name, "value": e.value} for e in spec.processor.env),
+        *(e.wire() for e in spec.processor.env),
     ]
     container: dict[str, Any] = {
         "name": "worker",
@@ -91,10 +94,11 @@ def deployment(
         "command": ["python", "-m", "streamconsumer.worker"],
         "env": env,
         "volumeMounts": [
-            {"name": "streamconsumer-token", "mountPath": TOKEN_DIR, "readOnly": True},
+            {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
             # The root filesystem is read-only; /tmp is where processors (Spark's scratch,
             # Python's tempfile) may write.
-            {"name": "scratch", "mountPath": "/tmp"},
+            {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
+            *pod.volume_mounts,
         ],
         "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
         "securityContext": {
@@ -104,9 +108,7 @@ def deployment(
         },
     }
     if spec.processor.env_from:
-        container["envFrom"] = [
-            {"secretRef": {"name": source.secret_ref.name}} for source in spec.processor.env_from
-        ]
+        container["envFrom"] = list(spec.processor.env_from)
     if spec.processor.resources:
         container["resources"] = spec.processor.resources
     labels = selector_labels(consumer)
@@ -120,16 +122,21 @@ def deployment(
             # Start the new worker before stopping an old one; hand-off does the rest.
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {
+                    "labels": {**pod.labels, **labels},
+                    **({"annotations": dict(pod.annotations)} if pod.annotations else {}),
+                },
                 "spec": {
+                    **pod_scheduling(spec),
                     "serviceAccountName": worker_service_account(consumer),
                     "automountServiceAccountToken": False,
-                    "terminationGracePeriodSeconds": GRACE_SECONDS,
+                    "terminationGracePeriodSeconds": pod.termination_grace_period_seconds,
                     "containers": [container],
                     "volumes": [
-                        {"name": "scratch", "emptyDir": {}},
+                        *pod.volumes,
+                        {"name": SCRATCH_VOLUME, "emptyDir": {}},
                         {
-                            "name": "streamconsumer-token",
+                            "name": TOKEN_VOLUME,
                             "projected": {
                                 "sources": [
                                     {
@@ -146,4 +153,30 @@ def deployment(
                 },
             },
         },
+    }
+
+
+def pod_scheduling(spec: StreamConsumerSpec) -> dict[str, Any]:
+    """The pod-level settings of spec.pod, as a PodSpec spells them (only those set)."""
+    pod = spec.pod
+    fields = {
+        "nodeSelector": pod.node_selector,
+        "tolerations": pod.tolerations,
+        "affinity": pod.affinity,
+        "topologySpreadConstraints": pod.topology_spread_constraints,
+        "priorityClassName": pod.priority_class_name,
+        "imagePullSecrets": pod.image_pull_secrets,
+        "securityContext": pod.security_context,
+    }
+    return {name: value for name, value in fields.items() if value}
+
+
+def disruption_budget(consumer: str) -> dict[str, Any]:
+    """Voluntary evictions (node drains, cluster upgrades) one worker at a time: each
+    evicted worker hands its shards off before the next one goes."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": worker_deployment(consumer), "labels": selector_labels(consumer)},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector_labels(consumer)}},
     }

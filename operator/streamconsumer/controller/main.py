@@ -95,6 +95,10 @@ def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) 
     }
     if manifest["kind"] == "Deployment":
         k8s.AppsV1Api(api_client).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
+    elif manifest["kind"] == "PodDisruptionBudget":
+        k8s.PolicyV1Api(api_client).patch_namespaced_pod_disruption_budget(
+            name, namespace, manifest, **kwargs
+        )
     else:
         k8s.CoreV1Api(api_client).patch_namespaced_service_account(
             name, namespace, manifest, **kwargs
@@ -117,6 +121,7 @@ async def reconcile_children(
     manifests = [
         children.service_account(name, spec),
         children.deployment(namespace, name, spec, memo.config.api_url),
+        children.disruption_budget(name),
     ]
     for manifest in manifests:
         kopf.adopt(manifest, owner=body)

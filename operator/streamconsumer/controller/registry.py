@@ -8,8 +8,6 @@ from collections.abc import Callable
 
 from streamconsumer.controller.state import Coordinator
 
-CONSUMER_LABEL = "streamconsumer.io/consumer"
-
 
 def worker_service_account(consumer: str) -> str:
     return f"{consumer}-worker"

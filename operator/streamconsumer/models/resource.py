@@ -93,19 +93,25 @@ class InitialPosition(StrEnum):
     AT_TIMESTAMP = "AT_TIMESTAMP"
 
 
+def kubernetes(kind: str, many: bool = False) -> dict[str, Any]:
+    """Marks a field the CRD validates with Kubernetes' own schema of `kind` (core/v1),
+    as the apiserver validates a Pod (models/kubernetes_schemas.py)."""
+    return {"x-kubernetes-schema": kind, "x-kubernetes-many": many}
+
+
 class EnvVar(Model):
+    """A variable of the worker container: a value, or one read from a Secret, a
+    ConfigMap or the pod (`valueFrom`, as in a Pod)."""
+
+    model_config = with_rules(
+        ("!(has(self.value) && has(self.valueFrom))", "give value or valueFrom, not both"),
+    )
+
     name: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-    value: str = Field(default="", max_length=32768)
-
-
-class SecretRef(Model):
-    name: str = Field(min_length=1, max_length=253)
-
-
-class EnvFrom(Model):
-    """Environment from a Secret (e.g. AWS credentials): never put secrets in the spec."""
-
-    secret_ref: SecretRef
+    value: str | None = Field(default=None, max_length=32768)
+    value_from: dict[str, Any] | None = Field(
+        default=None, json_schema_extra=kubernetes("EnvVarSource")
+    )
 
 
 class Processor(Model):
@@ -120,7 +126,13 @@ class Processor(Model):
         description='The processor class or function, as "package.module:Name".',
     )
     env: list[EnvVar] = Field(default_factory=list, max_length=256)
-    env_from: list[EnvFrom] = Field(default_factory=list, max_length=16)
+    env_from: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Environment from Secrets (e.g. AWS credentials: never put secrets in "
+        "the spec) or ConfigMaps, as a container's envFrom.",
+        json_schema_extra=kubernetes("EnvFromSource", many=True),
+    )
     service_account_annotations: dict[str, str] = Field(
         default_factory=dict,
         description="Annotations for the workers' ServiceAccount, e.g. an IRSA role ARN.",
@@ -133,6 +145,73 @@ class Processor(Model):
     on_failure: FailurePolicy = Field(
         default_factory=FailurePolicy,
         description="What happens to a batch whose processing keeps raising.",
+    )
+
+
+# What the operator puts in every worker pod itself (controller/children.py).
+CONSUMER_LABEL = f"{GROUP}/consumer"
+NAME_LABEL = "app.kubernetes.io/name"
+SCRATCH_VOLUME, SCRATCH_DIR = "scratch", "/tmp"
+TOKEN_VOLUME, TOKEN_DIR = "streamconsumer-token", f"/var/run/secrets/{GROUP}"
+RESERVED_VOLUMES = (SCRATCH_VOLUME, TOKEN_VOLUME)
+RESERVED_MOUNTS = (SCRATCH_DIR, TOKEN_DIR)
+RESERVED_LABELS = (NAME_LABEL, CONSUMER_LABEL)
+
+
+class PodSettings(Model):
+    """What platform teams set on every workload, passed to the worker pods as written
+    and validated by the CRD with Kubernetes' own schemas."""
+
+    model_config = with_rules(
+        (
+            f"!has(self.volumes) || self.volumes.all(v, !(v.name in {list(RESERVED_VOLUMES)}))",
+            f"volume names {', '.join(RESERVED_VOLUMES)} are the worker's own",
+        ),
+        (
+            "!has(self.volumeMounts) || "
+            f"self.volumeMounts.all(m, !(m.mountPath in {list(RESERVED_MOUNTS)}))",
+            f"{', '.join(RESERVED_MOUNTS)} are mounted by the worker already",
+        ),
+        (
+            f"!has(self.labels) || self.labels.all(k, !(k in {list(RESERVED_LABELS)}))",
+            f"labels {', '.join(RESERVED_LABELS)} select the workers: they are set for you",
+        ),
+    )
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, json_schema_extra=kubernetes("Toleration", many=True)
+    )
+    affinity: dict[str, Any] | None = Field(default=None, json_schema_extra=kubernetes("Affinity"))
+    topology_spread_constraints: list[dict[str, Any]] = Field(
+        default_factory=list, json_schema_extra=kubernetes("TopologySpreadConstraint", many=True)
+    )
+    priority_class_name: str | None = Field(default=None, max_length=253)
+    image_pull_secrets: list[dict[str, Any]] = Field(
+        default_factory=list, json_schema_extra=kubernetes("LocalObjectReference", many=True)
+    )
+    security_context: dict[str, Any] | None = Field(
+        default=None,
+        description="The pod's securityContext (the container keeps its own: non-root, "
+        "read-only root, no privilege escalation).",
+        json_schema_extra=kubernetes("PodSecurityContext"),
+    )
+    volumes: list[dict[str, Any]] = Field(
+        default_factory=list, json_schema_extra=kubernetes("Volume", many=True)
+    )
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Mounts of `volumes` in the worker container.",
+        json_schema_extra=kubernetes("VolumeMount", many=True),
+    )
+    termination_grace_period_seconds: int = Field(
+        default=30,
+        ge=10,
+        le=3600,
+        description="The pod's grace period; a worker hands its shards off within it "
+        "(less a 5 s margin) when it is stopped.",
     )
 
 
@@ -203,6 +282,7 @@ class StreamConsumerSpec(Model):
     )
     initial_timestamp: datetime | None = None
     replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods (scale subresource).")
+    pod: PodSettings = Field(default_factory=PodSettings)
     paused: bool = Field(
         default=False,
         description="Stop consuming: every worker hands its shards off at their positions "
