@@ -38,8 +38,15 @@ def mark(directory: Path) -> None:
     (directory / MARK).write_text("")
 
 
-def run(argv: Sequence[str], cwd: Path | None = None) -> None:
-    subprocess.run(list(argv), cwd=cwd, check=True)
+def run(argv: Sequence[str], quiet: bool = False) -> None:
+    """Runs a step; a quiet one shows its output only if it fails."""
+    if not quiet:
+        subprocess.run(list(argv), check=True)
+        return
+    done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout + done.stderr)
+        raise SystemExit(f"failed: {' '.join(argv)}")
 
 
 def mvn_copy(pom: Path, into: Path, transitive: bool) -> None:
@@ -61,7 +68,7 @@ def mvn_copy(pom: Path, into: Path, transitive: bool) -> None:
         assert mvn.stdout is not None
         for line in mvn.stdout:
             log.append(line)
-            if line.startswith("Downloaded from") and ".jar" in line:
+            if "Downloaded from" in line and ".jar" in line:
                 downloads += 1
                 name = line.split("/")[-1].split(" ")[0]
                 print(f"    [{downloads:3d}] {name}", flush=True)
@@ -121,7 +128,8 @@ def kclpy() -> None:
             "--target",
             str(KCLPY),
             str(package),
-        ]
+        ],
+        quiet=True,  # setuptools' deprecation warnings about kclpy's setup.cfg
     )
     jars = sorted(KCL_JARS.glob("*.jar"))
     if not any(j.name.startswith("amazon-kinesis-client-multilang-") for j in jars):
