@@ -277,7 +277,10 @@ class Bench:
                 poll=0.5,
             )
             held = holders(time.time() - 3)
-            victim = sorted(held)[0]
+            # A worker, not KCL's leader: that is the crash both sides share (killing KCL's
+            # leader is the counterpart of killing our operator, a different test).
+            wait_for(lambda: bool(side.followers() & set(held)), 60, "a follower", poll=0.5)
+            victim = sorted(side.followers() & set(held))[0]
             moved = held[victim]
             killed = time.time()
             side.kill(victim)

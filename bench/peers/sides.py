@@ -30,6 +30,7 @@ class Side(Protocol):
     def store_roots(self) -> list[int]: ...
     def kill(self, worker: str) -> None: ...
     def stop(self) -> None: ...
+    def followers(self) -> set[str]: ...
 
 
 class KclSide:
@@ -76,6 +77,17 @@ class KclSide:
 
     def store_roots(self) -> list[int]:
         return [self.dynamodb.server.pid]
+
+    def followers(self) -> set[str]:
+        """Workers that said they are not KCL 3's leader (the one that assigns leases; its
+        DynamoDB lock lasts 2 minutes, so killing it stalls reassignment that long)."""
+        found = set()
+        for name, worker in self._workers.items():
+            lines = worker.server.log_path.read_text(errors="replace").splitlines()
+            said = [line for line in lines if f"Current worker {name} is " in line]
+            if said and "is not a leader" in said[-1]:
+                found.add(name)
+        return found
 
     def kill(self, worker: str) -> None:
         # The JVM and its Python children (its process group): a crashed host or
@@ -141,6 +153,9 @@ class OursSide:
     def store_roots(self) -> list[int]:
         operator = self.scenario.operator
         return [operator.server.pid] if operator and operator.server else []
+
+    def followers(self) -> set[str]:
+        return set(self.workers())  # the operator assigns; no worker leads
 
     def kill(self, worker: str) -> None:
         assert self.scenario.kubelet is not None
