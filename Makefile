@@ -89,6 +89,14 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers
 
+.PHONY: peers-deps bench-peers
+PEERS_RUNS ?= 3
+PEERS_RECORDS ?= 100000
+peers-deps: venv  ## kclpy 3.1.3 + its KCL jars, DynamoDB Local, into build/peers (cached)
+	@$(BIN)/python -m bench.peers.install
+bench-peers: venv emulators controlplane peers-deps  ## KCL (kclpy) vs our worker on the same records (PEERS_RUNS, PEERS_RECORDS)
+	PYTHONPATH=tests $(BIN)/python -m bench.peers --runs $(PEERS_RUNS) --records $(PEERS_RECORDS)
+
 .PHONY: demo
 PIPELINE ?= recording
 demo: venv emulators controlplane  ## the system live: 4 shards, a split, a pod kill (PIPELINE=recording|spark|bronze)
