@@ -12,6 +12,7 @@ from streamconsumer.controller.registry import (
     worker_service_account,
 )
 from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.sources.factory import source_settings
 from streamconsumer.worker.config import WorkerConfig
 
 TOKEN_DIR = "/var/run/secrets/streamconsumer.io"
@@ -59,7 +60,6 @@ def service_account(consumer: str, spec: StreamConsumerSpec) -> dict[str, Any]:
 def deployment(
     namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
 ) -> dict[str, Any]:
-    kinesis = spec.source.kinesis
     config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
         {
             "operator_url": operator_url,
@@ -68,10 +68,7 @@ def deployment(
             "worker_name": "$(POD_NAME)",
             "token_path": f"{TOKEN_DIR}/token",
             "entrypoint": spec.processor.entrypoint,
-            "stream_name": kinesis.stream_name,
-            "stream_arn": kinesis.stream_arn,
-            "region": kinesis.region,
-            "endpoint_url": kinesis.endpoint_url,
+            **source_settings(spec.source),
             "max_records": spec.reading.max_records,
             "idle_between_reads_ms": spec.reading.idle_between_reads_ms,
             "prefetch": spec.reading.prefetch,
