@@ -37,6 +37,11 @@ def variant(**changes: Any) -> dict[str, Any]:
 
 
 ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks"
+TABLE_STREAM_ARN = (
+    "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
+)
+DYNAMODB = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
+ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
 
 REFUSED = [
     pytest.param(
@@ -81,6 +86,34 @@ REFUSED = [
         variant(initialPosition="EARLIEST"), 'supported values: "TRIM_HORIZON"', id="bad-position"
     ),
     pytest.param(variant(replicas=-1), "spec.replicas", id="negative-replicas"),
+    pytest.param(
+        variant(source={**VALID["spec"]["source"], **DYNAMODB}), ONE_SOURCE, id="two-sources"
+    ),
+    pytest.param(variant(source={}), ONE_SOURCE, id="no-source"),
+    pytest.param(
+        variant(source={"dynamodbStreams": {"region": "eu-west-1"}}),
+        "set exactly one of source.dynamodbStreams.tableName and source.dynamodbStreams.streamARN",
+        id="table-stream-without-table-or-arn",
+    ),
+    pytest.param(
+        variant(source={"dynamodbStreams": {"tableName": "orders", "streamARN": TABLE_STREAM_ARN}}),
+        "set exactly one of source.dynamodbStreams.tableName and source.dynamodbStreams.streamARN",
+        id="table-and-stream-arn",
+    ),
+    pytest.param(
+        variant(source={"dynamodbStreams": {"streamARN": ARN}}),
+        "spec.source.dynamodbStreams.streamARN",
+        id="kinesis-arn-as-table-stream",
+    ),
+    pytest.param(
+        variant(
+            source=DYNAMODB,
+            initialPosition="AT_TIMESTAMP",
+            initialTimestamp="2026-01-01T00:00:00Z",
+        ),
+        "DynamoDB Streams has no AT_TIMESTAMP iterator",
+        id="table-stream-at-timestamp",
+    ),
 ]
 
 
@@ -106,6 +139,11 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
             variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
             variant(source={"kinesis": {"streamARN": ARN}}),
             variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
+            variant(source=DYNAMODB),
+            variant(
+                source={"dynamodbStreams": {"streamARN": TABLE_STREAM_ARN}},
+                initialPosition="LATEST",
+            ),
         )
     ):
         manifest["metadata"]["name"] = f"clicks-{index}"
@@ -134,6 +172,30 @@ def test_the_stream_of_a_consumer_cannot_change_but_its_endpoint_can(
         source__kinesis__endpointURL="https://vpce-1.kinesis.eu-west-1.vpce.amazonaws.com"
     )
     code, output = apply(control_plane, namespace, moved)
+    assert code == 0, output
+
+
+def test_the_kind_of_source_cannot_change(control_plane: ControlPlane, namespace: str) -> None:
+    assert apply(control_plane, namespace, VALID)[0] == 0
+    code, output = apply(control_plane, namespace, variant(source=DYNAMODB))
+    assert code != 0, output
+    assert "the kind of source cannot change: create a new StreamConsumer" in output, output
+
+    table = variant(source=DYNAMODB)
+    table["metadata"]["name"] = "orders"
+    assert apply(control_plane, namespace, table)[0] == 0
+    renamed = variant(source={"dynamodbStreams": {"tableName": "other", "region": "eu-west-1"}})
+    renamed["metadata"]["name"] = "orders"
+    code, output = apply(control_plane, namespace, renamed)
+    assert code != 0, output
+    assert "tableName cannot change: create a new StreamConsumer" in output, output
+    local = variant(
+        source={
+            "dynamodbStreams": {**DYNAMODB["dynamodbStreams"], "endpointURL": "http://ddb:8000"}
+        }
+    )
+    local["metadata"]["name"] = "orders"
+    code, output = apply(control_plane, namespace, local)
     assert code == 0, output
 
 
