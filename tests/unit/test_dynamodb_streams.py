@@ -93,9 +93,13 @@ def change(
 
 
 def stubbed(service: str = "dynamodbstreams") -> Any:
-    return boto3.client(
-        service, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    client: Any = boto3.client(
+        service,  # type: ignore[call-overload]  # one of two services, by name
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
     )
+    return client
 
 
 # --- lineage ------------------------------------------------------------------------------
@@ -469,7 +473,7 @@ def test_throttling_is_retried_by_botocore_then_reaches_the_caller(
 
 
 def test_clients_end_calls_in_seconds() -> None:
-    config = streams_client("us-east-1").meta.config
+    config: Any = streams_client("us-east-1").meta.config  # botocore's Config is untyped
     assert config.read_timeout == 10.0
     assert config.connect_timeout == 5
     assert config.retries["mode"] == "standard"
