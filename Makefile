@@ -103,7 +103,7 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 
 .PHONY: demo
 PIPELINE ?= recording
-demo: venv emulators controlplane  ## the system live: 4 shards, a split, a pod kill (PIPELINE=recording|spark|bronze)
+demo: venv emulators controlplane  ## the system live: 4 shards, a split, a pod kill (PIPELINE=recording|spark|bronze|cdc)
 	PYTHONPATH=tests:examples $(BIN)/python -m testbed.demo --pipeline $(PIPELINE)
 
 # --- for users with Docker and kind (these cannot run on machines without a Docker engine) ---

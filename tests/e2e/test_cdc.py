@@ -52,6 +52,13 @@ def test_the_delta_mirror_equals_the_table_across_a_worker_kill(
     scenario.produce(150)
     wait_for(mirrored, 240, "the first changes mirrored")
     (shard,) = scenario.status()["leases"]
+    # Each committed batch moves the checkpoint (after its MERGE): the new owner resumes
+    # there, not at the beginning.
+    wait_for(
+        lambda: scenario.status()["leases"][shard].get("checkpoint") is not None,
+        30,
+        "a checkpoint after the first batches",
+    )
     owner = scenario.status()["leases"][shard]["owner"]
     scenario.produce(100)
     assert scenario.kubelet is not None

@@ -22,6 +22,12 @@ def test_a_tables_changes_are_processed_across_a_worker_kill_and_a_shard_end(
     scenario.produce(120)
     wait_for(scenario.all_processed, 90, "the first changes")
     (shard,) = scenario.status()["leases"]
+    last = max(int(e["seq"]) for e in scenario.report().events)
+    wait_for(
+        lambda: int(scenario.status()["leases"][shard].get("checkpoint") or 0) == last,
+        30,
+        "the checkpoint at the last change processed",
+    )
     owner = scenario.status()["leases"][shard]["owner"]
     assert owner
 

@@ -217,3 +217,17 @@ def test_spark_examples_apply(control_plane: ControlPlane, namespace: str) -> No
             "apply", "--dry-run=server", "-n", namespace, "-f", str(manifest)
         )
         assert result.returncode == 0, (manifest.name, result.stderr)
+
+
+def test_cdc_example_applies(control_plane: ControlPlane, namespace: str) -> None:
+    """The CDC example's StreamConsumer (a DynamoDB table's stream) is accepted and stored
+    as written: its source stays a table stream."""
+    manifest = Path(__file__).resolve().parents[2] / "examples" / "cdc" / "streamconsumer.yaml"
+    result = control_plane.kubectl("apply", "-n", namespace, "-f", str(manifest))
+    assert result.returncode == 0, result.stderr
+    stored = control_plane.kubectl(
+        "get", "-n", namespace, "streamconsumer/orders-mirror", "-o", "json"
+    )
+    assert stored.returncode == 0, stored.stderr
+    source = json.loads(stored.stdout)["spec"]["source"]
+    assert source == {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
