@@ -278,6 +278,52 @@ def test_expired_iterator_resumes_after_the_last_record_read() -> None:
     assert [r.sequence_number for r in first.records + second.records] == [q(101), q(102), q(103)]
 
 
+def test_a_position_past_retention_resumes_at_the_trim_horizon(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """DynamoDB Streams refuses an iterator (or a read) into trimmed data; those records
+    are gone for everyone: resume at the oldest one left, with a warning."""
+    client = stubbed()
+    stubber = Stubber(client)
+    start = StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=q(100))
+    stubber.add_client_error("get_shard_iterator", "TrimmedDataAccessException")
+    stubber.add_response(
+        "get_shard_iterator",
+        {"ShardIterator": "it-1"},
+        expected_params={"StreamArn": ARN, "ShardId": S1, "ShardIteratorType": "TRIM_HORIZON"},
+    )
+    stubber.add_response("get_records", {"Records": [change(q(500))], "NextShardIterator": "it-2"})
+    stubber.add_client_error("get_records", "TrimmedDataAccessException")  # trimmed under us
+    stubber.add_response(
+        "get_shard_iterator",
+        {"ShardIterator": "it-3"},
+        expected_params={
+            "StreamArn": ARN,
+            "ShardId": S1,
+            "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+            "SequenceNumber": q(500),
+        },
+    )
+    stubber.add_response("get_records", {"Records": [change(q(501))], "NextShardIterator": "it-4"})
+    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, start)
+    with stubber, caplog.at_level("WARNING"):
+        first, second = reader.read(), reader.read()
+    assert [r.sequence_number for r in first.records + second.records] == [q(500), q(501)]
+    assert "past the stream's retention" in caplog.text
+    stubber.assert_no_pending_responses()
+
+
+def test_a_trimmed_horizon_is_not_retried_forever() -> None:
+    client = stubbed()
+    stubber = Stubber(client)
+    for _ in range(2):  # one fresh try, then the caller pauses the shard and calls again
+        stubber.add_client_error("get_shard_iterator", "TrimmedDataAccessException")
+    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, TRIM_HORIZON)
+    with stubber, pytest.raises(ClientError, match="TrimmedDataAccess"):
+        reader.read()
+    stubber.assert_no_pending_responses()
+
+
 def test_other_errors_reach_the_caller_and_reading_resumes_after_them() -> None:
     client = stubbed()
     stubber = Stubber(client)
@@ -535,3 +581,20 @@ def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.Monkey
     kinesis = Source.model_validate({"kinesis": {"streamName": "s", "region": "eu-west-1"}})
     assert isinstance(make_source(kinesis), KinesisSource)
     assert source_settings(kinesis)["source"] == "kinesis"
+
+
+def test_spark_batches_name_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BatchInfo.stream for a table stream: the table's name, from its name or its ARN."""
+    from streamconsumer.spark.batching import stream_from_environment
+
+    for name in ("STREAMCONSUMER_STREAM_NAME", "STREAMCONSUMER_TABLE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("STREAMCONSUMER_STREAM_ARN", ARN)
+    assert stream_from_environment() == "orders"
+    monkeypatch.setenv("STREAMCONSUMER_TABLE_NAME", "orders-by-name")
+    assert stream_from_environment() == "orders-by-name"
+    monkeypatch.delenv("STREAMCONSUMER_TABLE_NAME")
+    monkeypatch.setenv(
+        "STREAMCONSUMER_STREAM_ARN", "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks"
+    )
+    assert stream_from_environment() == "clicks"

@@ -16,12 +16,15 @@ What differs from Kinesis, and how it is handled here:
   by boto3's TypeDeserializer; `data` keeps the raw record as JSON.
 
 Throttling and transient errors are botocore's (standard retry mode); an expired
-iterator is replaced from the last record read, as for Kinesis."""
+iterator is replaced from the last record read, as for Kinesis. A position past the
+stream's 24-hour retention (TrimmedDataAccessException) resumes at TRIM_HORIZON with a
+warning: those records are gone for every reader."""
 
 from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -47,7 +50,15 @@ MAX_RECORDS = 1000  # GetRecords' own limit for DynamoDB Streams
 # A backlog probe walks at most this many empty pages before it calls a shard caught up.
 PROBE_PAGES = 3
 
+EXPIRED = "ExpiredIteratorException"
+TRIMMED = "TrimmedDataAccessException"
+
 _deserializer = TypeDeserializer()
+log = logging.getLogger(__name__)
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _config(max_attempts: int, read_timeout: float) -> Config:
@@ -229,13 +240,29 @@ class DynamoDBStreamsShardReader:
             position = StartPosition(
                 type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
             )
-        return shard_iterator(self._client, self._stream.stream_arn(), self.shard_id, position)
+        arn = self._stream.stream_arn()
+        try:
+            return shard_iterator(self._client, arn, self.shard_id, position)
+        except ClientError as error:
+            if _code(error) != TRIMMED or position.type is StartPositionType.TRIM_HORIZON:
+                raise
+        # The records after our position left the stream (24-hour retention): nobody can
+        # read them any more. Go on from the oldest record still there, loudly (Kinesis
+        # does the same without saying so).
+        log.warning(
+            "%s: records after %s are past the stream's retention; resuming at TRIM_HORIZON",
+            self.shard_id,
+            position.sequence_number or position.type.value,
+        )
+        trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
+        return shard_iterator(self._client, arn, self.shard_id, trim_horizon)
 
     def read(self) -> ReadResult:
         """The next batch; raises what botocore could not retry away (the caller pauses
         and calls again: the reader resumes after the last record it returned)."""
         if self._ended is not None:
             return self._ended
+        renewals = 0
         while True:
             try:
                 if self._iterator is None:
@@ -245,10 +272,11 @@ class DynamoDBStreamsShardReader:
                 )
                 break
             except ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
-                    self._iterator = None  # the next call starts from a fresh iterator
+                self._iterator = None  # the next try starts from a fresh iterator
+                renewals += 1
+                # Expired (15 minutes) or trimmed under our iterator: a new one, once.
+                if _code(error) not in (EXPIRED, TRIMMED) or renewals > 1:
                     raise
-                self._iterator = None  # resume right after the last record read
         records = list(user_records(response.get("Records", [])))
         if records:
             self._last_sequence = records[-1].sequence_number
