@@ -95,6 +95,9 @@ class DynamoDBLocal:
             f"{LIB_DIR}/*",
             MAIN_CLASS,
             "-inMemory",
+            # One database whatever the credentials and region a client signs with (boto3's
+            # default session keeps the first credentials it found for the process).
+            "-sharedDb",
             "-port",
             str(INNER_PORT),
             "-disableTelemetry",
