@@ -61,15 +61,18 @@ def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-def _config(max_attempts: int, read_timeout: float) -> Config:
+def _client_settings(
+    region: str | None, endpoint_url: str | None, max_attempts: int, read_timeout: float
+) -> dict[str, Any]:
     """Calls that end in seconds, not botocore's default minute: a stalled call must never
     hold a lease loop or a shard longer than a lease (as for Kinesis)."""
-    return Config(
+    config = Config(
         retries={"mode": "standard", "max_attempts": max_attempts},
         connect_timeout=5,
         read_timeout=read_timeout,
         tcp_keepalive=True,
     )
+    return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
 
 
 def streams_client(
@@ -78,12 +81,8 @@ def streams_client(
     max_attempts: int = 5,
     read_timeout: float = 10.0,
 ) -> DynamoDBStreamsClient:
-    return boto3.client(
-        "dynamodbstreams",
-        region_name=region,
-        endpoint_url=endpoint_url,
-        config=_config(max_attempts, read_timeout),
-    )
+    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("dynamodbstreams", **settings)
 
 
 def dynamodb_client(
@@ -92,12 +91,9 @@ def dynamodb_client(
     max_attempts: int = 5,
     read_timeout: float = 10.0,
 ) -> DynamoDBClient:
-    return boto3.client(
-        "dynamodb",
-        region_name=region,
-        endpoint_url=endpoint_url,
-        config=_config(max_attempts, read_timeout),
-    )
+    """For DescribeTable only (a table name to its latest stream)."""
+    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("dynamodb", **settings)
 
 
 class NoStreamError(RuntimeError):
