@@ -349,11 +349,46 @@ def test_other_errors_reach_the_caller_and_reading_resumes_after_them() -> None:
         assert [r.sequence_number for r in reader.read().records] == [q(102)]
 
 
-def test_no_at_timestamp_iterator() -> None:
-    at = StartPosition(type=StartPositionType.AT_TIMESTAMP, timestamp=NOW)
-    reader = DynamoDBStreamsShardReader(stubbed(), TableStream(arn=ARN), S1, at)
-    with pytest.raises(ValueError, match="AT_TIMESTAMP"):
-        reader.read()
+def test_an_at_timestamp_start_reads_from_the_trim_horizon_leaving_out_older_records() -> None:
+    """No AT_TIMESTAMP iterator in DynamoDB Streams: read from TRIM_HORIZON and leave out
+    what was surely created before the start's minute (creation times are rounded down),
+    then keep everything from the first record kept."""
+    client = stubbed()
+    stubber = Stubber(client)
+    at = StartPosition(
+        type=StartPositionType.AT_TIMESTAMP, timestamp=datetime(2026, 11, 1, 12, 0, 40, tzinfo=UTC)
+    )
+    stubber.add_response(
+        "get_shard_iterator",
+        {"ShardIterator": "it-1"},
+        expected_params={"StreamArn": ARN, "ShardId": S1, "ShardIteratorType": "TRIM_HORIZON"},
+    )
+    older = datetime(2026, 11, 1, 11, 59, 0, tzinfo=UTC)
+    same_minute = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)  # maybe after 12:00:40
+    stubber.add_response(
+        "get_records",
+        {
+            "Records": [change(q(101), created=older), change(q(102), created=older)],
+            "NextShardIterator": "it-2",
+        },
+    )
+    stubber.add_response(
+        "get_records",
+        {
+            "Records": [
+                change(q(103), created=older),
+                change(q(104), created=same_minute),
+                change(q(105), created=older),  # after a kept one: kept (stream order)
+            ],
+            "NextShardIterator": "it-3",
+        },
+    )
+    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, at)
+    with stubber:
+        first, second = reader.read(), reader.read()
+    assert first.records == []
+    assert not first.shard_end
+    assert [r.sequence_number for r in second.records] == [q(104), q(105)]
 
 
 # --- backlog ------------------------------------------------------------------------------

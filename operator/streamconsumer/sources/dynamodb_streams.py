@@ -10,7 +10,12 @@ What differs from Kinesis, and how it is handled here:
   "at the end".
 - GetRecords reports no MillisBehindLatest: the lag is estimated from the records'
   ApproximateCreationDateTime (see `lag_millis`).
-- There is no AT_TIMESTAMP iterator (the CRD refuses that initial position).
+- There is no AT_TIMESTAMP iterator (the CRD refuses that initial position for a table
+  stream). An AT_TIMESTAMP start the operator makes itself (e.g. LATEST resolved to the
+  consumer's creation) is read from TRIM_HORIZON, leaving out the records created before
+  that minute (`not_before`): ApproximateCreationDateTime is rounded down (to the second
+  by the service, to the minute by DynamoDB Local), so a record is left out only when
+  it is surely older; a few older ones may come too (at-least-once, never a loss).
 - Records carry the event name (INSERT / MODIFY / REMOVE), the item's keys and its new
   and old images (as the stream's view type provides them), turned into Python values
   by boto3's TypeDeserializer; `data` keeps the raw record as JSON.
@@ -195,6 +200,30 @@ def lag_millis(records: list[Record], now: Callable[[], float] = time.time) -> i
     return max(1, int((now() - stamp.timestamp()) * 1000))
 
 
+def not_before(position: StartPosition) -> datetime | None:
+    """For an AT_TIMESTAMP start: the creation time (rounded down to the minute) before
+    which a record surely came before the position; None for other starts."""
+    if position.type is not StartPositionType.AT_TIMESTAMP or position.timestamp is None:
+        return None
+    stamp = position.timestamp
+    stamp = stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return stamp.replace(second=0, microsecond=0)
+
+
+def _created(record: Record) -> datetime | None:
+    created = record.approximate_arrival_timestamp
+    if created is None:
+        return None
+    return created if created.tzinfo else created.replace(tzinfo=UTC)
+
+
+def from_position(position: StartPosition) -> StartPosition:
+    """The iterator position to read `position` from (AT_TIMESTAMP: TRIM_HORIZON)."""
+    if position.type is StartPositionType.AT_TIMESTAMP:
+        return StartPosition(type=StartPositionType.TRIM_HORIZON)
+    return position
+
+
 def shard_iterator(
     client: DynamoDBStreamsClient, arn: str, shard_id: str, position: StartPosition
 ) -> str:
@@ -228,10 +257,11 @@ class DynamoDBStreamsShardReader:
         self._now = now
         self._iterator: str | None = None
         self._last_sequence = start.sequence_number  # last record read (for recovery)
+        self._not_before = not_before(start)  # AT_TIMESTAMP: leave out what came before
         self._ended: ReadResult | None = None
 
     def _new_iterator(self) -> str:
-        position = self._start
+        position = from_position(self._start)
         if self._last_sequence is not None:
             position = StartPosition(
                 type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
@@ -276,11 +306,23 @@ class DynamoDBStreamsShardReader:
         records = list(user_records(response.get("Records", [])))
         if records:
             self._last_sequence = records[-1].sequence_number
+        if self._not_before is not None:
+            records = self._from_timestamp(records)
         self._iterator = response.get("NextShardIterator")
         if self._iterator is None:  # a closed shard, read to its end
             self._ended = ReadResult([], 0, shard_end=True)
             return ReadResult(records, 0, shard_end=True)
         return ReadResult(records, lag_millis(records, self._now) if records else 0)
+
+    def _from_timestamp(self, records: list[Record]) -> list[Record]:
+        """Leaves out the records surely created before an AT_TIMESTAMP start; from the
+        first one kept on, every record is kept (the stream's order rules)."""
+        for index, record in enumerate(records):
+            created = _created(record)
+            if created is None or self._not_before is None or created >= self._not_before:
+                self._not_before = None
+                return records[index:]
+        return []
 
 
 class DynamoDBStreamsSource:
@@ -324,14 +366,18 @@ class DynamoDBStreamsSource:
         worker to finish it: at least 1 ms, or its children's backlog (DynamoDB Streams
         gives no ChildShards: they are the listed shards naming it as parent)."""
         arn = self.stream.stream_arn()
-        iterator: str | None = shard_iterator(self.client, arn, shard_id, start)
+        iterator: str | None = shard_iterator(self.client, arn, shard_id, from_position(start))
+        earliest = not_before(start)
         for _ in range(PROBE_PAGES):
             if iterator is None:
                 break
             response = self.client.get_records(ShardIterator=iterator, Limit=1)
             records = list(user_records(response.get("Records", [])))
             if records:
-                return lag_millis(records, self._now)
+                lag = lag_millis(records, self._now)
+                if earliest is not None:  # nothing before the start waits for us
+                    lag = min(lag, max(1, int((self._now() - earliest.timestamp()) * 1000)))
+                return lag
             iterator = response.get("NextShardIterator")
         if iterator is not None:
             return None  # open, and nothing found within the probe
