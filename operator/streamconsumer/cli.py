@@ -1,5 +1,6 @@
 """`streamconsumer status NAME [-n NAMESPACE] [--watch]`: a consumer's leases and
-conditions, read from its status with your kubeconfig (install `streamconsumer[cli]`)."""
+conditions, read from its status with your kubeconfig (install `streamconsumer[cli]`).
+`streamconsumer pause|resume NAME`: set `spec.paused` (as Git could)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,9 @@ def render(body: dict[str, Any]) -> Group:
             condition["reason"],
             condition.get("message", ""),
         )
+    paused = "  PAUSED" if (body.get("spec") or {}).get("paused") else ""
     summary = (
-        f"shards {status.get('shards', 0)}  workers {status.get('replicas', 0)}  "
+        f"shards {status.get('shards', 0)}  workers {status.get('replicas', 0)}{paused}  "
         f"lag {status.get('lagMillis', '-')} ms  generation {meta.get('generation')} "
         f"(observed {status.get('observedGeneration', '-')})"
     )
@@ -69,6 +71,11 @@ def main(argv: list[str] | None = None) -> None:
     status.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
     status.add_argument("--watch", action="store_true", help="refresh every 2 seconds")
     status.add_argument("--kubeconfig", default=None)
+    for verb, what in (("pause", "stop consuming"), ("resume", "consume again")):
+        command = commands.add_parser(verb, help=f"{what}: sets spec.paused")
+        command.add_argument("name")
+        command.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
+        command.add_argument("--kubeconfig", default=None)
     args = parser.parse_args(argv)
     console = Console()
     try:
@@ -80,6 +87,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"streamconsumer: no usable kubeconfig: {error}")
     api = k8s.CustomObjectsApi()
     try:
+        if args.command in ("pause", "resume"):
+            paused = args.command == "pause"
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, args.name, {"spec": {"paused": paused}}
+            )
+            state = "paused: workers hand their shards off" if paused else "resumed"
+            console.print(f"{namespace}/{args.name} {state}")
+            return
         body = fetch(api, namespace, args.name)
         if not args.watch:
             console.print(render(body))

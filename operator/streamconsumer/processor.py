@@ -121,6 +121,17 @@ class Progress:
         self._delivered = self._done
         self.requested = self._before_call
 
+    def passed_over(self, records: Sequence[Record]) -> None:
+        """The failure policy skipped or dead-lettered these delivered records: they count
+        as done. The checkpoint moves past them only if the processor had checkpointed
+        everything done before them: records a batching processor has not flushed yet
+        are never passed by a checkpoint it did not ask for."""
+        done = self._done.checkpoint_sequence if self._done else self.stored
+        caught_up = self.requested == done
+        self._delivered = self._done = records[-1]
+        if caught_up:
+            self.requested = records[-1].checkpoint_sequence
+
     def shard_ended(self) -> None:
         """Every record of the closed shard is done: a bare checkpoint() is SHARD_END."""
         self._at_shard_end = True

@@ -42,6 +42,7 @@ TABLE_STREAM_ARN = (
 )
 DYNAMODB = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
 ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
+SQS = "https://sqs.eu-west-1.amazonaws.com/123456789012/clicks-dlq"
 
 REFUSED = [
     pytest.param(
@@ -114,6 +115,31 @@ REFUSED = [
         "DynamoDB Streams has no AT_TIMESTAMP iterator",
         id="table-stream-at-timestamp",
     ),
+    pytest.param(
+        variant(processor__onFailure={"then": "deadLetter"}),
+        "deadLetter (the target) goes with then: deadLetter, and only with it",
+        id="dead-letter-without-target",
+    ),
+    pytest.param(
+        variant(processor__onFailure={"then": "skip", "deadLetter": {"sqs": {"queueURL": SQS}}}),
+        "deadLetter (the target) goes with then: deadLetter, and only with it",
+        id="target-without-dead-letter",
+    ),
+    pytest.param(
+        variant(
+            processor__onFailure={
+                "then": "deadLetter",
+                "deadLetter": {"sqs": {"queueURL": SQS}, "s3": {"bucket": "failures"}},
+            }
+        ),
+        "set exactly one dead-letter target: kinesis, sqs or s3",
+        id="two-targets",
+    ),
+    pytest.param(
+        variant(processor__onFailure={"then": "retry"}),
+        'supported values: "block", "skip", "deadLetter"',
+        id="bad-policy",
+    ),
 ]
 
 
@@ -143,6 +169,14 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
             variant(
                 source={"dynamodbStreams": {"streamARN": TABLE_STREAM_ARN}},
                 initialPosition="LATEST",
+            ),
+            variant(
+                processor__onFailure={
+                    "retries": 5,
+                    "then": "deadLetter",
+                    "deadLetter": {"s3": {"bucket": "failures", "prefix": "clicks/"}},
+                },
+                paused=True,
             ),
         )
     ):

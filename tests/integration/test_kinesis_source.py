@@ -137,3 +137,23 @@ def test_kpl_aggregated_records_are_unpacked(kinesis: KinesisEmulator, stream_na
     # part may store the aggregate's own sequence number.
     assert [r.checkpoint_sequence for r in parts[:-1]] == [records[0].sequence_number] * 4
     assert parts[-1].checkpoint_sequence == parts[-1].sequence_number
+
+
+def test_a_timestamp_ahead_of_the_stream_clock_reads_from_the_tip(
+    kinesalite: KinesisEmulator, stream_name: str
+) -> None:
+    """LATEST starts at the consumer's creation time (AT_TIMESTAMP). If Kinesis' clock is
+    behind ours, that instant is in its future and GetShardIterator refuses it (kinesalite
+    words it as AWS does): nothing has arrived there yet, so the tip skips nothing."""
+    client = kinesalite.client
+    create_stream(client, stream_name, shards=1)
+    put_records(client, stream_name, [("k", b"before")])
+    source = KinesisSource(client, StreamRef(name=stream_name))
+    (shard,) = source.list_shards()
+    ahead = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30)
+    reader = source.open_reader(
+        shard.id, StartPosition(type=StartPositionType.AT_TIMESTAMP, timestamp=ahead)
+    )
+    assert reader.read().records == []
+    put_records(client, stream_name, [("k", b"after")])
+    assert [r.data for r in reader.read().records] == [b"after"]

@@ -6,11 +6,15 @@ DESIGN §3 checked as it happens. A breach raises Violation at the event that ca
   (unless the earlier call outlived its fence in a process pause: a zombie);
 - only what returned is checkpointed (§3.3/3.11): an accepted checkpoint never passes a
   record that is not done; records are first done in shard order (nothing skipped);
+- paused means paused: no batch is delivered once a pause has had time to settle;
 - parents first (§3.4): a shard's first delivery comes after every record of its
   parents is done;
 - lineage remembered (§3.10): a shard whose SHARD_END was saved is never delivered again;
 - forward-only and durable (§3.3/3.8): saved checkpoints never go back;
-- at the end: nothing lost (liveness), and no duplicate when every fault was planned."""
+- at the end: nothing lost (liveness), and no duplicate when every fault was planned.
+
+With `initialPosition: LATEST` the records that arrived before the consumer was created
+(simulated time 0) are not owed; every record after is, however early a shard moves."""
 
 from __future__ import annotations
 
@@ -26,6 +30,11 @@ from streamconsumer.core.lineage import SHARD_END, expand
 
 class Violation(AssertionError):
     pass
+
+
+PAUSE_SETTLES = 25.0
+"""Once paused, deliveries stop within this: a heartbeat brings the hand-off, or the fence
+(the longest lease a run uses, 10 s, plus its grace) runs out first."""
 
 
 @dataclass
@@ -48,6 +57,18 @@ class Ledger:
     _saved_checkpoints: dict[str, int] = field(default_factory=dict)
     unplanned: list[str] = field(default_factory=list)
     deliveries: int = 0
+    from_latest: bool = False  # initialPosition LATEST: the history is not owed
+    retries: int | None = None  # the failure policy's, when it may pass records over
+    raised_times: Counter[int] = field(default_factory=Counter)
+    passed: set[int] = field(default_factory=set)  # skipped or dead-lettered
+    paused_since: float | None = None  # spec.paused set at this time (and still set)
+
+    def _first_owed(self, shard_id: str) -> int:
+        """Index of the shard's first record the consumer owes (0 but under LATEST)."""
+        shard = self._shard(shard_id)
+        if not self.from_latest or shard.parents:
+            return 0
+        return bisect.bisect_left(shard.arrivals, 0.0)
 
     def _shard(self, shard_id: str) -> SimShard:
         shard = self.stream.shards.get(shard_id) or self.stream.trimmed.get(shard_id)
@@ -56,11 +77,15 @@ class Ledger:
 
     def _all_done(self, shard_id: str) -> bool:
         shard = self._shard(shard_id)
-        return self._next_undone.get(shard_id, 0) >= len(shard.sequences)
+        return self._next_undone.get(shard_id, self._first_owed(shard_id)) >= len(shard.sequences)
 
     # --- deliveries (processor calls) --------------------------------------------------
 
     def begin(self, worker: str, shard_id: str, epoch: int, records: Iterable[str]) -> Delivery:
+        records = list(records)
+        paused = self.paused_since
+        if records and paused is not None and self.stream.world.now - paused > PAUSE_SETTLES:
+            raise Violation(f"{shard_id}: {worker} delivers while the consumer is paused")
         if shard_id in self._finished_saved:
             raise Violation(f"{shard_id}: delivered again after its SHARD_END was saved")
         last = self._epochs.get(shard_id)
@@ -80,7 +105,7 @@ class Ledger:
                     raise Violation(f"{shard_id} started before its parent {parent} was done")
         call = Delivery(worker, shard_id, epoch)
         self._running.setdefault(shard_id, []).append(call)
-        if any(True for _ in records):
+        if records:
             self.deliveries += 1
         return call
 
@@ -96,17 +121,53 @@ class Ledger:
 
     def done(self, shard_id: str, sequences: Iterable[int]) -> None:
         """Records whose processing returned (or whose batch the sink committed)."""
+        sequences = list(sequences)
+        self._advance(shard_id, [s for s in sequences if s not in self.passed])
+        self.done_times.update(sequences)
+
+    def _advance(self, shard_id: str, sequences: list[int]) -> None:
+        """Records done for the first time: they must come in shard order (records the
+        policy passed over may go ahead of records a batching sink has not committed)."""
         shard = self._shard(shard_id)
-        pointer = self._next_undone.get(shard_id, 0)
-        for sequence in sequences:
-            if self.done_times[sequence] == 0:
-                index = bisect.bisect_left(shard.sequences, sequence)
-                if index != pointer:
-                    expected = shard.sequences[pointer] if pointer < len(shard.sequences) else None
-                    raise Violation(f"{shard_id}: {sequence} done first, before {expected}")
-                pointer += 1
-            self.done_times[sequence] += 1
+        first_owed = self._first_owed(shard_id)
+        pointer = self._next_undone.get(shard_id, first_owed)
+        first_time = [s for s in dict.fromkeys(sequences) if not self.done_times[s]]
+        for sequence in first_time:
+            if sequence in self.passed:
+                continue
+            index = bisect.bisect_left(shard.sequences, sequence)
+            if index < first_owed:
+                continue  # history from before the start, not owed: order is not checked
+            if index != pointer:
+                expected = shard.sequences[pointer] if pointer < len(shard.sequences) else None
+                raise Violation(f"{shard_id}: {sequence} done first, before {expected}")
+            pointer = self._past_passed(shard, pointer + 1)
         self._next_undone[shard_id] = pointer
+
+    def _past_passed(self, shard: SimShard, pointer: int) -> int:
+        while pointer < len(shard.sequences) and shard.sequences[pointer] in self.passed:
+            pointer += 1
+        return pointer
+
+    def raised(self, sequences: Iterable[int]) -> None:
+        """A delivery of these records raised."""
+        self.raised_times.update(sequences)
+
+    def passed_over(self, shard_id: str, sequences: list[int]) -> None:
+        """The failure policy skipped or dead-lettered these records: done, by policy,
+        and only once they failed as often as the policy retries (§3.11)."""
+        if self.retries is None:
+            raise Violation(f"{shard_id}: records passed over under policy block")
+        for sequence in sequences:
+            if self.raised_times[sequence] <= self.retries:
+                raise Violation(
+                    f"{shard_id}: {sequence} passed over after "
+                    f"{self.raised_times[sequence]} failures (retries: {self.retries})"
+                )
+        self.passed.update(sequences)
+        shard = self._shard(shard_id)
+        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
+        self._next_undone[shard_id] = self._past_passed(shard, pointer)
 
     # --- checkpoints -------------------------------------------------------------------
 
@@ -115,7 +176,7 @@ class Ledger:
         if checkpoint is None or shard_id not in self.stream.shards:
             return
         shard = self._shard(shard_id)
-        pointer = self._next_undone.get(shard_id, 0)
+        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
         if checkpoint == SHARD_END:
             if shard.closed_at is None or pointer < len(shard.sequences):
                 raise Violation(f"{shard_id}: SHARD_END with records not done")
@@ -148,13 +209,16 @@ class Ledger:
         return [
             sequence
             for shard in self.stream.shards.values()
-            for sequence in shard.sequences[self._next_undone.get(shard.id, 0) :]
+            for sequence in shard.sequences[
+                self._next_undone.get(shard.id, self._first_owed(shard.id)) :
+            ]
+            if sequence not in self.passed
         ]
 
     def expired(self) -> int:
         """Records trimmed by retention before they were done (the stream's loss)."""
         return sum(
-            len(shard.sequences) - self._next_undone.get(shard.id, 0)
+            len(shard.sequences) - self._next_undone.get(shard.id, self._first_owed(shard.id))
             for shard in self.stream.trimmed.values()
         )
 

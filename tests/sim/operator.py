@@ -12,10 +12,10 @@ from typing import Any
 
 from sim.ledger import Ledger
 from sim.stream import ShardGone, SimSource
-from sim.world import World
+from sim.world import EPOCH, World
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings, StatusWrite
-from streamconsumer.controller.state import Coordinator, durable_from_status
+from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import (
     Conflict,
     StaleState,
@@ -51,7 +51,10 @@ class SimApiServer:
     def get(self) -> dict[str, Any]:
         return copy.deepcopy(
             {
-                "metadata": {"resourceVersion": str(self.version)},
+                "metadata": {
+                    "resourceVersion": str(self.version),
+                    "creationTimestamp": EPOCH.isoformat().replace("+00:00", "Z"),
+                },
                 "spec": self.spec,
                 "status": self.status,
             }
@@ -111,7 +114,8 @@ class SimOperator:
         self.incarnation += 1
         body = self.api.get()
         spec = StreamConsumerSpec.model_validate(body["spec"])
-        self.coordinator = Coordinator(spec, durable_from_status(body["status"]), self.world.now)
+        durable = durable_from_status(body["status"])
+        self.coordinator = Coordinator(spec, durable, self.world.now, created=creation_time(body))
         desired = body["status"].get("desiredReplicas")
         self.coordinator.desired_replicas = desired
         self.loop = ConsumerLoop(

@@ -1,4 +1,4 @@
-"""The named runs that showed each bug of issue 11 (and those the simulation found on
+"""The named runs that showed each bug of issues 11 and 13 (and those the simulation found on
 its own), with the revert that brings the bug back. Each must pass as the code is, and
 break an invariant under its revert."""
 
@@ -149,6 +149,72 @@ REGRESSIONS: dict[str, Regression] = {
         ),
         reverts.idle_engine_without_listing,
         "a planned move did not finish",
+    ),
+    "13.5 LATEST, the worker lost before its first checkpoint": Regression(
+        Run(
+            seed=7,
+            shards=1,
+            replicas=1,
+            checkpoint_every=0,
+            initial_position="LATEST",
+            history=20,
+            faults=(F(5.0, "worker_crash"),),
+            duration=30,
+        ),
+        reverts.latest_read_at_every_move,
+        "done first, before",
+    ),
+    "13.5 LATEST, scaled from zero by the backlog": Regression(
+        Run(seed=8, shards=2, replicas=0, autoscale=True, initial_position="LATEST", history=20),
+        reverts.latest_read_at_every_move,
+        "never processed",
+    ),
+    "13.4 paused through a scale-up and a crash, then resumed": Regression(
+        Run(
+            seed=9,
+            shards=3,
+            replicas=2,
+            faults=(
+                F(5.0, "pause", 0, 10.0),
+                F(8.0, "scale", 3),
+                F(30.0, "worker_crash", 1),
+                F(50.0, "pause", 0, 3.0),
+            ),
+            duration=70,
+        ),
+        reverts.pause_ignored,
+        "delivers while the consumer is paused",
+    ),
+    "13.2 poison under skip: passed over only after its retries": Regression(
+        Run(
+            seed=0,
+            shards=2,
+            replicas=2,
+            on_failure="skip",
+            faults=(F(5.0, "poison", 0, 20.0), F(12.0, "scale", 3), F(20.0, "flaky", 0, 5.0)),
+            duration=50,
+        ),
+        reverts.passed_over_at_the_first_failure,
+        "passed over after 1 failures",
+    ),
+    "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
+        Run(
+            seed=0,
+            shards=2,
+            replicas=2,
+            processor="sink",
+            on_failure="deadLetter",
+            checkpoint_every=0,
+            faults=(
+                F(5.0, "poison", 0, 20.0),
+                F(6.0, "sink_errors", 0, 10.0),
+                F(12.0, "scale", 3),
+                F(20.0, "flaky", 0, 5.0),
+            ),
+            duration=50,
+        ),
+        reverts.passing_over_checkpoints_unflushed_records,
+        "passes 37, not done",
     ),
     "found: scaled to zero behind a closed shard": Regression(
         Run(

@@ -12,6 +12,7 @@ import pytest
 
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.state import Coordinator
+from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker.core import WorkerCore
@@ -230,3 +231,51 @@ def reverted(revert: Revert) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         revert(patch)
         yield
+
+
+def latest_read_at_every_move(patch: pytest.MonkeyPatch) -> None:
+    """13.5: `initialPosition: LATEST` is handed to each new owner as LATEST, so a shard
+    that moves before its first checkpoint skips what arrived meanwhile."""
+    start_position = Coordinator._start_position
+
+    def latest_again(self: Coordinator, lease: Any, parents: list[str]) -> StartPosition:
+        position = start_position(self, lease, parents)
+        if position.type is StartPositionType.AT_TIMESTAMP and not self.spec.initial_timestamp:
+            return StartPosition(type=StartPositionType.LATEST)
+        return position
+
+    patch.setattr(Coordinator, "_start_position", latest_again)
+
+
+def pause_ignored(patch: pytest.MonkeyPatch) -> None:
+    """13.4: `spec.paused` is not read: workers keep consuming."""
+    step = Coordinator.step
+
+    def unpaused(self: Coordinator, now: float) -> Any:
+        paused, self.spec = self.spec.paused, self.spec.model_copy(update={"paused": False})
+        try:
+            return step(self, now)
+        finally:
+            self.spec = self.spec.model_copy(update={"paused": paused})
+
+    patch.setattr(Coordinator, "step", unpaused)
+
+
+def passed_over_at_the_first_failure(patch: pytest.MonkeyPatch) -> None:
+    """13.2: the failure policy skips or dead-letters a batch without retrying it."""
+
+    def exhausted(self: ShardMachine, now: float, batch: Any = None) -> bool:
+        return self._failing_since is not None
+
+    patch.setattr(ShardMachine, "_exhausted", exhausted)
+
+
+def passing_over_checkpoints_unflushed_records(patch: pytest.MonkeyPatch) -> None:
+    """13.2: a skipped batch moves the checkpoint even past records a batching processor
+    has not committed yet."""
+
+    def passed_over(self: Progress, records: Any) -> None:
+        self._delivered = self._done = records[-1]
+        self.requested = records[-1].checkpoint_sequence
+
+    patch.setattr(Progress, "passed_over", passed_over)

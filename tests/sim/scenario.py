@@ -12,6 +12,7 @@ import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sim.ledger import Ledger, Violation
 from sim.operator import SimApiServer, SimOperator
@@ -19,11 +20,14 @@ from sim.stream import SimSource, SimStream
 from sim.worker import WAITING_CHECKPOINT_TIMEOUT, Recorder, SimWorker, Sink, Trouble
 from sim.world import Network, World
 from streamconsumer.core.lineage import SHARD_END
+from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.processor import RecordProcessor
 
 SETTLE = 90.0  # the quiet period after the faults, in which everything must be processed
 GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
 LEASES = (3.0, 4.0, 6.0, 10.0)
+POLICY_RETRIES = 2
+PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to settle
 
 # Faults after which a record may be processed twice (DESIGN: duplicates only in the
 # window since the last checkpoint after a crash); every other fault must cause none.
@@ -42,6 +46,7 @@ PLANNED = {
     "sink_errors",
     "net_slow",
     "retention",
+    "pause",
 }
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
@@ -71,6 +76,9 @@ class Run:
     # The lag autoscaler owns the worker count (minReplicas 0): it must bring workers
     # back when records arrive with none running.
     autoscale: bool = False
+    initial_position: str = "TRIM_HORIZON"  # TRIM_HORIZON | LATEST
+    on_failure: str = "block"  # block | skip | deadLetter, after POLICY_RETRIES
+    history: int = 0  # records in the stream before the consumer is created
 
 
 @dataclass
@@ -127,12 +135,21 @@ class Simulation:
         self.run = run
         world = self.world = World(run.seed)
         self.stream = SimStream(world, run.shards)
-        self.ledger = Ledger(self.stream)
+        self.stream.put(run.history, arrival=-1.0)
+        self.ledger = Ledger(
+            self.stream,
+            from_latest=run.initial_position == "LATEST",
+            retries=None if run.on_failure == "block" else POLICY_RETRIES,
+        )
+        on_failure: dict[str, Any] = {"retries": POLICY_RETRIES, "then": run.on_failure}
+        if run.on_failure == "deadLetter":
+            on_failure["deadLetter"] = {"sqs": {"queueURL": "http://sim/dead-letters"}}
         spec = {
             "source": {"kinesis": {"streamName": "sim"}},
-            "processor": {"image": "i", "entrypoint": "m:f"},
+            "processor": {"image": "i", "entrypoint": "m:f", "onFailure": on_failure},
             "replicas": run.replicas,
             "leases": {"durationSeconds": run.lease},
+            "initialPosition": run.initial_position,
         }
         if run.autoscale:
             spec["autoscaling"] = {
@@ -162,7 +179,8 @@ class Simulation:
                 return Sink(self.ledger, self.trouble, worker.clock)
             return Recorder(self.ledger, self.trouble, self.run.checkpoint_every)
 
-        return SimWorker(
+        spec = StreamConsumerSpec.model_validate(self.api.spec)  # as the pod's env has it
+        worker = SimWorker(
             self.world,
             name,
             self.network,
@@ -172,7 +190,10 @@ class Simulation:
             processor,
             wants_empty=self.run.processor == "sink",
             on_exit=self._exited,
+            policy=spec.processor.on_failure,
         )
+        worker.trouble = self.trouble
+        return worker
 
     def _exited(self, worker: SimWorker) -> None:
         if worker.killed_at_deadline or worker.drain_started is None:
@@ -215,6 +236,10 @@ class Simulation:
             case "lease":
                 self.api.edit_spec(**{"leases.durationSeconds": LEASES[fault.arg % len(LEASES)]})
                 self.operator.spec_changed()
+            case "pause":  # `streamconsumer pause`, then `resume` after a while
+                self._set_paused(True)
+                resume = functools.partial(self._set_paused, False)
+                self.world.after(fault.seconds * PAUSE_STRETCH, resume)
             case "operator_crash":
                 self.operator.crash(downtime=fault.seconds)
             case "status_errors":
@@ -253,6 +278,14 @@ class Simulation:
             case _:
                 raise ValueError(fault.kind)
 
+    def _set_paused(self, paused: bool) -> None:
+        if paused and not self.api.spec.get("paused"):
+            self.ledger.paused_since = self.world.now
+        elif not paused:
+            self.ledger.paused_since = None
+        self.api.edit_spec(paused=paused)
+        self.operator.spec_changed()
+
     def _heal(self) -> None:
         """The end of the faults: everything works again, at least one worker runs."""
         now = self.world.now
@@ -262,6 +295,8 @@ class Simulation:
         self.trouble.sink_failing_until = now
         for link in self.network.links.values():
             link.cut_until = now
+        if self.api.spec.get("paused"):
+            self._set_paused(False)
         if self.deployment.replicas == 0 and not self.run.autoscale:
             self.deployment.replicas = 1
             self.deployment.reconcile()

@@ -33,4 +33,7 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         faults=tuple(sorted(schedule, key=lambda fault: fault.at)),
         duration=duration,
         autoscale=draw(st.booleans()),
+        initial_position=draw(st.sampled_from(("TRIM_HORIZON", "LATEST"))),
+        history=draw(st.sampled_from((0, 20))),
+        on_failure=draw(st.sampled_from(("block", "skip", "deadLetter"))),
     )

@@ -8,7 +8,7 @@ import bisect
 import itertools
 from dataclasses import dataclass, field
 
-from sim.world import World
+from sim.world import World, simulated
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Record
@@ -55,7 +55,9 @@ class SimStream:
 
     # --- changes ----------------------------------------------------------------------
 
-    def put(self, count: int) -> None:
+    def put(self, count: int, arrival: float | None = None) -> None:
+        """`count` records at random keys, arriving now (or at `arrival`: the history a
+        stream has before the consumer starts)."""
         open_shards = self.open_shards()
         lows = [s.low for s in open_shards]
         for _ in range(count):
@@ -63,7 +65,7 @@ class SimStream:
             shard = open_shards[bisect.bisect_right(lows, key) - 1]
             sequence = next(self._sequence)
             shard.sequences.append(sequence)
-            shard.arrivals.append(self.world.now)
+            shard.arrivals.append(self.world.now if arrival is None else arrival)
             self.values[sequence] = f"v{sequence}"
 
     def split(self, pick: int) -> bool:
@@ -138,6 +140,9 @@ class SimReader:
             return bisect.bisect_right(shard.sequences, int(start.sequence_number))
         if start.type is StartPositionType.LATEST:
             return len(shard.sequences)
+        if start.type is StartPositionType.AT_TIMESTAMP:
+            assert start.timestamp is not None
+            return bisect.bisect_left(shard.arrivals, simulated(start.timestamp))
         return 0
 
     def read(self) -> ReadResult:

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.ledger import Delivery, Ledger
+from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperator
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World
 from streamconsumer.models import HeartbeatResponse
+from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, RecordProcessor
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.worker.calls import call_processor
@@ -23,12 +24,14 @@ from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
     Answer,
     Call,
+    DeadLetter,
     Deliver,
     EndShard,
     Finished,
     SendCheckpoint,
     ShardMachine,
     Shutdown,
+    Skip,
     Wait,
 )
 
@@ -121,6 +124,7 @@ class SimWorker:
         make_processor: Callable[[SimWorker], RecordProcessor],
         wants_empty: bool,
         on_exit: Callable[[SimWorker], None],
+        policy: FailurePolicy | None = None,
     ) -> None:
         self.world = world
         self.name = name
@@ -130,7 +134,10 @@ class SimWorker:
         self.ledger = ledger
         self.make_processor = make_processor
         self.on_exit = on_exit
-        self.core = WorkerCore(name, prefetch=3, wants_empty_batches=wants_empty, rng=world.rng)
+        self.core = WorkerCore(
+            name, prefetch=3, wants_empty_batches=wants_empty, rng=world.rng, policy=policy
+        )
+        self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.offset = world.rng.uniform(-1000.0, 1000.0)
         self.alive = True
         self.paused_until = -1.0
@@ -196,7 +203,7 @@ class SimWorker:
             return
         self._planned = None
         self._beating = True
-        request = self.core.heartbeat()
+        request = self.core.heartbeat(self.clock())
         sent_at = self.clock()
         self._request(
             self.core.request_timeout,
@@ -309,12 +316,23 @@ class SimWorker:
 
     def _call(self, running: Running, step: Call) -> None:
         machine = running.machine
+        shard_id = machine.shard_id
         try:
-            running.processor = call_processor(
-                step, machine, running.processor, lambda: self.make_processor(self)
-            )
-        except Exception:
-            machine.raised(self.clock())
+            if isinstance(step, (Skip, DeadLetter)):
+                if isinstance(step, DeadLetter) and self.trouble and self.trouble.sink_fails():
+                    raise OSError("injected dead-letter target failure")
+                sequences = [int(r.sequence_number) for r in step.batch.records]
+                self.ledger.passed_over(shard_id, sequences)
+            else:
+                running.processor = call_processor(
+                    step, machine, running.processor, lambda: self.make_processor(self)
+                )
+        except Violation:
+            raise  # the ledger's, raised inside a call: never mistaken for a failure
+        except Exception as error:
+            if isinstance(step, Deliver):
+                self.ledger.raised([int(r.sequence_number) for r in step.batch.records])
+            machine.raised(self.clock(), str(error))
         else:
             machine.returned(self.clock())
         if running.delivery is not None:

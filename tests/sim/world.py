@@ -8,8 +8,20 @@ import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 Callback = Callable[[], None]
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+"""The wall-clock instant of simulated time 0: when the StreamConsumer was created."""
+
+
+def wall(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+def simulated(instant: datetime) -> float:
+    return (instant - EPOCH).total_seconds()
 
 
 class World:

@@ -126,6 +126,9 @@ class LocalKubelet:
                 ):
                     if self._stopped.is_set():
                         break
+                    if event["type"] == "ERROR":  # a Status, e.g. 410 Gone: list again
+                        version = None
+                        break
                     version = event["object"].metadata.resource_version or version
                     if event["type"] == "BOOKMARK":
                         continue

@@ -42,10 +42,14 @@ class RecordingProcessor(BaseRecordProcessor):
         self.fail_every = int(os.environ.get("RECORD_FAIL_EVERY", "0"))
         # While this file exists every batch fails: a sink that is down (poison).
         self.down_while = os.environ.get("RECORD_DOWN_WHILE")
+        # A record whose data is this value makes every batch holding it fail (a poison).
+        self.poison = os.environ.get("RECORD_POISON")
         self.batches = 0
         self.failed = False
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.poison and any(r.data.decode() == self.poison for r in records):
+            raise ValueError(f"injected failure: cannot process {self.poison}")
         if self.down_while and os.path.exists(self.down_while):
             raise RuntimeError("injected failure: the sink is down until the test says so")
         if self.fail_every and not self.failed and self.batches % self.fail_every == 0:

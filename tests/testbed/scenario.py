@@ -78,6 +78,8 @@ class Scenario:
         max_records: int = 100,
         processor_env: dict[str, str] | None = None,
         autoscaling: dict[str, Any] | None = None,
+        initial_position: str = "TRIM_HORIZON",
+        on_failure: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         return {
             "apiVersion": API_VERSION,
@@ -96,8 +98,10 @@ class Scenario:
                         {"name": "AWS_SECRET_ACCESS_KEY", "value": "testing"},
                         *({"name": k, "value": v} for k, v in (processor_env or {}).items()),
                     ],
+                    **({"onFailure": on_failure} if on_failure else {}),
                 },
                 "replicas": replicas,
+                "initialPosition": initial_position,
                 **({"autoscaling": autoscaling} if autoscaling else {}),
                 "leases": {"durationSeconds": lease_seconds},
                 "reading": {"maxRecords": max_records, "idleBetweenReadsMs": 100},
@@ -115,6 +119,8 @@ class Scenario:
         max_records: int = 100,
         processor_env: dict[str, str] | None = None,
         autoscaling: dict[str, Any] | None = None,
+        initial_position: str = "TRIM_HORIZON",
+        on_failure: dict[str, Any] | None = None,
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             self.create_source(shards)
@@ -132,7 +138,15 @@ class Scenario:
             },
         ).start()
         manifest = self.manifest(
-            replicas, lease_seconds, delay, processor, max_records, processor_env, autoscaling
+            replicas,
+            lease_seconds,
+            delay,
+            processor,
+            max_records,
+            processor_env,
+            autoscaling,
+            initial_position,
+            on_failure,
         )
         self.consumers.create(manifest)
         return self

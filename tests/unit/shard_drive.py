@@ -13,15 +13,18 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
+from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.calls import call_processor
 from streamconsumer.worker.shard import (
     Answer,
-    Call,
+    DeadLetter,
     Finished,
+    ProcessorCall,
     SendCheckpoint,
     ShardMachine,
+    Skip,
     Wait,
 )
 
@@ -41,11 +44,16 @@ class Drive:
         fence: float = 1e9,
         answer: Callable[[CheckpointRequest], Answer] = lambda _: Answer.SAVED,
         wants_empty_batches: bool = False,
+        policy: FailurePolicy | None = None,
+        dead_letter_failures: int = 0,
     ) -> None:
         self.now = 0.0
         self.processor = processor
         self.answer = answer
         self.sent: list[CheckpointRequest] = []
+        self.skipped: list[Skip] = []
+        self.dead_letters: list[DeadLetter] = []
+        self.dead_letter_failures = dead_letter_failures  # writes that fail first
         self.machine = ShardMachine(
             "w",
             Assignment(
@@ -55,6 +63,7 @@ class Drive:
             prefetch=10,
             retry=Backoff(base=0.1, cap=30.0, rng=random.Random(0)),
             wants_empty_batches=wants_empty_batches,
+            policy=policy,
         )
 
     def run(self, until: float) -> None:
@@ -71,16 +80,26 @@ class Drive:
             elif isinstance(step, SendCheckpoint):
                 self.sent.append(step.request)
                 machine.answered(self.answer(step.request), self.now)
+            elif isinstance(step, Skip):
+                self.skipped.append(step)
+                machine.returned(self.now)
+            elif isinstance(step, DeadLetter):
+                if self.dead_letter_failures:
+                    self.dead_letter_failures -= 1
+                    machine.raised(self.now, "target down")
+                else:
+                    self.dead_letters.append(step)
+                    machine.returned(self.now)
             else:
                 try:
                     self.call_processor(step)
-                except Exception:
-                    machine.raised(self.now)
+                except Exception as error:
+                    machine.raised(self.now, str(error))
                 else:
                     machine.returned(self.now)
             self.now += 0.01
 
-    def call_processor(self, step: Call) -> None:
+    def call_processor(self, step: ProcessorCall) -> None:
         call_processor(step, self.machine, self.processor, lambda: self.processor)
 
     def stored(self) -> list[str | None]:

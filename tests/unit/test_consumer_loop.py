@@ -30,6 +30,8 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.resource import Source, StreamConsumerSpec
 
+from .moments import CREATED
+
 
 def spec(**extra: Any) -> StreamConsumerSpec:
     return StreamConsumerSpec.model_validate(
@@ -43,7 +45,7 @@ def spec(**extra: Any) -> StreamConsumerSpec:
 
 
 def make_loop(**extra: Any) -> ConsumerLoop:
-    coordinator = Coordinator(spec(**extra), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(**extra), DurableState(), now=0.0, created=CREATED)
     autoscaler = Autoscaler(0) if "autoscaling" in extra else None
     settings = LoopSettings(shard_sync_seconds=10.0, relist_seconds=1.0)
     return ConsumerLoop("c", coordinator, settings, lambda: 1, autoscaler)
@@ -214,7 +216,7 @@ def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
     source = HungSource()
 
     async def run() -> ManagedConsumer:
-        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic())
+        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
         consumer = ManagedConsumer("n", "c", coordinator)
         writer = StatusWriter(api, "n", "c")
         writer.adopt(api.get())
@@ -298,7 +300,7 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
     built: list[str | None] = []
 
     async def run() -> None:
-        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic())
+        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
         consumer = ManagedConsumer("n", "c", coordinator)
         writer = StatusWriter(api, "n", "c")
         writer.adopt(api.get())
@@ -331,3 +333,46 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
 
     asyncio.run(run())
     assert built == [None, "http://vpce"]
+
+
+def test_a_blocked_shard_is_degraded_and_passed_over_records_are_events() -> None:
+    """13.2: Degraded names a shard its failing batch blocks (policy block); records a
+    worker skipped or dead-lettered become Warning Events."""
+    loop = make_loop()
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0)
+    coordinator = loop.coordinator
+    coordinator.heartbeat(HeartbeatRequest(worker="w"), 0.0)
+    loop.step(0.0)
+    write = loop.write_due(0.0)
+    assert write is not None
+    loop.write_succeeded(write, 0.0)
+    epochs = {sid: lease.epoch for sid, lease in coordinator.leases.items()}
+    failing = {"attempts": 7, "seconds": 42.0, "error": "ValueError: bad", "blocked": True}
+    skipped = {
+        "action": "skip",
+        "firstSequence": "5",
+        "lastSequence": "9",
+        "count": 3,
+        "error": "ValueError: bad",
+    }
+    coordinator.heartbeat(
+        HeartbeatRequest.model_validate(
+            {
+                "worker": "w",
+                "held": [
+                    {"shardId": "s0", "epoch": epochs["s0"], "failing": failing},
+                    {"shardId": "s1", "epoch": epochs["s1"], "passedOver": [skipped]},
+                ],
+            }
+        ),
+        1.0,
+    )
+    loop.step(1.0)
+    assert loop.write_due(2.0) is not None
+    status, message = condition(loop, "Degraded")
+    assert status == "True"
+    assert "s0 blocked on w: 7 attempts in 42s: ValueError: bad" in message
+    events = loop.take_events()
+    assert ("Warning", "RecordsSkipped") in [(e.type, e.reason) for e in events]
+    assert any("s1: 3 records skipped by w (5..9)" in e.message for e in events)

@@ -17,6 +17,8 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.resource import StreamConsumerSpec
 
+from .moments import CREATED
+
 SPEC = StreamConsumerSpec.model_validate(
     {
         "source": {"kinesis": {"streamName": "s"}},
@@ -45,7 +47,7 @@ def saved(coordinator: Coordinator, now: float = 0.0) -> Coordinator:
 
 
 def fresh() -> Coordinator:
-    return started(Coordinator(SPEC, DurableState(), now=0.0))
+    return started(Coordinator(SPEC, DurableState(), now=0.0, created=CREATED))
 
 
 def test_grant_reaches_the_worker_with_its_start_position() -> None:
@@ -127,7 +129,9 @@ def test_stale_epoch_is_lost_and_fenced() -> None:
 
 def test_restart_waits_a_lease_before_expiring_owners_from_status() -> None:
     status = {"leases": {"s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"}}}
-    coordinator = started(Coordinator(SPEC, durable_from_status(status), now=100.0))
+    coordinator = started(
+        Coordinator(SPEC, durable_from_status(status), now=100.0, created=CREATED)
+    )
     coordinator.step(100.0 + 13.0)
     assert coordinator.leases["s0"].owner == "a", "within lease + grace of the restart"
     response = beat(coordinator, "a", 113.5, ("s0", 3))

@@ -23,6 +23,7 @@ from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.testing import ProcessorHarness
 from streamconsumer.worker.shard import Stop, Wait
 
+from .moments import CREATED
 from .shard_drive import Drive, batch
 
 
@@ -58,7 +59,7 @@ def finish(coordinator: Coordinator, shard_id: str) -> None:
 
 def test_split_then_merge_back_never_restarts_the_original_shard() -> None:
     """11.1: lineage forgot a finished grandparent once its children's leases left."""
-    coordinator = Coordinator(spec(), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("p", closed=True)])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -81,7 +82,7 @@ def test_split_then_merge_back_never_restarts_the_original_shard() -> None:
 
 def test_a_grant_reaches_no_worker_before_the_status_holds_it() -> None:
     """11.5: a grant left the operator before it was saved."""
-    coordinator = Coordinator(spec(), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -95,7 +96,7 @@ def test_a_grant_reaches_no_worker_before_the_status_holds_it() -> None:
 
 def test_lowering_the_lease_duration_waits_out_fences_already_promised() -> None:
     """11.8: a shorter lease duration expired workers whose fences ran on the longer one."""
-    coordinator = Coordinator(spec(lease_seconds=10), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -110,7 +111,7 @@ def test_lowering_the_lease_duration_waits_out_fences_already_promised() -> None
 
 def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
     """11.8 with a restart: the status keeps the longest lease still promised."""
-    coordinator = Coordinator(spec(lease_seconds=10), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -119,7 +120,7 @@ def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
     coordinator.update_spec(spec(lease_seconds=2))
     saved = coordinator.snapshot(2.0)
     assert saved.promised_lease_seconds == 10
-    restarted = Coordinator(spec(lease_seconds=2), saved, now=3.0)
+    restarted = Coordinator(spec(lease_seconds=2), saved, now=3.0, created=CREATED)
     restarted.set_shards([Shard("s0")])
     restarted.step(8.0)
     assert restarted.leases["s0"].owner == "a"
@@ -127,7 +128,7 @@ def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
 
 def test_a_shard_that_left_the_stream_unfinished_loses_its_lease() -> None:
     """11.12: leases of shards trimmed by retention stayed forever."""
-    coordinator = Coordinator(spec(), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0"), Shard("s1")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -314,7 +315,7 @@ def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
             "s1": {"owner": "a", "epoch": 1, "state": "Active"},
         }
     }
-    coordinator = Coordinator(spec(), durable_from_status(status), now=0.0)
+    coordinator = Coordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
     assert not coordinator.shards_known
     coordinator.heartbeat(
         HeartbeatRequest(
@@ -331,7 +332,7 @@ def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
 
 
 def test_a_draining_owners_last_report_does_not_hide_a_measured_backlog() -> None:
-    coordinator = Coordinator(spec(), DurableState(), now=0.0)
+    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)

@@ -28,6 +28,7 @@ from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
 
+from .moments import CREATED
 from .shard_drive import Drive, batch
 
 
@@ -71,7 +72,7 @@ def test_lifecycle_in_kcl_order_to_shard_end(events: list[str]) -> None:
     assert events == ["initialize", "process 1,2", "process 3", "process 4", "shard_ended"]
     assert drive.stored() == ["2", "3", "4", SHARD_END]
     assert drive.machine.outcome is Outcome.ENDED
-    assert drive.machine.held().sequence_number == "4"
+    assert drive.machine.held(0.0).sequence_number == "4"
 
 
 def test_failures_retry_the_same_batch_and_skip_nothing(events: list[str]) -> None:
@@ -190,7 +191,7 @@ class InProcessOperator:
     table 'saved' on every call."""
 
     def __init__(self, shards: list[Shard]) -> None:
-        self.coordinator = Coordinator(SPEC, DurableState(), now=time.monotonic())
+        self.coordinator = Coordinator(SPEC, DurableState(), now=time.monotonic(), created=CREATED)
         self.coordinator.set_shards(shards)
         self.lock = threading.Lock()
 

@@ -36,9 +36,9 @@ def revoke(shard: str, epoch: int, reason: RevocationReason) -> Revocation:
 
 def test_a_lost_shard_is_never_renewed_by_the_answer_that_took_it() -> None:
     core = WorkerCore("w", prefetch=2)
-    core.heartbeat()
+    core.heartbeat(0.0)
     (machine,), _ = core.answered(answer([grant("s", 1)]), sent_at=0.0, now=0.1)
-    core.heartbeat()  # lists s
+    core.heartbeat(0.0)  # lists s
     core.answered(answer(revocations=[revoke("s", 1, RevocationReason.LOST)]), 5.0, 5.1)
     assert machine.stopping is Stop.LOST
     assert machine.next(7.0) == Finished(Outcome.LOST), "it delivers nothing more"
@@ -46,7 +46,7 @@ def test_a_lost_shard_is_never_renewed_by_the_answer_that_took_it() -> None:
 
 def test_a_released_epoch_is_never_started_again_and_its_last_word_is_repeated() -> None:
     core = WorkerCore("w", prefetch=2)
-    core.heartbeat()
+    core.heartbeat(0.0)
     (machine,), _ = core.answered(answer([grant("s", 3)]), 0.0, 0.1)
     machine.revoke(Stop.HANDOFF)
     step = machine.next(0.2)  # not initialized yet: straight to the release
@@ -55,7 +55,7 @@ def test_a_released_epoch_is_never_started_again_and_its_last_word_is_repeated()
     machine.answered(Answer.SAVED, 0.3)
     assert machine.next(0.3) == Finished(Outcome.RELEASED)
     core.finished(machine)
-    core.heartbeat()
+    core.heartbeat(0.0)
     # An operator restarted from an older status still counts s (epoch 3) as ours:
     started, resend = core.answered(answer([grant("s", 3)]), 1.0, 1.1)
     assert started == []
@@ -66,7 +66,7 @@ def test_a_released_epoch_is_never_started_again_and_its_last_word_is_repeated()
 
 def test_a_handoff_of_a_shard_it_never_ran_is_answered_with_a_release() -> None:
     core = WorkerCore("w", prefetch=2)
-    core.heartbeat()
+    core.heartbeat(0.0)
     started, resend = core.answered(
         answer(revocations=[revoke("s", 2, RevocationReason.HANDOFF)]), 0.0, 0.1
     )
@@ -81,7 +81,7 @@ def test_a_handoff_of_a_shard_it_never_ran_is_answered_with_a_release() -> None:
 def test_a_draining_worker_takes_nothing_and_exits_once_it_owns_nothing() -> None:
     core = WorkerCore("w", prefetch=2)
     core.drain(now=0.0, seconds=25)
-    assert core.heartbeat().draining
+    assert core.heartbeat(0.0).draining
     started, resend = core.answered(answer([grant("s", 1)]), 0.0, 0.1)
     assert started == []
     assert [r.release for r in resend] == [True]

@@ -74,6 +74,7 @@ def deployment(
             "prefetch": spec.reading.prefetch,
             "metrics_port": WORKER_METRICS_PORT,
             "drain_seconds": GRACE_SECONDS - DRAIN_MARGIN_SECONDS,
+            "on_failure": spec.processor.on_failure,
         }
     )
     env: list[dict[str, Any]] = [

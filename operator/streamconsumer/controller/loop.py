@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.state import Coordinator, DurableState, ShardChanges
+from streamconsumer.controller.state import (
+    Coordinator,
+    DurableState,
+    PassedOverNote,
+    ShardChanges,
+)
 from streamconsumer.controller.status import render
 from streamconsumer.core.leases import FINISHED, Action, CancelHandoff, Expire, Grant, Revoke
 from streamconsumer.core.lineage import Shard
@@ -62,6 +67,21 @@ def describe(action: Action) -> Event:
     assert isinstance(action, Expire)
     shards = ", ".join(action.shard_ids) or "no shards"
     return Event("Warning", "LeaseExpired", f"{action.worker} went silent; released {shards}")
+
+
+def describe_passed_over(passed: PassedOverNote) -> Event:
+    note = passed.note
+    reason, verb = (
+        ("RecordsSkipped", "skipped")
+        if note.action == "skip"
+        else ("RecordsDeadLettered", "dead-lettered")
+    )
+    return Event(
+        "Warning",
+        reason,
+        f"{passed.shard_id}: {note.count} records {verb} by {passed.worker} "
+        f"({note.first_sequence}..{note.last_sequence}): {note.error}",
+    )
 
 
 class ConsumerLoop:
@@ -173,12 +193,15 @@ class ConsumerLoop:
     def step(self, now: float) -> list[Action]:
         actions = self.coordinator.step(now)
         self.events.extend(describe(action) for action in actions)
+        notes, self.coordinator.passed_over = self.coordinator.passed_over, []
+        self.events.extend(describe_passed_over(note) for note in notes)
         return actions
 
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
         """(from, to, lag seconds) when the lag autoscaler wants another worker count."""
-        if self.autoscaler is None or not self.coordinator.shards_known:
-            return None
+        coordinator = self.coordinator
+        if self.autoscaler is None or not coordinator.shards_known or coordinator.spec.paused:
+            return None  # paused: the backlog grows by design, workers stay as they are
         lag = max(self.coordinator.lag_millis().values(), default=0) / 1000
         decided = self.autoscaler.decide(
             now, self.coordinator.spec.autoscaling, lag, len(self.coordinator.assignable())
@@ -206,6 +229,7 @@ class ConsumerLoop:
         version = coordinator.version
         snapshot = coordinator.snapshot(now)
         problems = [p for p in (self.source_error, self.write_error) if p]
+        problems += coordinator.blocked_shards()
         status = render(
             self.name, coordinator, snapshot, self.generation(), self.conditions, problems
         )

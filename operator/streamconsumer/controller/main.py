@@ -25,7 +25,7 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer, Registry
 from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.state import Coordinator, durable_from_status
+from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import KubeStatusApi, StatusWriter
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import StreamConsumerSpec
@@ -135,7 +135,9 @@ async def consume(
     writer.adopt(current)
     spec = spec_of(body)
     status = current.get("status") or {}
-    coordinator = Coordinator(spec, durable_from_status(status), time.monotonic())
+    coordinator = Coordinator(
+        spec, durable_from_status(status), time.monotonic(), created=creation_time(current)
+    )
     consumer = ManagedConsumer(namespace, name, coordinator)
     # After a restart, carry on from what the autoscaler last asked for.
     desired = status.get("desiredReplicas")

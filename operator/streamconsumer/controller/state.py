@@ -9,12 +9,17 @@ Two rules shape it (DESIGN §3.9, §3.2):
 - **Promises are kept.** Each heartbeat answer promises the worker its leases for a
   duration; a worker is expired only after the longest duration it was promised (plus a
   grace), and a longer duration is promised only once the status holds it, so lowering
-  `leases.durationSeconds` or restarting never cuts a promise short."""
+  `leases.durationSeconds` or restarting never cuts a promise short.
+
+`initialPosition: LATEST` means "what arrives from the consumer's creation on": it is
+resolved to that instant (AT_TIMESTAMP), never re-read as LATEST when a shard moves before
+its first checkpoint, so nothing that arrived meanwhile is skipped."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from streamconsumer.core.leases import (
@@ -43,6 +48,7 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
+from streamconsumer.models.api import Failing, PassedOver
 from streamconsumer.models.resource import InitialPosition, StreamConsumerSpec
 
 PENDING_GRANT_HEARTBEAT_MS = 250
@@ -69,6 +75,14 @@ class WorkerProgress:
     expires_at: float  # operator clock: the longest promise made to it, plus the grace
     draining: bool = False
     millis_behind: dict[str, int] = field(default_factory=dict)
+    blocked: dict[str, Failing] = field(default_factory=dict)  # retries used up, policy block
+
+
+@dataclass(frozen=True)
+class PassedOverNote:
+    worker: str
+    shard_id: str
+    note: PassedOver
 
 
 @dataclass(frozen=True)
@@ -84,8 +98,11 @@ class Coordinator:
     """Leases, checkpoints and workers of one consumer. `version` grows with every change
     the status must show; the status writer persists up to a version."""
 
-    def __init__(self, spec: StreamConsumerSpec, durable: DurableState, now: float) -> None:
+    def __init__(
+        self, spec: StreamConsumerSpec, durable: DurableState, now: float, *, created: datetime
+    ) -> None:
         self.spec = spec
+        self.created = created  # the resource's creationTimestamp: where LATEST starts
         self.durable = durable
         self.leases: dict[str, ShardLease] = dict(durable.leases)
         self.finished: set[str] = set(durable.finished)
@@ -94,6 +111,7 @@ class Coordinator:
         self.shards_known = False
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
+        self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
         self.version = 0
         self.persisted_version = 0
         self.desired_replicas: int | None = None  # set by the lag autoscaler
@@ -158,8 +176,11 @@ class Coordinator:
         shards already started: their parents were finished when they were first
         granted, so silent workers still expire and draining ones still hand off."""
         shards = self.shards if self.shards_known else self._started_shards()
+        # Paused: every worker is treated as leaving, so each hands its shards off at
+        # their positions (a planned move to nobody) and none is granted.
+        paused = self.spec.paused
         liveness = [
-            WorkerLiveness(name, progress.expires_at, progress.draining)
+            WorkerLiveness(name, progress.expires_at, progress.draining or paused)
             for name, progress in self.workers.items()
         ]
         settings = EngineSettings(max_per_worker=self.spec.leases.max_per_worker)
@@ -203,6 +224,13 @@ class Coordinator:
             for h in request.held
             if h.millis_behind_latest is not None
         }
+        blocked = {h.shard_id: h.failing for h in request.held if h.failing and h.failing.blocked}
+        if blocked.keys() != progress.blocked.keys():
+            self._changed()  # Degraded names the blocked shards
+        progress.blocked = blocked
+        self.passed_over.extend(
+            PassedOverNote(name, h.shard_id, note) for h in request.held for note in h.passed_over
+        )
         revocations = []
         for shard_id, claim in held.items():
             lease = self.leases.get(shard_id)
@@ -280,7 +308,11 @@ class Coordinator:
             return StartPosition(
                 type=StartPositionType.AT_TIMESTAMP, timestamp=self.spec.initial_timestamp
             )
-        return StartPosition(type=StartPositionType(initial.value))
+        if initial is InitialPosition.LATEST:
+            # Not LATEST itself: read again at each move, it would skip what arrived
+            # between a grant and the shard's first checkpoint.
+            return StartPosition(type=StartPositionType.AT_TIMESTAMP, timestamp=self.created)
+        return StartPosition(type=StartPositionType.TRIM_HORIZON)
 
     def checkpoint(self, request: CheckpointRequest) -> ShardLease:
         """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid)."""
@@ -318,7 +350,7 @@ class Coordinator:
     def adopt(self, durable: DurableState, now: float) -> None:
         """Another writer saved a newer table: start over from it. Nothing of ours that
         was not saved ever left this process, so dropping it is safe."""
-        fresh = Coordinator(self.spec, durable, now)
+        fresh = Coordinator(self.spec, durable, now, created=self.created)
         self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
@@ -356,6 +388,15 @@ class Coordinator:
             sid: millis for sid, millis in measured.items() if millis and sid in unowned
         }
 
+    def blocked_shards(self) -> list[str]:
+        """What Degraded says of shards whose failing batch blocks them (policy block)."""
+        return [
+            f"{shard_id} blocked on {name}: {f.attempts} attempts in {f.seconds:.0f}s: {f.error}"
+            for name, progress in sorted(self.workers.items())
+            for shard_id, f in sorted(progress.blocked.items())
+            if (lease := self.leases.get(shard_id)) is not None and lease.owner == name
+        ]
+
     def lag_millis(self) -> dict[str, int]:
         """What each owner last reported; for shards nobody live owns, what the operator
         measured itself (a draining owner's last report must not hide a backlog)."""
@@ -382,6 +423,11 @@ class Coordinator:
             )
             for shard_id, lease in sorted(self.leases.items())
         }
+
+
+def creation_time(resource: Mapping[str, Any]) -> datetime:
+    """The resource's creationTimestamp: the instant `initialPosition: LATEST` starts at."""
+    return datetime.fromisoformat(resource["metadata"]["creationTimestamp"])
 
 
 def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:

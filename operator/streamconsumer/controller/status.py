@@ -76,7 +76,21 @@ def render(
     }
     lag = coordinator.lag_millis()
     by_type = {c.type: c for c in previous}
-    if not coordinator.shards_known and problems:
+    if coordinator.spec.paused:
+        still = sum(1 for lease in coordinator.leases.values() if lease.owner)
+        ready_condition = (
+            _condition(by_type, "Ready", False, "Pausing", f"{still} shards still held", generation)
+            if still
+            else _condition(
+                by_type,
+                "Ready",
+                True,
+                "Paused",
+                "paused: shards wait at their checkpoints",
+                generation,
+            )
+        )
+    elif not coordinator.shards_known and problems:
         ready_condition = _condition(
             by_type, "Ready", False, "StreamUnavailable", problems[0], generation
         )

@@ -22,6 +22,25 @@ WorkerName = Annotated[str, Field(min_length=1, max_length=253)]
 ShardId = Annotated[str, Field(min_length=1, max_length=128)]
 
 
+class Failing(Model):
+    """A batch of the shard keeps raising."""
+
+    attempts: int = Field(ge=1)
+    seconds: float = Field(ge=0, description="Since its first failure.")
+    error: str = Field(max_length=2048)
+    blocked: bool = Field(description="Retries are used up and the policy is block.")
+
+
+class PassedOver(Model):
+    """Records the failure policy skipped or dead-lettered (reported once, for an Event)."""
+
+    action: Literal["skip", "deadLetter"]
+    first_sequence: SequenceNumber
+    last_sequence: SequenceNumber
+    count: int = Field(ge=1)
+    error: str = Field(max_length=2048)
+
+
 class HeldShard(Model):
     shard_id: ShardId
     epoch: int = Field(ge=0)
@@ -29,6 +48,8 @@ class HeldShard(Model):
         default=None, description="Last record processed (not necessarily checkpointed)."
     )
     millis_behind_latest: int | None = Field(default=None, ge=0)
+    failing: Failing | None = None
+    passed_over: list[PassedOver] = Field(default_factory=list, max_length=100)
 
 
 class HeartbeatRequest(Model):

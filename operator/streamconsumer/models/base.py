@@ -19,3 +19,15 @@ class Model(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The JSON-ready, camelCase form, without unset optional fields."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def with_rules(*rules: tuple[str, str]) -> ConfigDict:
+    """Model config carrying CEL validation rules (rule, message) into the CRD schema."""
+    return ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        json_schema_extra={
+            "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]
+        },
+    )

@@ -10,10 +10,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, model_validator
 
-from streamconsumer.models.base import Model
+from streamconsumer.models.base import Model, with_rules
+from streamconsumer.models.failure import FailurePolicy
 
 GROUP = "streamconsumer.io"
 VERSION = "v1alpha1"
@@ -26,18 +26,6 @@ SequenceNumber = Annotated[str, Field(pattern=r"^[0-9]{1,128}$", max_length=128)
 
 ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", max_length=128)]
 """A sequence number, or SHARD_END once every record of a closed shard is processed."""
-
-
-def _cel(*rules: tuple[str, str]) -> ConfigDict:
-    """Model config carrying CEL validation rules (rule, message) into the CRD schema."""
-    return ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        json_schema_extra={
-            "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]
-        },
-    )
 
 
 def _same(field: str) -> str:
@@ -56,7 +44,7 @@ class KinesisSource(Model):
     under a consumer (its leases and checkpoints belong to that stream's shards); the
     endpoint can."""
 
-    model_config = _cel(
+    model_config = with_rules(
         (
             "has(self.streamName) != has(self.streamARN)",
             "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
@@ -96,7 +84,7 @@ class DynamoDBStreamsSource(Model):
     """Where to read: a DynamoDB table's change stream, by table name (its latest stream)
     or by stream ARN. Like a Kinesis stream, it cannot change under a consumer."""
 
-    model_config = _cel(
+    model_config = with_rules(
         (
             "has(self.tableName) != has(self.streamARN)",
             "set exactly one of source.dynamodbStreams.tableName and "
@@ -142,7 +130,7 @@ _ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
 class Source(Model):
     """Exactly one stream to read."""
 
-    model_config = _cel(
+    model_config = with_rules(
         ("has(self.kinesis) != has(self.dynamodbStreams)", _ONE_SOURCE),
         (
             "has(self.kinesis) == has(oldSelf.kinesis)",
@@ -205,6 +193,10 @@ class Processor(Model):
         description="Kubernetes resource requests and limits for the worker container.",
         json_schema_extra={"x-kubernetes-preserve-unknown-fields": True, "type": "object"},
     )
+    on_failure: FailurePolicy = Field(
+        default_factory=FailurePolicy,
+        description="What happens to a batch whose processing keeps raising.",
+    )
 
 
 class Autoscaling(Model):
@@ -215,7 +207,7 @@ class Autoscaling(Model):
     records-behind target is not offered because Kinesis exposes no record count behind
     a shard's tip (see docs/architecture.md)."""
 
-    model_config = _cel(
+    model_config = with_rules(
         ("self.minReplicas <= self.maxReplicas", "minReplicas must not exceed maxReplicas"),
     )
 
@@ -253,7 +245,7 @@ class Reading(Model):
 
 
 class StreamConsumerSpec(Model):
-    model_config = _cel(
+    model_config = with_rules(
         (
             "self.initialPosition != 'AT_TIMESTAMP' || has(self.initialTimestamp)",
             "initialPosition AT_TIMESTAMP needs initialTimestamp",
@@ -270,9 +262,20 @@ class StreamConsumerSpec(Model):
 
     source: Source
     processor: Processor
-    initial_position: InitialPosition = InitialPosition.TRIM_HORIZON
+    initial_position: InitialPosition = Field(
+        default=InitialPosition.TRIM_HORIZON,
+        description="Where a shard without a checkpoint starts: TRIM_HORIZON (the oldest "
+        "record), LATEST (what arrives from the consumer's creation on, however early a "
+        "shard moves) or AT_TIMESTAMP (initialTimestamp).",
+    )
     initial_timestamp: datetime | None = None
     replicas: int = Field(default=1, ge=0, le=1000, description="Worker pods (scale subresource).")
+    paused: bool = Field(
+        default=False,
+        description="Stop consuming: every worker hands its shards off at their positions "
+        "and none is granted until this is false again (the pods stay; the autoscaler "
+        "holds). `streamconsumer pause|resume NAME` sets it, or Git.",
+    )
     autoscaling: Autoscaling | None = None
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     reading: Reading = Field(default_factory=Reading)

@@ -180,7 +180,24 @@ def shard_iterator(
         params["StartingSequenceNumber"] = position.sequence_number
     if position.timestamp is not None:
         params["Timestamp"] = position.timestamp
-    return str(client.get_shard_iterator(**params)["ShardIterator"])
+    try:
+        return str(client.get_shard_iterator(**params)["ShardIterator"])
+    except ClientError as error:
+        if not _in_the_future(error, position):
+            raise
+    # Kinesis' clock is behind ours: nothing has arrived at or after the timestamp yet,
+    # so reading from the tip skips nothing.
+    latest = StartPosition(type=StartPositionType.LATEST)
+    return shard_iterator(client, stream, shard_id, latest)
+
+
+def _in_the_future(error: ClientError, position: StartPosition) -> bool:
+    details = error.response.get("Error", {})
+    return (
+        position.type is StartPositionType.AT_TIMESTAMP
+        and details.get("Code") == "InvalidArgumentException"
+        and "cannot be greater than the current" in details.get("Message", "")
+    )
 
 
 class KinesisSource:

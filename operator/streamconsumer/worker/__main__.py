@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 
+from streamconsumer.deadletter import writer_for
 from streamconsumer.processor import load_processor, warm_up
 from streamconsumer.sources.factory import make_source, worker_source_spec
 from streamconsumer.worker import metrics
@@ -38,7 +39,9 @@ def main() -> None:
     operator = OperatorClient(
         config.operator_url, config.namespace, config.consumer, config.token_path
     )
-    worker = Worker(config, operator, source, factory)
+    target = config.on_failure.dead_letter
+    dead_letters = writer_for(target) if target is not None else None
+    worker = Worker(config, operator, source, factory, dead_letters)
     signal.signal(signal.SIGTERM, worker.drain)
     signal.signal(signal.SIGINT, worker.drain)
     sys.exit(worker.run())

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from streamconsumer.processor import ProcessorFactory, RecordProcessor, ShardInfo
 from streamconsumer.worker.shard import (
-    Call,
     Deliver,
     EndShard,
     Initialize,
     LoseLease,
+    ProcessorCall,
     ShardMachine,
     Shutdown,
 )
@@ -24,7 +24,7 @@ CALL_NAMES = {
 
 
 def call_processor(
-    call: Call,
+    call: ProcessorCall,
     machine: ShardMachine,
     processor: RecordProcessor | None,
     factory: ProcessorFactory,
@@ -46,6 +46,8 @@ def call_processor(
         processor.shard_ended(checkpointer)
     elif isinstance(call, Shutdown):
         processor.shutdown_requested(checkpointer)
-    else:
+    elif isinstance(call, LoseLease):
         processor.lease_lost()
+    else:
+        raise TypeError(f"not a processor call: {call!r}")
     return processor

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamconsumer.models.failure import FailurePolicy
 
 PREFIX = "STREAMCONSUMER_"
 
@@ -35,17 +37,21 @@ class WorkerConfig(BaseSettings):
     # Exit (non-zero) once the operator has refused this worker for this long: its pod
     # was deleted, or its StreamConsumer is gone.
     give_up_seconds: float = Field(default=30.0, gt=0)
+    on_failure: FailurePolicy = Field(default_factory=FailurePolicy)  # JSON in the env
 
     @staticmethod
     def env_name(field: str) -> str:
         return PREFIX + field.upper()
 
     def to_env(self) -> dict[str, str]:
-        return {
-            self.env_name(name): str(value)
-            for name, value in self.model_dump().items()
-            if value is not None
-        }
+        env = {}
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, BaseModel):
+                env[self.env_name(name)] = value.model_dump_json(by_alias=True, exclude_none=True)
+            elif value is not None:
+                env[self.env_name(name)] = str(value)
+        return env
 
     @classmethod
     def from_env(cls) -> WorkerConfig:

@@ -17,8 +17,10 @@ from streamconsumer.models import (
     CheckpointRequest,
     HeartbeatRequest,
     HeartbeatResponse,
+    HeldShard,
     RevocationReason,
 )
+from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.worker.shard import ShardMachine, Stop
 
 FAILED_HEARTBEAT_RETRY_SECONDS = 1.0
@@ -34,6 +36,7 @@ class WorkerCore:
         wants_empty_batches: bool = False,
         give_up_seconds: float = 30.0,
         rng: random.Random | None = None,
+        policy: FailurePolicy | None = None,
     ) -> None:
         self.name = name
         self.machines: dict[str, ShardMachine] = {}
@@ -44,8 +47,9 @@ class WorkerCore:
         self._wants_empty = wants_empty_batches
         self._give_up = give_up_seconds
         self._rng = rng or random.Random()
+        self._policy = policy or FailurePolicy()
         self._let_go: dict[str, tuple[int, CheckpointRequest]] = {}
-        self._sent: dict[str, int] = {}  # shard -> epoch, as the heartbeat in flight listed
+        self._sent: dict[str, HeldShard] = {}  # what the heartbeat in flight listed
         self._refused_since: float | None = None
         self._drain_until: float | None = None
         self._owns_nothing = False  # the last answer assigned and revoked nothing
@@ -62,12 +66,10 @@ class WorkerCore:
 
     # --- heartbeats ----------------------------------------------------------------------
 
-    def heartbeat(self) -> HeartbeatRequest:
-        self._sent = {shard_id: m.epoch for shard_id, m in self.machines.items()}
+    def heartbeat(self, now: float) -> HeartbeatRequest:
+        self._sent = {shard_id: m.held(now) for shard_id, m in self.machines.items()}
         return HeartbeatRequest(
-            worker=self.name,
-            held=[machine.held() for machine in self.machines.values()],
-            draining=self.draining,
+            worker=self.name, held=list(self._sent.values()), draining=self.draining
         )
 
     def answered(
@@ -87,10 +89,12 @@ class WorkerCore:
                     lost.add(revocation.shard_id)
             elif revocation.reason is RevocationReason.HANDOFF:
                 resend.append(self._let_go_of(revocation.shard_id, revocation.epoch))
-        for shard_id, epoch in self._sent.items():
+        for shard_id, held in self._sent.items():
             machine = self.machines.get(shard_id)
-            if machine is not None and machine.epoch == epoch and shard_id not in lost:
-                machine.renew(sent_at + lease)
+            if machine is not None and machine.epoch == held.epoch:
+                machine.reported(held)
+                if shard_id not in lost:
+                    machine.renew(sent_at + lease)
         started = []
         for assignment in response.assignments:
             shard_id, epoch = assignment.shard_id, assignment.epoch
@@ -113,7 +117,12 @@ class WorkerCore:
                 fence_deadline=sent_at + lease,
                 prefetch=self._prefetch,
                 wants_empty_batches=self._wants_empty,
-                retry=Backoff(base=0.1, cap=30.0, rng=self._rng),
+                retry=Backoff(
+                    base=self._policy.initial_backoff_seconds,
+                    cap=self._policy.max_backoff_seconds,
+                    rng=self._rng,
+                ),
+                policy=self._policy,
             )
             self.machines[shard_id] = machine
             started.append(machine)

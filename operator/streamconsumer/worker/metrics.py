@@ -19,6 +19,14 @@ PROCESS_SECONDS = Histogram(
 PROCESS_FAILURES = Counter(
     "streamconsumer_worker_process_failures", "Processor calls that raised.", ["shard"]
 )
+DEAD_LETTERED = Counter(
+    "streamconsumer_worker_dead_lettered_records",
+    "Records the failure policy wrote to the dead-letter target.",
+    ["shard"],
+)
+SKIPPED = Counter(
+    "streamconsumer_worker_skipped_records", "Records the failure policy skipped.", ["shard"]
+)
 MILLIS_BEHIND = Gauge(
     "streamconsumer_worker_millis_behind_latest", "MillisBehindLatest per held shard.", ["shard"]
 )

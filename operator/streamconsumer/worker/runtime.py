@@ -11,6 +11,7 @@ import threading
 import time
 
 from streamconsumer.core.backoff import Backoff
+from streamconsumer.deadletter import DeadLetterWriter, FailedBatch
 from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import StreamSource
@@ -21,10 +22,12 @@ from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
     Answer,
+    DeadLetter,
     Deliver,
     Finished,
     SendCheckpoint,
     ShardMachine,
+    Skip,
     Wait,
 )
 
@@ -40,15 +43,21 @@ class Worker:
         operator: OperatorClient,
         source: StreamSource,
         processor_factory: ProcessorFactory,
+        dead_letters: DeadLetterWriter | None = None,
     ) -> None:
         self.config = config
+        self._dead_letters = dead_letters
         self._operator = operator
         self._source = source
         self._factory = processor_factory
         # A class factory carries the flag; a plain function's processor never wants empties.
         wants_empty = bool(getattr(processor_factory, "wants_empty_batches", False))
         self.core = WorkerCore(
-            config.worker_name, config.prefetch, wants_empty, config.give_up_seconds
+            config.worker_name,
+            config.prefetch,
+            wants_empty,
+            config.give_up_seconds,
+            policy=config.on_failure,
         )
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -86,7 +95,7 @@ class Worker:
 
     def _heartbeat(self) -> None:
         with self._lock:
-            request = self.core.heartbeat()
+            request = self.core.heartbeat(time.monotonic())
             timeout = self.core.request_timeout
         sent_at = time.monotonic()
         try:
@@ -170,27 +179,63 @@ class Worker:
                 with changed:
                     machine.answered(answer, time.monotonic())
                 continue
+            if isinstance(step, DeadLetter):
+                self._dead_letter(machine, step, changed)
+                continue
+            if isinstance(step, Skip):
+                metrics.SKIPPED.labels(shard).inc(len(step.batch.records))
+                log.warning(
+                    "%s: %d records skipped: %s", shard, len(step.batch.records), step.error
+                )
+                with changed:
+                    machine.returned(time.monotonic())
+                continue
             started = time.perf_counter()
             try:
                 processor = call_processor(step, machine, processor, self._factory)
                 if isinstance(step, Deliver):
                     metrics.batch_processed(shard, step.batch.records, started)
-            except Exception:
+            except Exception as error:
                 metrics.batch_failed(shard, started)
                 log.exception(
-                    "%s: processor failed in %s; retried after a back-off until it returns "
-                    "or the shard moves",
+                    "%s: processor failed in %s; retried after a back-off, then the "
+                    "failure policy decides (a hand-off interrupts the retries)",
                     shard,
                     CALL_NAMES[type(step)],
                 )
                 with changed:
-                    machine.raised(time.monotonic())
+                    machine.raised(time.monotonic(), f"{type(error).__name__}: {error}")
                 continue
             with changed:
                 machine.returned(time.monotonic())
                 if machine.millis_behind is not None:
                     metrics.MILLIS_BEHIND.labels(shard).set(machine.millis_behind)
         self._wake.set()  # tell the operator soon (finished or released)
+
+    def _dead_letter(
+        self, machine: ShardMachine, step: DeadLetter, changed: threading.Condition
+    ) -> None:
+        records = list(step.batch.records)
+        batch = FailedBatch(
+            f"{self.config.namespace}/{self.config.consumer}",
+            machine.shard_id,
+            records,
+            step.error,
+            step.attempts,
+        )
+        try:
+            if self._dead_letters is None:
+                raise RuntimeError("no dead-letter target configured")
+            self._dead_letters.write(batch)
+        except Exception as error:
+            log.warning("%s: dead letters not written, retried: %s", machine.shard_id, error)
+            with changed:
+                machine.raised(time.monotonic(), f"{type(error).__name__}: {error}")
+            return
+        metrics.DEAD_LETTERED.labels(machine.shard_id).inc(len(records))
+        log.warning("%s: %d records dead-lettered: %s", machine.shard_id, len(records), step.error)
+        with changed:
+            machine.returned(time.monotonic())
 
     def _checkpoint(self, request: CheckpointRequest) -> Answer:
         # wait=true may be held until the status is written (up to the operator's 10 s).

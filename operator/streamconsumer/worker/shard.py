@@ -9,17 +9,22 @@ The rules it keeps:
   before a renewal is never undone by it.
 - Checkpoint only what returned (§3.11): see `processor.Progress`.
 - A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
+- A batch that keeps raising is retried with back-off, then the failure policy decides
+  (`models.failure`): block (retry on, reported), skip, or dead-letter it first.
 - The release carries the position and is repeated until the status holds it, so a
   planned move replays nothing even across an operator restart (§3.5, §3.9)."""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Literal
 
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
+from streamconsumer.models.api import Failing, PassedOver
+from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, Progress
 from streamconsumer.sources.base import ReadResult
 
@@ -63,6 +68,24 @@ class Deliver:
 
 
 @dataclass(frozen=True)
+class Skip:
+    """The failure policy passes the batch over: log and count it."""
+
+    batch: ReadResult
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Write the batch's records, with the error, to the dead-letter target."""
+
+    batch: ReadResult
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True)
 class EndShard:
     """Call shard_ended(checkpointer)."""
 
@@ -94,8 +117,20 @@ class Finished:
     outcome: Outcome
 
 
-Step = Initialize | Deliver | EndShard | Shutdown | LoseLease | SendCheckpoint | Wait | Finished
-Call = Initialize | Deliver | EndShard | Shutdown | LoseLease
+Step = (
+    Initialize
+    | Deliver
+    | Skip
+    | DeadLetter
+    | EndShard
+    | Shutdown
+    | LoseLease
+    | SendCheckpoint
+    | Wait
+    | Finished
+)
+ProcessorCall = Initialize | Deliver | EndShard | Shutdown | LoseLease
+Call = ProcessorCall | Skip | DeadLetter  # what the driver does and answers with returned/raised
 
 
 class ShardMachine:
@@ -107,6 +142,7 @@ class ShardMachine:
         prefetch: int,
         wants_empty_batches: bool = False,
         retry: Backoff | None = None,
+        policy: FailurePolicy | None = None,
     ) -> None:
         self.worker = worker
         self.assignment = assignment
@@ -117,7 +153,10 @@ class ShardMachine:
         self._deadline = fence_deadline
         self._prefetch = prefetch
         self._wants_empty = wants_empty_batches
-        self._retry = retry or Backoff(base=0.1, cap=30.0)
+        self._policy = policy or FailurePolicy()
+        self._retry = retry or Backoff(
+            base=self._policy.initial_backoff_seconds, cap=self._policy.max_backoff_seconds
+        )
         self._batches: deque[ReadResult] = deque()
         self._end_read = False
         self._stop: Stop | None = None
@@ -128,7 +167,12 @@ class ShardMachine:
         self._shutdown_called = False
         self._end_called = False
         self._call_failures = 0
+        self._failing_since: float | None = None  # the head call's first failure
+        self._error = ""  # what it raised last
         self._retry_call_at = -float("inf")  # a processor call that raised, after back-off
+        self._passed_over: list[PassedOver] = []  # for the next heartbeat (Events)
+        self._dead_letter_failures = 0
+        self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
         self.outcome: Outcome | None = None
@@ -160,14 +204,30 @@ class ShardMachine:
         self._batches.append(batch)
         self._end_read = self._end_read or batch.shard_end
 
-    def held(self) -> HeldShard:
+    def held(self, now: float) -> HeldShard:
         done = self.progress.done
+        failing = None
+        if self._failing_since is not None:
+            failing = Failing(
+                attempts=self._call_failures,
+                seconds=now - self._failing_since,
+                error=self._error[:2048],
+                blocked=self._exhausted(now) and self._policy.then is AfterRetries.BLOCK,
+            )
         return HeldShard(
             shard_id=self.shard_id,
             epoch=self.epoch,
             sequence_number=done.sequence_number if done else self.progress.stored,
             millis_behind_latest=self.millis_behind,
+            failing=failing,
+            passed_over=list(self._passed_over),
         )
+
+    def reported(self, held: HeldShard) -> None:
+        """A heartbeat carrying `held` was answered: its passed-over notes arrived."""
+        for note in held.passed_over:
+            if note in self._passed_over:
+                self._passed_over.remove(note)
 
     # --- what to do next ---------------------------------------------------------------
 
@@ -204,6 +264,15 @@ class ShardMachine:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
+            if batch.records and self._exhausted(now, batch):
+                then = self._policy.then
+                if then is not AfterRetries.BLOCK and len(batch.records) > 1:
+                    self._bisect()  # find the records that fail, pass over only those
+                    continue
+                if then is AfterRetries.SKIP:
+                    return self._begin(Skip(batch, self._error, self._call_failures))
+                if then is AfterRetries.DEAD_LETTER:
+                    return self._begin(DeadLetter(batch, self._error, self._call_failures))
             if batch.records or self._wants_empty:
                 return self._begin(Deliver(batch), batch)
             self._took(self._batches.popleft())  # an empty read: nothing to deliver
@@ -218,6 +287,50 @@ class ShardMachine:
         self._call = call
         self.progress.begin(batch.records if batch else ())
         return call
+
+    def _exhausted(self, now: float, batch: ReadResult | None = None) -> bool:
+        """The head batch has used up its retries (count or time); a piece of a bisected
+        batch has one attempt."""
+        if self._failing_since is None:
+            return False
+        if batch is not None and self._pieces_ahead:
+            return True  # the head batch is a piece
+        limit = self._policy.retry_for_seconds
+        return self._call_failures > self._policy.retries or (
+            limit is not None and now - self._failing_since >= limit
+        )
+
+    def _bisect(self) -> None:
+        """Splits the failing head batch in halves, each tried once; a failing half is
+        split again, down to the records that fail on their own (as Lambda's
+        BisectBatchOnFunctionError): one poison record costs about 2·log2(n) calls."""
+        batch = self._batches.popleft()
+        middle = len(batch.records) // 2
+        first = ReadResult(batch.records[:middle], batch.millis_behind_latest)
+        second = replace(batch, records=batch.records[middle:])
+        self._batches.extendleft((second, first))
+        self._pieces_ahead = max(self._pieces_ahead - 1, 0) + 2
+        self._call_failures, self._failing_since = 0, None
+
+    def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
+        records = batch.records
+        self.progress.passed_over(records)
+        self._passed_over.append(
+            PassedOver(
+                action=action,
+                first_sequence=records[0].sequence_number,
+                last_sequence=records[-1].sequence_number,
+                count=len(records),
+                error=self._error[:2048],
+            )
+        )
+        self._took_head()
+        self._recovered()
+
+    def _recovered(self) -> None:
+        self._call_failures = self._dead_letter_failures = 0
+        self._failing_since = None
+        self._error = ""
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
         self._in_flight = request
@@ -247,6 +360,10 @@ class ShardMachine:
         self.outcome = outcome
         return Finished(outcome)
 
+    def _took_head(self) -> None:
+        self._took(self._batches.popleft())
+        self._pieces_ahead = max(self._pieces_ahead - 1, 0)
+
     def _took(self, batch: ReadResult) -> None:
         if batch.millis_behind_latest is not None:
             self.millis_behind = batch.millis_behind_latest
@@ -256,12 +373,18 @@ class ShardMachine:
     def returned(self, now: float) -> None:
         """The processor call from the last step returned."""
         call, self._call = self._call, None
+        if isinstance(call, Skip):
+            self._pass_over(call.batch, "skip")
+            return
+        if isinstance(call, DeadLetter):  # written: the batch is passed over
+            self._pass_over(call.batch, "deadLetter")
+            return
         self.progress.returned()
-        self._call_failures = 0
+        self._recovered()
         if isinstance(call, Initialize):
             self._initialized = True
         elif isinstance(call, Deliver):
-            self._took(self._batches.popleft())
+            self._took_head()
         elif isinstance(call, EndShard):
             self._end_called = True
         elif isinstance(call, Shutdown):
@@ -269,9 +392,14 @@ class ShardMachine:
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
 
-    def raised(self, now: float) -> None:
-        """The processor call from the last step raised: nothing it did counts."""
+    def raised(self, now: float, error: str = "") -> None:
+        """The call from the last step raised `error`: nothing it did counts."""
         call, self._call = self._call, None
+        if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
+            self._error = f"{call.error} (dead-letter target: {error})"
+            self._retry_call_at = now + self._retry.delay(self._dead_letter_failures)
+            self._dead_letter_failures += 1
+            return
         self.progress.raised()
         if isinstance(call, Shutdown):
             self._shutdown_called = True  # release at the last position that returned
@@ -280,6 +408,9 @@ class ShardMachine:
         else:  # retried after a back-off, unless a hand-off or a loss comes first
             self._retry_call_at = now + self._retry.delay(self._call_failures)
             self._call_failures += 1
+            self._error = error
+            if self._failing_since is None:
+                self._failing_since = now
 
     def answered(self, answer: Answer, now: float) -> None:
         """The operator's answer to the request from the last SendCheckpoint."""

@@ -1,0 +1,106 @@
+"""The failure policy: what a worker does with a batch whose `process_records` keeps
+raising. Retried with back-off first; then `block` (keep retrying: nothing is ever
+passed over), `skip` (checkpoint past it, with an Event) or `deadLetter` (write its
+records with the error to a target, then checkpoint past it). DESIGN §3.11: no path
+moves a checkpoint past a record that is not done, or explicitly passed over here."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from streamconsumer.models.base import Model, with_rules
+
+_ENDPOINT = Field(
+    default=None,
+    alias="endpointURL",
+    max_length=2048,
+    pattern=r"^https?://",
+    description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
+)
+_REGION = Field(default=None, max_length=64, description="AWS region; defaults to the worker's.")
+
+
+class KinesisDeadLetters(Model):
+    """One record per failed record, with the same partition key."""
+
+    model_config = with_rules(
+        (
+            "has(self.streamName) != has(self.streamARN)",
+            "set exactly one of streamName and streamARN",
+        ),
+    )
+
+    stream_name: str | None = Field(
+        default=None, min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.-]+$"
+    )
+    stream_arn: str | None = Field(default=None, alias="streamARN", max_length=2048)
+    region: str | None = _REGION
+    endpoint_url: str | None = _ENDPOINT
+
+
+class SqsDeadLetters(Model):
+    """One message per failed record."""
+
+    queue_url: str = Field(alias="queueURL", pattern=r"^https?://", max_length=2048)
+    region: str | None = _REGION
+    endpoint_url: str | None = _ENDPOINT
+
+
+class S3DeadLetters(Model):
+    """One JSON-lines object per failed batch, named by shard and sequence range (a
+    replayed batch overwrites its own object)."""
+
+    bucket: str = Field(min_length=3, max_length=63, pattern=r"^[a-z0-9][a-z0-9.-]+[a-z0-9]$")
+    prefix: str = Field(default="", max_length=512)
+    region: str | None = _REGION
+    endpoint_url: str | None = _ENDPOINT
+
+
+class DeadLetterTarget(Model):
+    model_config = with_rules(
+        (
+            "[has(self.kinesis), has(self.sqs), has(self.s3)].filter(x, x).size() == 1",
+            "set exactly one dead-letter target: kinesis, sqs or s3",
+        ),
+    )
+
+    kinesis: KinesisDeadLetters | None = None
+    sqs: SqsDeadLetters | None = None
+    s3: S3DeadLetters | None = None
+
+
+class AfterRetries(StrEnum):
+    BLOCK = "block"  # keep retrying: the shard waits (Degraded names it)
+    SKIP = "skip"  # checkpoint past the batch, with an Event
+    DEAD_LETTER = "deadLetter"  # write the batch to `deadLetter`, then checkpoint past it
+
+
+class FailurePolicy(Model):
+    """Retries of a failing batch, then what to do with it. A hand-off or SIGTERM
+    interrupts the retries (the next owner starts counting again)."""
+
+    model_config = with_rules(
+        (
+            "(self.then == 'deadLetter') == has(self.deadLetter)",
+            "deadLetter (the target) goes with then: deadLetter, and only with it",
+        ),
+    )
+
+    retries: int = Field(
+        default=3, ge=0, le=1000000, description="Retries of a failing batch before `then`."
+    )
+    retry_for_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=604800,
+        description="Or stop retrying once the batch has failed for this long, if sooner.",
+    )
+    initial_backoff_seconds: float = Field(default=0.1, gt=0, le=3600)
+    max_backoff_seconds: float = Field(default=30.0, gt=0, le=3600)
+    then: AfterRetries = Field(
+        default=AfterRetries.BLOCK,
+        description="block (default: never pass a record over), skip, or deadLetter.",
+    )
+    dead_letter: DeadLetterTarget | None = None

@@ -1,0 +1,125 @@
+"""The dead-letter targets over HTTP (issue 13.2): Kinesis on its emulator, SQS and S3 on
+moto's server. Each holds every failed record with where it came from and why."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamconsumer.deadletter import FailedBatch, writer_for
+from streamconsumer.models.failure import DeadLetterTarget
+from streamconsumer.processor import Record
+from testbed.kinesis import KinesisEmulator, create_stream, list_all_shards
+from testbed.moto import REGION, MotoServer
+
+ARRIVAL = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
+    server = MotoServer.start(tmp_path_factory.mktemp("moto"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+def failed_batch(count: int = 12) -> FailedBatch:
+    records = [
+        Record(f"v{i}".encode(), f"k{i}", str(100 + i), approximate_arrival_timestamp=ARRIVAL)
+        for i in range(count)
+    ]
+    return FailedBatch("ns/orders", "shardId-000000000003", records, "ValueError: bad", 4)
+
+
+def check(letters: list[dict[str, Any]], batch: FailedBatch) -> None:
+    assert sorted(int(letter["sequenceNumber"]) for letter in letters) == [
+        int(r.sequence_number) for r in batch.records
+    ]
+    first = next(letter for letter in letters if letter["sequenceNumber"] == "100")
+    assert base64.b64decode(first["data"]) == b"v0"
+    assert first["partitionKey"] == "k0"
+    assert first["shardId"] == "shardId-000000000003"
+    assert first["consumer"] == "ns/orders"
+    assert first["error"] == "ValueError: bad"
+    assert first["attempts"] == 4
+    assert first["approximateArrivalTimestamp"] == ARRIVAL.isoformat()
+
+
+def test_kinesis_target(kinesis: KinesisEmulator, stream_name: str) -> None:
+    create_stream(kinesis.client, stream_name, 1)
+    target = {
+        "kinesis": {
+            "streamName": stream_name,
+            "region": REGION,
+            "endpointURL": kinesis.endpoint_url,
+        }
+    }
+    batch = failed_batch()
+    writer_for(DeadLetterTarget.model_validate(target)).write(batch)
+    (shard,) = list_all_shards(kinesis.client, stream_name)
+    iterator = kinesis.client.get_shard_iterator(
+        StreamName=stream_name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records = kinesis.client.get_records(ShardIterator=iterator)["Records"]
+    check([json.loads(r["Data"]) for r in records], batch)
+    assert {r["PartitionKey"] for r in records} == {f"k{i}" for i in range(12)}
+
+
+def test_sqs_target_in_batches_of_ten(moto: MotoServer) -> None:
+    sqs = moto.client("sqs")
+    url = sqs.create_queue(QueueName="dead-letters")["QueueUrl"]
+    target = {"sqs": {"queueURL": url, "region": REGION, "endpointURL": moto.endpoint_url}}
+    batch = failed_batch()
+    writer_for(DeadLetterTarget.model_validate(target)).write(batch)
+    letters: list[dict[str, Any]] = []
+    while messages := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+        letters += [json.loads(m["Body"]) for m in messages]
+        for message in messages:
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+    check(letters, batch)
+
+
+def test_s3_target_writes_one_object_per_batch_and_a_replay_overwrites_it(
+    moto: MotoServer, tmp_path: Path
+) -> None:
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="failures")
+    target = {
+        "s3": {
+            "bucket": "failures",
+            "prefix": "orders/",
+            "region": REGION,
+            "endpointURL": moto.endpoint_url,
+        }
+    }
+    writer = writer_for(DeadLetterTarget.model_validate(target))
+    batch = failed_batch()
+    writer.write(batch)
+    writer.write(batch)  # dead-lettered again after a crash: the same object
+    listed = s3.list_objects_v2(Bucket="failures")["Contents"]
+    assert [o["Key"] for o in listed] == ["orders/ns/orders/shardId-000000000003/100-111.jsonl"]
+    body = s3.get_object(Bucket="failures", Key=listed[0]["Key"])["Body"].read().decode()
+    check([json.loads(line) for line in body.splitlines()], batch)
+
+
+def test_a_target_that_refuses_raises_so_the_worker_retries(moto: MotoServer) -> None:
+    target = {
+        "sqs": {
+            "queueURL": f"{moto.endpoint_url}/123456789012/no-such-queue",
+            "region": REGION,
+            "endpointURL": moto.endpoint_url,
+        }
+    }
+    with pytest.raises(Exception, match=r"NonExistentQueue|QueueDoesNotExist"):
+        writer_for(DeadLetterTarget.model_validate(target)).write(failed_batch(1))

@@ -1,0 +1,46 @@
+"""moto's server over HTTP on a free loopback port: SQS and S3 for the dead-letter
+targets' integration tests (the Kinesis target uses the Kinesis emulator)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from testbed.processes import Server, free_port
+
+REGION = "us-east-1"
+
+
+@dataclass
+class MotoServer:
+    server: Server
+    endpoint_url: str
+
+    @classmethod
+    def start(cls, workdir: Path) -> MotoServer:
+        port = free_port()
+        moto_server = Path(sys.executable).parent / "moto_server"
+        server = Server("moto", [str(moto_server), "-H", "127.0.0.1", "-p", str(port)], workdir)
+        running = cls(server, f"http://127.0.0.1:{port}")
+        try:
+            server.wait_until(lambda: running.client("sqs").list_queues() is not None, 60, "ready")
+        except BaseException:
+            server.stop()
+            raise
+        return running
+
+    def client(self, service: str) -> Any:
+        return boto3.client(  # type: ignore[call-overload]
+            service,
+            region_name=REGION,
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+    def stop(self) -> None:
+        self.server.stop()
