@@ -32,9 +32,21 @@ $(STAMPS)/emulators: tests/kinesis/package.json tests/kinesis/package-lock.json
 	@cd tests/kinesis && npm ci --no-audit --no-fund --loglevel=error
 	@touch $@
 
-.PHONY: venv emulators controlplane helm node-packages node-binaries node-images
+# DynamoDB Local and sqlite4java's native library, from Maven Central, into tests/dynamodb/lib.
+$(STAMPS)/dynamodb-local: tests/dynamodb/pom.xml
+	@mkdir -p $(STAMPS)
+	@echo "==> DynamoDB Local (Maven Central: com.amazonaws:DynamoDBLocal, sqlite4java) into tests/dynamodb/lib"
+	@rm -rf tests/dynamodb/lib
+	@cd tests/dynamodb && mvn -B -Dstyle.color=never dependency:copy-dependencies \
+	  -DoutputDirectory=lib -DincludeScope=runtime 2>&1 \
+	  | sed -u 's/\x1b\[[0-9;]*m//g' | grep --line-buffered -E '^\[(ERROR|WARNING)\]|BUILD|Downloaded from'
+	@test -n "$$(ls tests/dynamodb/lib/DynamoDBLocal-*.jar)"
+	@touch $@
+
+.PHONY: venv emulators dynamodb-local controlplane helm node-packages node-binaries node-images
 venv: $(STAMPS)/venv  ## create .venv with the package and the dev tools
-emulators: $(STAMPS)/emulators  ## install the Kinesis emulators
+emulators: $(STAMPS)/emulators $(STAMPS)/dynamodb-local  ## install the Kinesis emulators and DynamoDB Local
+dynamodb-local: $(STAMPS)/dynamodb-local  ## install DynamoDB Local (Maven Central, Java 17)
 controlplane:  ## build etcd, kube-apiserver, kube-controller-manager, kubectl (cached)
 	@tests/controlplane/build.sh >/dev/null
 helm:  ## build helm from Go modules for the chart tests (cached; a helm on PATH is used)
@@ -74,7 +86,7 @@ node: venv node-packages node-binaries node-images  ## a control plane and a rea
 
 .PHONY: clean
 clean:  ## remove the venv and stamps (the control-plane cache stays in ~/.cache/streamconsumer)
-	rm -rf $(VENV) $(STAMPS) tests/kinesis/node_modules
+	rm -rf $(VENV) $(STAMPS) tests/kinesis/node_modules tests/dynamodb/lib
 
 .PHONY: crds
 crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
@@ -99,7 +111,7 @@ bench-peers: venv emulators controlplane peers-deps  ## KCL (kclpy) vs our worke
 
 .PHONY: demo
 PIPELINE ?= recording
-demo: venv emulators controlplane  ## the system live: 4 shards, a split, a pod kill (PIPELINE=recording|spark|bronze)
+demo: venv emulators controlplane  ## the system live: 4 shards, a split, a pod kill (PIPELINE=recording|spark|bronze|cdc)
 	PYTHONPATH=tests:examples $(BIN)/python -m testbed.demo --pipeline $(PIPELINE)
 
 # --- for users with Docker and kind (these cannot run on machines without a Docker engine) ---

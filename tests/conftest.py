@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from testbed.controlplane import ControlPlane
+from testbed.dynamodb import DynamoDBLocal
 from testbed.kinesis import KinesisEmulator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,6 +92,19 @@ def kinesalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KinesisEmul
     emulator = KinesisEmulator.start("kinesalite", tmp_path_factory.mktemp("kinesalite"))
     yield emulator
     emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DynamoDBLocal]:
+    """DynamoDB Local (Java), reachable only through this machine's loopback."""
+    local = DynamoDBLocal.start(tmp_path_factory.mktemp("dynamodb-local"))
+    yield local
+    local.stop()
+
+
+@pytest.fixture
+def table_name(request: pytest.FixtureRequest) -> str:
+    return f"{_dns_label(request.node.name, 40)}-{uuid.uuid4().hex[:6]}"
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, cast, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 SHARD_END = "SHARD_END"
 
@@ -41,7 +41,15 @@ SHARD_END = "SHARD_END"
 @dataclass(frozen=True, slots=True)
 class Record:
     """One user record. After de-aggregation of KPL records several share a
-    `sequence_number` and are told apart by `sub_sequence_number`."""
+    `sequence_number` and are told apart by `sub_sequence_number`.
+
+    From a DynamoDB stream (`source.dynamodbStreams`) a record is one item change:
+    `event_name` is INSERT, MODIFY or REMOVE; `keys`, `new_image` and `old_image` are the
+    item's key and images as Python values (numbers as Decimal; an image is None when the
+    change has none or the stream's view type leaves it out); `partition_key` is the
+    item's key as a string, so records of one item share it; `approximate_arrival_timestamp`
+    is the change's ApproximateCreationDateTime; `data` is the raw stream record as JSON.
+    These fields are None for Kinesis records."""
 
     data: bytes
     partition_key: str
@@ -52,6 +60,11 @@ class Record:
     # What a checkpoint at this record may store: its sequence number once every
     # sub-record of its aggregate is done, otherwise the last complete one before it.
     checkpoint_sequence: str | None = field(default=None, repr=False, compare=False)
+    # DynamoDB Streams only (left out of equality and hashing: they are in `data` too).
+    event_name: str | None = field(default=None, compare=False)
+    keys: dict[str, Any] | None = field(default=None, compare=False)
+    new_image: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    old_image: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def position(self) -> tuple[int, int]:

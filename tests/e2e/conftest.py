@@ -7,8 +7,10 @@ import pytest
 from kubernetes import client as k8s
 
 from testbed.controlplane import ControlPlane
+from testbed.dynamodb import DynamoDBLocal
 from testbed.kinesis import KinesisEmulator
 from testbed.scenario import Scenario
+from testbed.table_scenario import TableScenario
 
 
 @pytest.fixture
@@ -21,5 +23,21 @@ def scenario(
     tmp_path: Path,
 ) -> Iterator[Scenario]:
     running = Scenario(control_plane, api_client, kinesis, namespace, stream_name, tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def table_scenario(
+    control_plane: ControlPlane,
+    api_client: k8s.ApiClient,
+    dynamodb_local: DynamoDBLocal,
+    namespace: str,
+    table_name: str,
+    tmp_path: Path,
+) -> Iterator[TableScenario]:
+    running = TableScenario(
+        control_plane, api_client, dynamodb_local, namespace, table_name, tmp_path
+    )
     yield running
     running.stop()

@@ -37,6 +37,11 @@ def variant(**changes: Any) -> dict[str, Any]:
 
 
 ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/clicks"
+TABLE_STREAM_ARN = (
+    "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
+)
+DYNAMODB = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
+ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
 SQS = "https://sqs.eu-west-1.amazonaws.com/123456789012/clicks-dlq"
 
 REFUSED = [
@@ -82,6 +87,34 @@ REFUSED = [
         variant(initialPosition="EARLIEST"), 'supported values: "TRIM_HORIZON"', id="bad-position"
     ),
     pytest.param(variant(replicas=-1), "spec.replicas", id="negative-replicas"),
+    pytest.param(
+        variant(source={**VALID["spec"]["source"], **DYNAMODB}), ONE_SOURCE, id="two-sources"
+    ),
+    pytest.param(variant(source={}), ONE_SOURCE, id="no-source"),
+    pytest.param(
+        variant(source={"dynamodbStreams": {"region": "eu-west-1"}}),
+        "set exactly one of source.dynamodbStreams.tableName and source.dynamodbStreams.streamARN",
+        id="table-stream-without-table-or-arn",
+    ),
+    pytest.param(
+        variant(source={"dynamodbStreams": {"tableName": "orders", "streamARN": TABLE_STREAM_ARN}}),
+        "set exactly one of source.dynamodbStreams.tableName and source.dynamodbStreams.streamARN",
+        id="table-and-stream-arn",
+    ),
+    pytest.param(
+        variant(source={"dynamodbStreams": {"streamARN": ARN}}),
+        "spec.source.dynamodbStreams.streamARN",
+        id="kinesis-arn-as-table-stream",
+    ),
+    pytest.param(
+        variant(
+            source=DYNAMODB,
+            initialPosition="AT_TIMESTAMP",
+            initialTimestamp="2026-01-01T00:00:00Z",
+        ),
+        "DynamoDB Streams has no AT_TIMESTAMP iterator",
+        id="table-stream-at-timestamp",
+    ),
     pytest.param(
         variant(processor__onFailure={"then": "deadLetter"}),
         "deadLetter (the target) goes with then: deadLetter, and only with it",
@@ -132,6 +165,11 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
             variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
             variant(source={"kinesis": {"streamARN": ARN}}),
             variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
+            variant(source=DYNAMODB),
+            variant(
+                source={"dynamodbStreams": {"streamARN": TABLE_STREAM_ARN}},
+                initialPosition="LATEST",
+            ),
             variant(
                 processor__onFailure={
                     "retries": 5,
@@ -171,6 +209,30 @@ def test_the_stream_of_a_consumer_cannot_change_but_its_endpoint_can(
     assert code == 0, output
 
 
+def test_the_kind_of_source_cannot_change(control_plane: ControlPlane, namespace: str) -> None:
+    assert apply(control_plane, namespace, VALID)[0] == 0
+    code, output = apply(control_plane, namespace, variant(source=DYNAMODB))
+    assert code != 0, output
+    assert "the kind of source cannot change: create a new StreamConsumer" in output, output
+
+    table = variant(source=DYNAMODB)
+    table["metadata"]["name"] = "orders"
+    assert apply(control_plane, namespace, table)[0] == 0
+    renamed = variant(source={"dynamodbStreams": {"tableName": "other", "region": "eu-west-1"}})
+    renamed["metadata"]["name"] = "orders"
+    code, output = apply(control_plane, namespace, renamed)
+    assert code != 0, output
+    assert "tableName cannot change: create a new StreamConsumer" in output, output
+    local = variant(
+        source={
+            "dynamodbStreams": {**DYNAMODB["dynamodbStreams"], "endpointURL": "http://ddb:8000"}
+        }
+    )
+    local["metadata"]["name"] = "orders"
+    code, output = apply(control_plane, namespace, local)
+    assert code == 0, output
+
+
 def test_readme_example_applies(control_plane: ControlPlane, namespace: str) -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
@@ -189,3 +251,17 @@ def test_spark_examples_apply(control_plane: ControlPlane, namespace: str) -> No
             "apply", "--dry-run=server", "-n", namespace, "-f", str(manifest)
         )
         assert result.returncode == 0, (manifest.name, result.stderr)
+
+
+def test_cdc_example_applies(control_plane: ControlPlane, namespace: str) -> None:
+    """The CDC example's StreamConsumer (a DynamoDB table's stream) is accepted and stored
+    as written: its source stays a table stream."""
+    manifest = Path(__file__).resolve().parents[2] / "examples" / "cdc" / "streamconsumer.yaml"
+    result = control_plane.kubectl("apply", "-n", namespace, "-f", str(manifest))
+    assert result.returncode == 0, result.stderr
+    stored = control_plane.kubectl(
+        "get", "-n", namespace, "streamconsumer/orders-mirror", "-o", "json"
+    )
+    assert stored.returncode == 0, stored.stderr
+    source = json.loads(stored.stdout)["spec"]["source"]
+    assert source == {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}

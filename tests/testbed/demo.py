@@ -9,7 +9,11 @@ splits a shard and kills a worker pod. It cleans up after itself.
 (must be 0). `--pipeline spark` runs the clickstream example's Spark pipeline inside the
 worker pods; `--pipeline bronze` lands raw batches from JVM-free workers and then runs
 the Structured Streaming job over them. Both end by comparing the per-minute page views
-with what was produced: each event must be counted exactly once."""
+with what was produced: each event must be counted exactly once. `--pipeline cdc` reads
+a DynamoDB table's changes instead (DynamoDB Local; random puts, overwrites and deletes)
+and mirrors them into a Delta table with the CDC example's MERGE; it kills a worker pod
+midway (DynamoDB Local cannot split a shard) and ends by comparing the mirror with the
+table, row for row."""
 
 from __future__ import annotations
 
@@ -22,18 +26,22 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
+from cdc.pipeline import read_mirror
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from testbed.clickstream import ClickstreamRun
+from streamconsumer.sources.dynamodb_streams import partition_key
+from testbed.clickstream import PYTHONPATH, ClickstreamRun
 from testbed.controlplane import ControlPlane
+from testbed.dynamodb import DynamoDBLocal, scan_all
 from testbed.kinesis import KinesisEmulator, list_all_shards, split_shard_in_half
 from testbed.scenario import Scenario, wait_for
+from testbed.table_scenario import TableScenario
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "streamconsumer.yaml"
 console = Console()
@@ -43,6 +51,7 @@ class Pipeline(Protocol):
     """What the demo runs behind the processor, and how it tells that nothing was lost."""
 
     replicas: int
+    splits: bool  # whether the source can split a shard midway (DynamoDB Local cannot)
 
     def start(self) -> None: ...
     def produce(self) -> None: ...
@@ -58,6 +67,7 @@ class RecordingPipeline:
     """The recording processor: every record written down, then tallied."""
 
     replicas = 3
+    splits = True
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -97,6 +107,7 @@ class ClickstreamPipeline:
     """The clickstream example on Spark: page views per minute, each event counted once."""
 
     replicas = 2  # each worker starts a JVM (spark mode): two fit two cores
+    splits = True
 
     def __init__(self, scenario: Scenario, mode: str, workdir: Path) -> None:
         self.run = ClickstreamRun(scenario, mode, workdir)
@@ -141,6 +152,66 @@ class ClickstreamPipeline:
         return ok
 
 
+class CdcPipeline:
+    """The CDC example: a table's changes mirrored into Delta with MERGE, on Spark in the
+    worker pods; done when the mirror equals the table, row for row."""
+
+    replicas = 2  # each worker starts a JVM
+    splits = False
+
+    def __init__(self, scenario: TableScenario, workdir: Path) -> None:
+        self.scenario = scenario
+        self.mirror = str(workdir / "mirror")
+
+    def start(self) -> None:
+        self.scenario.start(
+            shards=1,
+            replicas=self.replicas,
+            lease_seconds=10.0,
+            processor="cdc.pipeline:MirrorToDelta",
+            processor_env={
+                "PYTHONPATH": PYTHONPATH,
+                "CDC_OUTPUT": self.mirror,
+                "CDC_BATCH_SECONDS": "2",
+                "SPARK_DRIVER_MEMORY": "512m",
+            },
+        )
+
+    def produce(self) -> None:
+        self.scenario.produce(10)
+
+    def rows(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(table, mirror): key -> item."""
+        items = scan_all(self.scenario.dynamodb.client, self.scenario.table)
+        table = {partition_key({"pk": item["pk"]}): item for item in items}
+        return table, dict(read_mirror(self.mirror) or {})
+
+    def progress(self) -> tuple[Counter[str], list[str]]:
+        table, mirror = self.rows()
+        shards = self.scenario.status().get("leases", {})
+        return Counter({shard: len(mirror) for shard in shards}), [
+            f"changes made [bold]{len(self.scenario.produced)}[/]",
+            f"table rows [bold]{len(table)}[/]",
+            f"mirror rows [bold]{len(mirror)}[/]",
+            f"equal [bold]{table == mirror}[/]",
+        ]
+
+    def done(self) -> bool:
+        table, mirror = self.rows()
+        return table == mirror
+
+    def finish(self) -> bool:
+        table, mirror = self.rows()
+        ok = table == mirror
+        wrong = sum(1 for key in table.keys() | mirror.keys() if table.get(key) != mirror.get(key))
+        console.print(
+            f"\n[bold]Summary[/]: changes made {len(self.scenario.produced)}; table rows "
+            f"{len(table)}, Delta mirror rows {len(mirror)}, rows that differ "
+            f"[bold {'green' if ok else 'red'}]{wrong}[/]"
+        )
+        return ok
+
+
 def view(scenario: Scenario, pipeline: Pipeline, phase: str) -> Group:
     status = scenario.status()
     processed, totals_line = pipeline.progress()
@@ -175,6 +246,7 @@ def run(duration: float, workdir: Path, pipeline_name: str) -> int:
     console.print("[bold]1/4[/] control plane (etcd, kube-apiserver, kube-controller-manager)…")
     plane = ControlPlane.start(workdir / "control-plane")
     emulator: KinesisEmulator | None = None
+    dynamodb: DynamoDBLocal | None = None
     scenario: Scenario | None = None
     try:
         applied = plane.kubectl("apply", "--server-side", "-f", str(CRD))
@@ -183,22 +255,31 @@ def run(duration: float, workdir: Path, pipeline_name: str) -> int:
             return 1
         plane.kubectl("wait", "--for=condition=Established", "-f", str(CRD))
         wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-        console.print("[bold]2/4[/] Kinesis emulator (kinesis-local)…")
-        emulator = KinesisEmulator.start("kinesis-local", workdir / "kinesis")
         api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
         k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name="demo")))
-        scenario = Scenario(plane, api, emulator, "demo", "clicks", workdir / "scenario")
-        pipeline: Pipeline = (
-            RecordingPipeline(scenario)
-            if pipeline_name == "recording"
-            else ClickstreamPipeline(scenario, pipeline_name, workdir / "data")
-        )
+        pipeline: Pipeline
+        if pipeline_name == "cdc":
+            console.print("[bold]2/4[/] DynamoDB Local (in a network namespace of its own)…")
+            dynamodb = DynamoDBLocal.start(workdir / "dynamodb")
+            table = TableScenario(plane, api, dynamodb, "demo", "orders", workdir / "scenario")
+            scenario, pipeline = table, CdcPipeline(table, workdir / "data")
+        else:
+            console.print("[bold]2/4[/] Kinesis emulator (kinesis-local)…")
+            emulator = KinesisEmulator.start("kinesis-local", workdir / "kinesis")
+            scenario = Scenario(plane, api, emulator, "demo", "clicks", workdir / "scenario")
+            pipeline = (
+                RecordingPipeline(scenario)
+                if pipeline_name == "recording"
+                else ClickstreamPipeline(scenario, pipeline_name, workdir / "data")
+            )
+        shards = 4 if pipeline.splits else 1
         console.print(
             f"[bold]3/4[/] operator, local kubelet, StreamConsumer ({pipeline.replicas} workers, "
-            f"4 shards, pipeline: {pipeline_name})…"
+            f"{shards} shard{'s' if shards > 1 else ''}, pipeline: {pipeline_name})…"
         )
         pipeline.start()
-        console.print(f"[bold]4/4[/] producing for {duration:.0f}s; a split and a pod kill midway")
+        midway = "a split and a pod kill" if pipeline.splits else "a pod kill"
+        console.print(f"[bold]4/4[/] producing for {duration:.0f}s; {midway} midway")
         run_live(scenario, pipeline, duration)
         return 0 if pipeline.finish() else 1
     finally:
@@ -207,6 +288,8 @@ def run(duration: float, workdir: Path, pipeline_name: str) -> int:
             scenario.stop()
         if emulator is not None:
             emulator.stop()
+        if dynamodb is not None:
+            dynamodb.stop()
         plane.remove()
 
 
@@ -225,7 +308,7 @@ def run_live(scenario: Scenario, pipeline: Pipeline, duration: float) -> None:
         producer.start()
         while time.monotonic() - started < duration:
             elapsed = time.monotonic() - started
-            if not split_done and elapsed > duration * 0.3:
+            if pipeline.splits and not split_done and elapsed > duration * 0.3:
                 shard = sorted(
                     s["ShardId"] for s in list_all_shards(scenario.kinesis.client, scenario.stream)
                 )[0]
@@ -253,7 +336,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=40.0, help="seconds of production")
     parser.add_argument(
         "--pipeline",
-        choices=("recording", "spark", "bronze"),
+        choices=("recording", "spark", "bronze", "cdc"),
         default="recording",
         help="what the workers run (default: recording)",
     )

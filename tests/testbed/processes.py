@@ -29,6 +29,7 @@ class Server:
         log_dir: Path,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.name = name
         self.log_path = log_dir / f"{name}.log"
@@ -41,6 +42,7 @@ class Server:
             env={**os.environ, **(env or {})},
             cwd=cwd,
             start_new_session=True,  # its own process group: stop() reaches its children too
+            pass_fds=tuple(pass_fds),
         )
 
     @property

@@ -21,6 +21,13 @@ _lock = threading.Lock()
 _serial = threading.Lock()
 
 
+def change_token(record: Record) -> str:
+    """A table change as the test bed names it: "EVENT:v", with `v` the unique value the
+    change wrote (its new image's, or for a REMOVE the old image's)."""
+    image = record.new_image if record.new_image is not None else record.old_image
+    return f"{record.event_name}:{(image or {}).get('v')}"
+
+
 class RecordingProcessor(BaseRecordProcessor):
     """Appends one line per record to $RECORD_DIR/<worker>.jsonl, then checkpoints."""
 
@@ -56,7 +63,7 @@ class RecordingProcessor(BaseRecordProcessor):
                     "shard": self.shard.shard_id,
                     "seq": r.sequence_number,
                     "sub": r.sub_sequence_number or 0,
-                    "data": r.data.decode(),
+                    "data": change_token(r) if r.event_name else r.data.decode(),
                     "worker": self.worker,
                     "t": time.time(),
                 }

@@ -30,7 +30,7 @@ class Scenario:
         self,
         plane: ControlPlane,
         api_client: k8s.ApiClient,
-        kinesis: KinesisEmulator,
+        kinesis: KinesisEmulator | None,
         namespace: str,
         stream: str,
         workdir: Path,
@@ -38,7 +38,7 @@ class Scenario:
     ) -> None:
         self.plane = plane
         self.api_client = api_client
-        self.kinesis = kinesis
+        self._kinesis = kinesis  # None: another source (a subclass says which)
         self.namespace = namespace
         self.stream = stream
         self.workdir = workdir
@@ -50,6 +50,24 @@ class Scenario:
         self.operator: OperatorProcess | None = None
         self._operator_port: int | None = None
         self.kubelet: LocalKubelet | None = None
+
+    @property
+    def kinesis(self) -> KinesisEmulator:
+        assert self._kinesis is not None, "not a Kinesis scenario"
+        return self._kinesis
+
+    def source(self) -> dict[str, Any]:
+        """spec.source of the StreamConsumer."""
+        return {
+            "kinesis": {
+                "streamName": self.stream,
+                "region": "us-east-1",
+                "endpointURL": self.kinesis.endpoint_url,
+            }
+        }
+
+    def create_source(self, shards: int) -> None:
+        create_stream(self.kinesis.client, self.stream, shards)
 
     def manifest(
         self,
@@ -68,13 +86,7 @@ class Scenario:
             "kind": KIND,
             "metadata": {"name": self.name},
             "spec": {
-                "source": {
-                    "kinesis": {
-                        "streamName": self.stream,
-                        "region": "us-east-1",
-                        "endpointURL": self.kinesis.endpoint_url,
-                    }
-                },
+                "source": self.source(),
                 "processor": {
                     "image": "local/recording:dev",
                     "entrypoint": processor,
@@ -111,7 +123,7 @@ class Scenario:
         on_failure: dict[str, Any] | None = None,
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
-            create_stream(self.kinesis.client, self.stream, shards)
+            self.create_source(shards)
         self.start_operator()
         self.kubelet = LocalKubelet(
             self.api_client,

@@ -308,6 +308,7 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
         deadline = time.monotonic() + 1.5
 
         def make_source(source: Source) -> HungSource:
+            assert source.kinesis is not None
             built.append(source.kinesis.endpoint_url)
             return HungSource()
 

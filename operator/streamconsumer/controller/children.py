@@ -16,6 +16,7 @@ from streamconsumer.models.resource import (
     TOKEN_VOLUME,
     StreamConsumerSpec,
 )
+from streamconsumer.sources.factory import source_settings
 from streamconsumer.worker.config import WorkerConfig
 
 DRAIN_MARGIN_SECONDS = 5  # the worker's drain ends this long before the pod is killed
@@ -61,7 +62,6 @@ def service_account(consumer: str, spec: StreamConsumerSpec) -> dict[str, Any]:
 def deployment(
     namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
 ) -> dict[str, Any]:
-    kinesis = spec.source.kinesis
     pod = spec.pod
     config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
         {
@@ -71,10 +71,7 @@ def deployment(
             "worker_name": "$(POD_NAME)",
             "token_path": f"{TOKEN_DIR}/token",
             "entrypoint": spec.processor.entrypoint,
-            "stream_name": kinesis.stream_name,
-            "stream_arn": kinesis.stream_arn,
-            "region": kinesis.region,
-            "endpoint_url": kinesis.endpoint_url,
+            **source_settings(spec.source),
             "max_records": spec.reading.max_records,
             "idle_between_reads_ms": spec.reading.idle_between_reads_ms,
             "prefetch": spec.reading.prefetch,

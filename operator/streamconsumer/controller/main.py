@@ -32,10 +32,9 @@ from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     RESET_ANNOTATION,
     ResetRequest,
-    Source,
     StreamConsumerSpec,
 )
-from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
+from streamconsumer.sources.factory import make_source
 
 FIELD_MANAGER = "streamconsumer-operator"
 AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
@@ -51,14 +50,6 @@ def kube_client() -> k8s.ApiClient:
     except k8s_config.ConfigException:
         k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
     return k8s.ApiClient()
-
-
-def kinesis_source(source: Source) -> KinesisSource:
-    kinesis = source.kinesis
-    return KinesisSource(
-        kinesis_client(kinesis.region, kinesis.endpoint_url),
-        StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
-    )
 
 
 @kopf.on.startup()
@@ -214,7 +205,7 @@ async def consume(
         await run_consumer(
             consumer,
             loop,
-            kinesis_source,
+            make_source,
             writer,
             config,
             emit,

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from streamconsumer.models.base import Model, with_rules
 from streamconsumer.models.failure import FailurePolicy
@@ -81,8 +81,72 @@ class KinesisSource(Model):
     )
 
 
+class DynamoDBStreamsSource(Model):
+    """Where to read: a DynamoDB table's change stream, by table name (its latest stream)
+    or by stream ARN. Like a Kinesis stream, it cannot change under a consumer."""
+
+    model_config = with_rules(
+        (
+            "has(self.tableName) != has(self.streamARN)",
+            "set exactly one of source.dynamodbStreams.tableName and "
+            "source.dynamodbStreams.streamARN",
+        ),
+        (_same("tableName"), f"tableName cannot change: {_NEW_STREAM}"),
+        (_same("streamARN"), f"streamARN cannot change: {_NEW_STREAM}"),
+        (_same("region"), f"region cannot change: {_NEW_STREAM}"),
+    )
+
+    table_name: str | None = Field(
+        default=None,
+        min_length=3,
+        max_length=255,
+        pattern=r"^[a-zA-Z0-9_.-]+$",
+        description="Name of the table (in `region`); its latest stream is read. The "
+        "table needs a stream (StreamSpecification), NEW_AND_OLD_IMAGES for both images.",
+    )
+    stream_arn: str | None = Field(
+        default=None,
+        alias="streamARN",
+        pattern=r"^arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]+"
+        r"/stream/[0-9A-Za-z:._-]+$",
+        max_length=2048,
+        description="ARN of the table's stream (DescribeTable's LatestStreamArn).",
+    )
+    region: str | None = Field(
+        default=None, max_length=64, description="AWS region; defaults to the operator's."
+    )
+    endpoint_url: str | None = Field(
+        default=None,
+        alias="endpointURL",
+        max_length=2048,
+        pattern=r"^https?://",
+        description="Custom endpoint for both DynamoDB and DynamoDB Streams (DynamoDB "
+        "Local in tests).",
+    )
+
+
+_ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
+
+
 class Source(Model):
-    kinesis: KinesisSource
+    """Exactly one stream to read."""
+
+    model_config = with_rules(
+        ("has(self.kinesis) != has(self.dynamodbStreams)", _ONE_SOURCE),
+        (
+            "has(self.kinesis) == has(oldSelf.kinesis)",
+            f"the kind of source cannot change: {_NEW_STREAM}",
+        ),
+    )
+
+    kinesis: KinesisSource | None = None
+    dynamodb_streams: DynamoDBStreamsSource | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Source:
+        if (self.kinesis is None) == (self.dynamodb_streams is None):
+            raise ValueError(_ONE_SOURCE)
+        return self
 
 
 class InitialPosition(StrEnum):
@@ -269,6 +333,10 @@ class StreamConsumerSpec(Model):
         (
             "!has(self.initialTimestamp) || self.initialPosition == 'AT_TIMESTAMP'",
             "initialTimestamp is only used with initialPosition AT_TIMESTAMP",
+        ),
+        (
+            "!has(self.source.dynamodbStreams) || self.initialPosition != 'AT_TIMESTAMP'",
+            "DynamoDB Streams has no AT_TIMESTAMP iterator: use TRIM_HORIZON or LATEST",
         ),
     )
 

@@ -5,12 +5,19 @@ moves only after the pipeline's output is committed. Install `streamconsumer[spa
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.spark.bronze import BronzeProcessor
 from streamconsumer.spark.processor import SparkBatchProcessor, Transform
-from streamconsumer.spark.sinks import DeltaSink, ForeachBatchSink, ParquetSink, Sink
+from streamconsumer.spark.sinks import (
+    DeltaMergeSink,
+    DeltaSink,
+    ForeachBatchSink,
+    ParquetSink,
+    Sink,
+)
 
 __all__ = [
     "BatchInfo",
     "BatchingProcessor",
     "BronzeProcessor",
+    "DeltaMergeSink",
     "DeltaSink",
     "ForeachBatchSink",
     "ParquetSink",

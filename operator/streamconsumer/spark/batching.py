@@ -29,15 +29,24 @@ class BatchInfo:
 
 
 def stream_from_environment() -> str:
-    """The stream's name as the worker's pod template gives it (name, or the ARN's tail)."""
+    """The stream's name as the worker's pod template gives it: a Kinesis stream's name,
+    a DynamoDB table's name, or taken from the ARN (arn:...:stream/NAME for Kinesis,
+    arn:...:table/NAME/stream/LABEL for a table's stream)."""
     name_variable = WorkerConfig.env_name("stream_name")
+    table_variable = WorkerConfig.env_name("table_name")
     arn_variable = WorkerConfig.env_name("stream_arn")
-    name, arn = os.environ.get(name_variable), os.environ.get(arn_variable)
+    name = os.environ.get(name_variable) or os.environ.get(table_variable)
+    arn = os.environ.get(arn_variable)
     if name:
         return name
     if arn:
+        resource = arn.split(":", 5)[-1]
+        if resource.startswith("table/"):
+            return resource.split("/")[1]
         return arn.rsplit("/", 1)[-1]
-    raise ValueError(f"stream not given and neither {name_variable} nor {arn_variable} is set")
+    raise ValueError(
+        f"stream not given and none of {name_variable}, {table_variable}, {arn_variable} is set"
+    )
 
 
 class BatchingProcessor(BaseRecordProcessor):

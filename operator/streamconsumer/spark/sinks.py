@@ -6,6 +6,10 @@ replace the first write instead of adding to it:
   `shard=<id>/batch=<first sequence>`, written with overwrite: a replay replaces itself.
 - DeltaSink: effectively-once. Rows carry `shard_id` and `batch` (the first sequence);
   each write is an overwrite with `replaceWhere` on that pair, one atomic Delta commit.
+- DeltaMergeSink: effectively-once for change data (CDC). Each row is a change of the
+  row with its `key`, ordered by `order`; MERGE keeps per key the change with the highest
+  order, so a replayed or older change is a no-op. Deletes stay as tombstones (a row
+  with `deleted` true) so that a replayed older change cannot bring a deleted row back.
 - ForeachBatchSink: at-least-once, unless your function is idempotent per BatchInfo.
 
 A replay may cut the batch at a different record (its size depends on timing); it still
@@ -14,6 +18,8 @@ batch, so each record lands once either way."""
 
 from __future__ import annotations
 
+import re
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -70,6 +76,61 @@ class DeltaSink:
             .partitionBy("shard_id")
             .save(self.path)
         )
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass
+class DeltaMergeSink:
+    """Upserts changes into a Delta table: one row per `key`, the change with the highest
+    `order` wins (within a batch and against the table), whatever order or how often the
+    changes arrive. A delete is a change like any other whose row says `deleted` (a
+    tombstone): readers filter `NOT deleted`; a later change of the key revives the row.
+    `order` must sort as the changes happened (e.g. a zero-padded sequence number).
+
+    Writers of different shards MERGE into the same table: Delta's optimistic concurrency
+    may refuse one of two concurrent commits; the processor then raises, and the worker
+    delivers the same batch again, which the MERGE makes harmless."""
+
+    path: str
+    key: str = "key"
+    order: str = "sequence"
+    spark_conf: Mapping[str, str] = field(default_factory=delta_conf)
+    _created: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in (self.key, self.order):
+            if not _IDENTIFIER.match(name):
+                raise ValueError(f"column {name!r} is not a plain identifier")
+        if "`" in self.path:
+            raise ValueError(f"path {self.path!r} may not contain a backtick")
+
+    def write(self, df: DataFrame, batch: BatchInfo) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        newest_first = Window.partitionBy(self.key).orderBy(F.col(self.order).desc())
+        newest = (
+            df.withColumn("_rank", F.row_number().over(newest_first))
+            .where(F.col("_rank") == 1)
+            .drop("_rank")
+        )
+        spark = df.sparkSession
+        if not self._created:  # creates the table with the batch's schema (a no-op after)
+            newest.limit(0).write.format("delta").mode("append").save(self.path)
+            self._created = True
+        view = f"streamconsumer_changes_{uuid.uuid4().hex}"
+        newest.createOrReplaceTempView(view)
+        try:
+            spark.sql(
+                f"MERGE INTO delta.`{self.path}` AS t USING {view} AS s "
+                f"ON t.{self.key} = s.{self.key} "
+                f"WHEN MATCHED AND s.{self.order} > t.{self.order} THEN UPDATE SET * "
+                "WHEN NOT MATCHED THEN INSERT *"
+            )
+        finally:
+            spark.catalog.dropTempView(view)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import sys
 
 from streamconsumer.deadletter import writer_for
 from streamconsumer.processor import load_processor, warm_up
-from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
+from streamconsumer.sources.factory import make_source, worker_source_spec
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig
@@ -31,11 +31,11 @@ def main() -> None:
         warm_up(factory)
     except Exception as error:  # a broken environment (no Java, a bad path): say so and stop
         sys.exit(f"worker: processor warm-up failed: {error}")
-    source = KinesisSource(
-        kinesis_client(config.region, config.endpoint_url),
-        StreamRef(name=config.stream_name, arn=config.stream_arn),
-        max_records=config.max_records,
-    )
+    try:
+        spec = worker_source_spec(config)
+    except ValueError as error:
+        sys.exit(f"worker: bad source configuration: {error}")
+    source = make_source(spec, max_records=config.max_records)
     operator = OperatorClient(
         config.operator_url, config.namespace, config.consumer, config.token_path
     )

@@ -3,6 +3,8 @@ operator writes. One model names them for both sides."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -20,8 +22,10 @@ class WorkerConfig(BaseSettings):
     worker_name: str
     token_path: str
     entrypoint: str
-    stream_name: str | None = None
-    stream_arn: str | None = None
+    source: Literal["kinesis", "dynamodbStreams"] = "kinesis"
+    stream_name: str | None = None  # Kinesis
+    table_name: str | None = None  # DynamoDB Streams
+    stream_arn: str | None = None  # a Kinesis stream's, or a DynamoDB table stream's
     region: str | None = None
     endpoint_url: str | None = None
     max_records: int = 1000

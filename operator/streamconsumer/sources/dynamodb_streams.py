@@ -1,0 +1,386 @@
+"""DynamoDB Streams through boto3: a table's change stream behind the same interface as
+Kinesis (`sources/base.py`).
+
+What differs from Kinesis, and how it is handled here:
+- Shards and lineage come from DescribeStream, paginated with ExclusiveStartShardId /
+  LastEvaluatedShardId; a shard has at most one parent (DynamoDB never merges).
+- A closed shard ends when GetRecords returns no NextShardIterator; there are no
+  ChildShards in the answer (the children are listed by DescribeStream), and an open
+  shard may answer empty pages while records wait further on, so "empty" never means
+  "at the end".
+- GetRecords reports no MillisBehindLatest: the lag is estimated from the records'
+  ApproximateCreationDateTime (see `lag_millis`).
+- There is no AT_TIMESTAMP iterator (the CRD refuses that initial position for a table
+  stream). An AT_TIMESTAMP start the operator makes itself (e.g. LATEST resolved to the
+  consumer's creation) is read from TRIM_HORIZON, leaving out the records created before
+  that minute (`not_before`): ApproximateCreationDateTime is rounded down (to the second
+  by the service, to the minute by DynamoDB Local), so a record is left out only when
+  it is surely older; a few older ones may come too (at-least-once, never a loss).
+- Records carry the event name (INSERT / MODIFY / REMOVE), the item's keys and its new
+  and old images (as the stream's view type provides them), turned into Python values
+  by boto3's TypeDeserializer; `data` keeps the raw record as JSON.
+
+Throttling and transient errors are botocore's (standard retry mode); an expired
+iterator is replaced from the last record read, as for Kinesis. A position past the
+stream's 24-hour retention (TrimmedDataAccessException) resumes at TRIM_HORIZON with a
+warning: those records are gone for every reader."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.processor import Record
+from streamconsumer.sources.base import ReadResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
+    from mypy_boto3_dynamodbstreams.type_defs import RecordTypeDef, ShardTypeDef
+
+MAX_RECORDS = 1000  # GetRecords' own limit for DynamoDB Streams
+# A backlog probe walks at most this many empty pages before it calls a shard caught up.
+PROBE_PAGES = 3
+
+EXPIRED = "ExpiredIteratorException"
+TRIMMED = "TrimmedDataAccessException"
+
+_deserializer = TypeDeserializer()
+log = logging.getLogger(__name__)
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _client_settings(
+    region: str | None, endpoint_url: str | None, max_attempts: int, read_timeout: float
+) -> dict[str, Any]:
+    """Calls that end in seconds, not botocore's default minute: a stalled call must never
+    hold a lease loop or a shard longer than a lease (as for Kinesis)."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        tcp_keepalive=True,
+    )
+    return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
+
+
+def streams_client(
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    max_attempts: int = 5,
+    read_timeout: float = 10.0,
+) -> DynamoDBStreamsClient:
+    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("dynamodbstreams", **settings)
+
+
+def dynamodb_client(
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    max_attempts: int = 5,
+    read_timeout: float = 10.0,
+) -> DynamoDBClient:
+    """For DescribeTable only (a table name to its latest stream)."""
+    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("dynamodb", **settings)
+
+
+class NoStreamError(RuntimeError):
+    """The table has no stream enabled."""
+
+
+@dataclass
+class TableStream:
+    """A stream by table name (resolved to the table's latest stream once, then kept) or
+    by stream ARN."""
+
+    table_name: str | None = None
+    arn: str | None = None
+    dynamodb: DynamoDBClient | None = None
+
+    def __post_init__(self) -> None:
+        if (self.table_name is None) == (self.arn is None):
+            raise ValueError("give a table name or a stream ARN, not both")
+        if self.arn is None and self.dynamodb is None:
+            raise ValueError("a table name needs a DynamoDB client to find its stream")
+
+    def stream_arn(self) -> str:
+        if self.arn is None:
+            assert self.dynamodb is not None
+            assert self.table_name is not None
+            table = self.dynamodb.describe_table(TableName=self.table_name)["Table"]
+            arn = table.get("LatestStreamArn")
+            enabled = table.get("StreamSpecification", {}).get("StreamEnabled", False)
+            if not arn or not enabled:
+                raise NoStreamError(
+                    f"table {self.table_name} has no stream: enable one "
+                    "(StreamSpecification, StreamViewType NEW_AND_OLD_IMAGES)"
+                )
+            self.arn = arn
+        return self.arn
+
+
+def to_shard(raw: ShardTypeDef) -> Shard:
+    sequences = raw.get("SequenceNumberRange", {})
+    ending = sequences.get("EndingSequenceNumber")
+    parent = raw.get("ParentShardId")
+    return Shard(
+        id=raw["ShardId"],
+        parents=(parent,) if parent else (),
+        closed=ending is not None,
+        sequence_range=(sequences.get("StartingSequenceNumber", "0"), ending),
+    )
+
+
+def python_values(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A DynamoDB-typed item ({"id": {"S": "a"}}) as Python values ({"id": "a"}): numbers
+    as Decimal, sets as sets, binaries as boto3's Binary."""
+    if image is None:
+        return None
+    return {name: _deserializer.deserialize(value) for name, value in image.items()}
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def partition_key(keys: Mapping[str, Any]) -> str:
+    """The item's key as one string (its typed form as canonical JSON): records of the
+    same item share it, so "in order per key" can be checked and kept downstream."""
+    return json.dumps(keys, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def user_records(raw: Iterable[RecordTypeDef]) -> Iterator[Record]:
+    for record in raw:
+        change = record["dynamodb"]
+        keys = change.get("Keys", {})
+        created = change.get("ApproximateCreationDateTime")
+        yield Record(
+            data=json.dumps(record, sort_keys=True, default=_json_default).encode(),
+            partition_key=partition_key(keys),
+            sequence_number=change["SequenceNumber"],
+            approximate_arrival_timestamp=created,
+            checkpoint_sequence=change["SequenceNumber"],
+            event_name=record.get("eventName"),
+            keys=python_values(keys),
+            new_image=python_values(change.get("NewImage")),
+            old_image=python_values(change.get("OldImage")),
+        )
+
+
+def lag_millis(records: list[Record], now: Callable[[], float] = time.time) -> int:
+    """How far behind a reader is, estimated from the newest record it read: now minus
+    its creation time (the stream says no more; at least 1 ms while records arrive).
+    A wall-clock difference between us and AWS: good for a lag metric and the
+    autoscaler, never used for leases."""
+    created = records[-1].approximate_arrival_timestamp
+    if created is None:
+        return 1
+    stamp = created if created.tzinfo else created.replace(tzinfo=UTC)
+    return max(1, int((now() - stamp.timestamp()) * 1000))
+
+
+def not_before(position: StartPosition) -> datetime | None:
+    """For an AT_TIMESTAMP start: the creation time (rounded down to the minute) before
+    which a record surely came before the position; None for other starts."""
+    if position.type is not StartPositionType.AT_TIMESTAMP or position.timestamp is None:
+        return None
+    stamp = position.timestamp
+    stamp = stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return stamp.replace(second=0, microsecond=0)
+
+
+def _created(record: Record) -> datetime | None:
+    created = record.approximate_arrival_timestamp
+    if created is None:
+        return None
+    return created if created.tzinfo else created.replace(tzinfo=UTC)
+
+
+def from_position(position: StartPosition) -> StartPosition:
+    """The iterator position to read `position` from (AT_TIMESTAMP: TRIM_HORIZON)."""
+    if position.type is StartPositionType.AT_TIMESTAMP:
+        return StartPosition(type=StartPositionType.TRIM_HORIZON)
+    return position
+
+
+def shard_iterator(
+    client: DynamoDBStreamsClient, arn: str, shard_id: str, position: StartPosition
+) -> str:
+    if position.type is StartPositionType.AT_TIMESTAMP:
+        raise ValueError("DynamoDB Streams has no AT_TIMESTAMP iterator")
+    params: dict[str, Any] = {
+        "StreamArn": arn,
+        "ShardId": shard_id,
+        "ShardIteratorType": position.type.value,
+    }
+    if position.sequence_number is not None:
+        params["SequenceNumber"] = position.sequence_number
+    return str(client.get_shard_iterator(**params)["ShardIterator"])
+
+
+class DynamoDBStreamsShardReader:
+    def __init__(
+        self,
+        client: DynamoDBStreamsClient,
+        stream: TableStream,
+        shard_id: str,
+        start: StartPosition,
+        max_records: int = MAX_RECORDS,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.shard_id = shard_id
+        self._client = client
+        self._stream = stream
+        self._start = start
+        self._max_records = min(max_records, MAX_RECORDS)
+        self._now = now
+        self._iterator: str | None = None
+        self._last_sequence = start.sequence_number  # last record read (for recovery)
+        self._not_before = not_before(start)  # AT_TIMESTAMP: leave out what came before
+        self._ended: ReadResult | None = None
+
+    def _new_iterator(self) -> str:
+        position = from_position(self._start)
+        if self._last_sequence is not None:
+            position = StartPosition(
+                type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
+            )
+        arn = self._stream.stream_arn()
+        try:
+            return shard_iterator(self._client, arn, self.shard_id, position)
+        except ClientError as error:
+            if _code(error) != TRIMMED or position.type is StartPositionType.TRIM_HORIZON:
+                raise
+        # The records after our position left the stream (24-hour retention): nobody can
+        # read them any more. Go on from the oldest record still there, loudly (Kinesis
+        # does the same without saying so).
+        log.warning(
+            "%s: records after %s are past the stream's retention; resuming at TRIM_HORIZON",
+            self.shard_id,
+            position.sequence_number or position.type.value,
+        )
+        trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
+        return shard_iterator(self._client, arn, self.shard_id, trim_horizon)
+
+    def read(self) -> ReadResult:
+        """The next batch; raises what botocore could not retry away (the caller pauses
+        and calls again: the reader resumes after the last record it returned)."""
+        if self._ended is not None:
+            return self._ended
+        renewals = 0
+        while True:
+            try:
+                if self._iterator is None:
+                    self._iterator = self._new_iterator()
+                response = self._client.get_records(
+                    ShardIterator=self._iterator, Limit=self._max_records
+                )
+                break
+            except ClientError as error:
+                self._iterator = None  # the next try starts from a fresh iterator
+                renewals += 1
+                # Expired (15 minutes) or trimmed under our iterator: a new one, once.
+                if _code(error) not in (EXPIRED, TRIMMED) or renewals > 1:
+                    raise
+        records = list(user_records(response.get("Records", [])))
+        if records:
+            self._last_sequence = records[-1].sequence_number
+        if self._not_before is not None:
+            records = self._from_timestamp(records)
+        self._iterator = response.get("NextShardIterator")
+        if self._iterator is None:  # a closed shard, read to its end
+            self._ended = ReadResult([], 0, shard_end=True)
+            return ReadResult(records, 0, shard_end=True)
+        return ReadResult(records, lag_millis(records, self._now) if records else 0)
+
+    def _from_timestamp(self, records: list[Record]) -> list[Record]:
+        """Leaves out the records surely created before an AT_TIMESTAMP start; from the
+        first one kept on, every record is kept (the stream's order rules)."""
+        for index, record in enumerate(records):
+            created = _created(record)
+            if created is None or self._not_before is None or created >= self._not_before:
+                self._not_before = None
+                return records[index:]
+        return []
+
+
+class DynamoDBStreamsSource:
+    def __init__(
+        self,
+        client: DynamoDBStreamsClient,
+        stream: TableStream,
+        max_records: int = MAX_RECORDS,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.stream = stream
+        self.max_records = max_records
+        self._now = now
+
+    def list_shards(self, page_size: int | None = None) -> list[Shard]:
+        """Every shard DescribeStream lists (open and closed, within the 24 h retention),
+        page after page."""
+        arn = self.stream.stream_arn()
+        shards: list[Shard] = []
+        params: dict[str, Any] = {"StreamArn": arn}
+        if page_size:
+            params["Limit"] = page_size
+        while True:
+            description = self.client.describe_stream(**params)["StreamDescription"]
+            shards.extend(to_shard(raw) for raw in description.get("Shards", []))
+            last = description.get("LastEvaluatedShardId")
+            if not last:
+                return shards
+            params["ExclusiveStartShardId"] = last
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> DynamoDBStreamsShardReader:
+        return DynamoDBStreamsShardReader(
+            self.client, self.stream, shard_id, start, self.max_records, self._now
+        )
+
+    def backlog(self, shard_id: str, start: StartPosition) -> int | None:
+        """Milliseconds behind for a reader starting at `start`, None when nothing waits.
+        Reads at most one record, through at most PROBE_PAGES pages (an open shard may
+        answer empty pages before its records). A closed shard at its end still needs a
+        worker to finish it: at least 1 ms, or its children's backlog (DynamoDB Streams
+        gives no ChildShards: they are the listed shards naming it as parent)."""
+        arn = self.stream.stream_arn()
+        iterator: str | None = shard_iterator(self.client, arn, shard_id, from_position(start))
+        earliest = not_before(start)
+        for _ in range(PROBE_PAGES):
+            if iterator is None:
+                break
+            response = self.client.get_records(ShardIterator=iterator, Limit=1)
+            records = list(user_records(response.get("Records", [])))
+            if records:
+                lag = lag_millis(records, self._now)
+                if earliest is not None:  # nothing before the start waits for us
+                    lag = min(lag, max(1, int((self._now() - earliest.timestamp()) * 1000)))
+                return lag
+            iterator = response.get("NextShardIterator")
+        if iterator is not None:
+            return None  # open, and nothing found within the probe
+        trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
+        children = [s.id for s in self.list_shards() if shard_id in s.parents]
+        return max([1, *(self.backlog(child, trim_horizon) or 0 for child in children)])

@@ -1,0 +1,60 @@
+"""A StreamConsumer reading a DynamoDB table's changes, end to end: the real operator
+lists the table stream's shards, real worker processes (the local kubelet's pods) read
+them, a worker killed midway hands nothing over and its shard moves on after its lease,
+and a closed shard is read to its end and finished."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from testbed.scenario import wait_for
+from testbed.table_scenario import TableScenario
+
+LEASE = 6.0
+
+
+def test_a_tables_changes_are_processed_across_a_worker_kill_and_a_shard_end(
+    table_scenario: TableScenario,
+) -> None:
+    scenario = table_scenario
+    scenario.start(shards=1, replicas=2, lease_seconds=LEASE, max_records=20)
+    scenario.produce(120)
+    wait_for(scenario.all_processed, 90, "the first changes")
+    (shard,) = scenario.status()["leases"]
+    last = max(int(e["seq"]) for e in scenario.report().events)
+    wait_for(
+        lambda: int(scenario.status()["leases"][shard].get("checkpoint") or 0) == last,
+        30,
+        "the checkpoint at the last change processed",
+    )
+    owner = scenario.status()["leases"][shard]["owner"]
+    assert owner
+
+    assert scenario.kubelet is not None
+    scenario.kubelet.kill(owner, signal.SIGKILL)
+    killed_at = time.time()
+    scenario.produce(120)
+    wait_for(scenario.all_processed, 90, "changes after the kill")
+    report = scenario.delivered(duplicates_at_most=None)
+    resumed = report.first_processed(shard, after=killed_at, besides=owner)
+    assert resumed is not None
+    assert report.shard_owners[shard][-1] != owner
+    # Only the batch in flight when the worker died may come twice.
+    assert report.duplicates <= 20
+    events = {token.split(":")[0] for token in scenario.produced}
+    assert events == {"INSERT", "MODIFY", "REMOVE"}
+
+    # Disabling the stream closes its shard: read to its end, checkpointed SHARD_END.
+    scenario.dynamodb.client.update_table(
+        TableName=scenario.table, StreamSpecification={"StreamEnabled": False}
+    )
+    wait_for(
+        lambda: (
+            shard in str(scenario.status().get("finishedShards", []))
+            or scenario.status().get("leases", {}).get(shard, {}).get("checkpoint") == "SHARD_END"
+        ),
+        60,
+        "the closed shard to finish",
+    )
+    scenario.delivered(duplicates_at_most=20)

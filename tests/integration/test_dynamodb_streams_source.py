@@ -1,0 +1,190 @@
+"""The DynamoDB Streams source against DynamoDB Local over real HTTP: shards, records
+with their images, reading to a shard's end, resuming after a checkpoint, backlog.
+(Lineage across splits and rollovers, which DynamoDB Local never makes, is in
+tests/unit/test_dynamodb_streams.py; docs/emulators.md says what else it lacks.)"""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.models.resource import Source
+from streamconsumer.processor import Record
+from streamconsumer.sources.dynamodb_streams import DynamoDBStreamsSource
+from streamconsumer.sources.factory import make_source
+from testbed.dynamodb import REGION, DynamoDBLocal, create_table
+
+TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
+
+
+@pytest.fixture(autouse=True)
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DynamoDB Local takes any; boto3 needs some to sign with."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+def source_for(local: DynamoDBLocal, **where: str) -> DynamoDBStreamsSource:
+    spec = Source.model_validate(
+        {"dynamodbStreams": {**where, "region": REGION, "endpointURL": local.endpoint_url}}
+    )
+    source = make_source(spec)
+    assert isinstance(source, DynamoDBStreamsSource)
+    return source
+
+
+def read_all(source: DynamoDBStreamsSource, shard: str, start: StartPosition) -> list[Record]:
+    reader = source.open_reader(shard, start)
+    records: list[Record] = []
+    for _ in range(20):
+        result = reader.read()
+        records.extend(result.records)
+        if not result.records:
+            return records
+    raise AssertionError("the shard never ran dry")
+
+
+def test_dynamodb_local_is_reachable_only_through_this_machines_loopback(
+    dynamodb_local: DynamoDBLocal,
+) -> None:
+    """It listens on every interface of a network namespace that has nothing but a
+    loopback; we reach it through a socket on 127.0.0.1 here."""
+    forwarder = dynamodb_local.server.pid
+    children = Path(f"/proc/{forwarder}/task/{forwarder}/children").read_text().split()
+    assert len(children) == 1
+    java = int(children[0])
+    assert b"dynamodbv2.local.main.ServerRunner" in Path(f"/proc/{java}/cmdline").read_bytes()
+    ours = os.stat("/proc/self/ns/net").st_ino
+    assert os.stat(f"/proc/{java}/ns/net").st_ino != ours
+    # /proc/PID/net shows the process's own network namespace: a loopback, nothing else.
+    devices = Path(f"/proc/{java}/net/dev").read_text().splitlines()[2:]
+    assert [line.split(":")[0].strip() for line in devices] == ["lo"]
+    listening = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    port = f"{dynamodb_local.port:04X}"
+    ours_listening = [
+        fields[1]
+        for fields in map(str.split, listening)
+        if fields[1].endswith(f":{port}") and fields[3] == "0A"  # LISTEN
+    ]
+    assert ours_listening == [f"0100007F:{port}"], "bound to 127.0.0.1 only"
+
+
+def test_shards_by_table_name_and_by_stream_arn(
+    dynamodb_local: DynamoDBLocal, table_name: str
+) -> None:
+    arn = create_table(dynamodb_local.client, table_name)
+    by_name = source_for(dynamodb_local, tableName=table_name)
+    by_arn = source_for(dynamodb_local, streamARN=arn)
+    shards = by_name.list_shards()
+    assert shards == by_arn.list_shards()
+    assert by_name.stream.arn == arn, "the table's latest stream"
+    assert len(shards) == 1  # DynamoDB Local: one shard per stream
+    assert not shards[0].closed
+    assert shards[0].parents == ()
+
+
+def test_insert_modify_remove_carry_keys_and_images(
+    dynamodb_local: DynamoDBLocal, table_name: str
+) -> None:
+    client = dynamodb_local.client
+    create_table(client, table_name, sort_key=True)
+    key = {"pk": {"S": "order-1"}, "sk": {"N": "7"}}
+    client.put_item(
+        TableName=table_name,
+        Item={**key, "total": {"N": "12.50"}, "tags": {"SS": ["new"]}, "blob": {"B": b"\x01"}},
+    )
+    client.update_item(
+        TableName=table_name,
+        Key=key,
+        UpdateExpression="SET #s = :s, #t = :t",
+        ExpressionAttributeNames={"#s": "status", "#t": "total"},
+        ExpressionAttributeValues={":s": {"S": "paid"}, ":t": {"N": "13"}},
+    )
+    client.delete_item(TableName=table_name, Key=key)
+    source = source_for(dynamodb_local, tableName=table_name)
+    (shard,) = source.list_shards()
+    insert, modify, remove = read_all(source, shard.id, TRIM_HORIZON)
+
+    assert [insert.event_name, modify.event_name, remove.event_name] == [
+        "INSERT",
+        "MODIFY",
+        "REMOVE",
+    ]
+    keys = {"pk": "order-1", "sk": Decimal(7)}
+    assert insert.keys == modify.keys == remove.keys == keys
+    assert insert.old_image is None
+    assert insert.new_image is not None
+    assert insert.new_image["total"] == Decimal("12.50")
+    assert insert.new_image["tags"] == {"new"}
+    assert insert.new_image["blob"].value == b"\x01"
+    assert modify.old_image == insert.new_image
+    assert modify.new_image == {**insert.new_image, "status": "paid", "total": Decimal(13)}
+    assert remove.new_image is None
+    assert remove.old_image == modify.new_image
+    assert insert.partition_key == modify.partition_key == remove.partition_key
+    sequences = [int(r.sequence_number) for r in (insert, modify, remove)]
+    assert sequences == sorted(sequences)
+    assert len(set(sequences)) == 3
+    assert insert.approximate_arrival_timestamp is not None
+
+
+def test_resumes_after_a_checkpoint_and_reads_a_closed_shard_to_its_end(
+    dynamodb_local: DynamoDBLocal, table_name: str
+) -> None:
+    """Disabling a table's stream closes its shard: the reader then reads the rest and
+    sees the end (no NextShardIterator); the listing shows it closed."""
+    client = dynamodb_local.client
+    create_table(client, table_name)
+    for n in range(30):
+        client.put_item(TableName=table_name, Item={"pk": {"S": f"k{n}"}, "n": {"N": str(n)}})
+    source = source_for(dynamodb_local, tableName=table_name)
+    source.max_records = 7  # several reads
+    (shard,) = source.list_shards()
+    first = read_all(source, shard.id, TRIM_HORIZON)
+    assert [r.new_image["n"] for r in first if r.new_image] == list(range(30))
+
+    checkpoint = first[11].sequence_number
+    after = StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=checkpoint)
+    assert source.backlog(shard.id, after) is not None, "records wait after the checkpoint"
+    resumed = source.open_reader(shard.id, after)
+    batch = resumed.read()
+    assert [r.sequence_number for r in batch.records] == [r.sequence_number for r in first[12:19]]
+    assert not batch.shard_end
+
+    client.update_table(TableName=table_name, StreamSpecification={"StreamEnabled": False})
+    (closed,) = source.list_shards()
+    assert closed.closed
+    records = list(batch.records)
+    for _ in range(10):
+        result = resumed.read()
+        records.extend(result.records)
+        if result.shard_end:
+            break
+    else:
+        raise AssertionError("the closed shard never ended")
+    assert [r.sequence_number for r in records] == [r.sequence_number for r in first[12:]]
+    assert resumed.read().shard_end, "stays ended"
+    at_end = StartPosition(
+        type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=first[-1].sequence_number
+    )
+    assert source.backlog(shard.id, at_end) == 1, "read to its end, yet not finished"
+
+
+def test_backlog_is_none_once_caught_up(dynamodb_local: DynamoDBLocal, table_name: str) -> None:
+    client = dynamodb_local.client
+    create_table(client, table_name)
+    client.put_item(TableName=table_name, Item={"pk": {"S": "a"}})
+    source = source_for(dynamodb_local, tableName=table_name)
+    (shard,) = source.list_shards()
+    waiting = source.backlog(shard.id, TRIM_HORIZON)
+    assert waiting is not None
+    assert waiting >= 1
+    (only,) = read_all(source, shard.id, TRIM_HORIZON)
+    after = StartPosition(
+        type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=only.sequence_number
+    )
+    assert source.backlog(shard.id, after) is None
