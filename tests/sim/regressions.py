@@ -18,6 +18,18 @@ class Regression:
 
 
 F = Fault
+RESETS_WHILE_SHARDS_MOVE = Run(
+    seed=0,
+    shards=3,
+    replicas=2,
+    faults=(
+        F(10.0, "reset", 0, 2.0),
+        F(12.0, "scale", 3),
+        F(25.0, "reset", 1, 3.0),
+        F(26.0, "split", 1),
+    ),
+    duration=50,
+)
 REGRESSIONS: dict[str, Regression] = {
     "11.1 split, then merged back": Regression(
         Run(seed=1, shards=1, replicas=1, faults=(F(5.0, "split"), F(15.0, "merge")), duration=30),
@@ -217,34 +229,12 @@ REGRESSIONS: dict[str, Regression] = {
         "passes 37, not done",
     ),
     "13.4 resets while workers run and a scale-up moves shards": Regression(
-        Run(
-            seed=0,
-            shards=3,
-            replicas=2,
-            faults=(
-                F(10.0, "reset", 0, 2.0),
-                F(12.0, "scale", 3),
-                F(25.0, "reset", 1, 3.0),
-                F(26.0, "split", 1),
-            ),
-            duration=50,
-        ),
+        RESETS_WHILE_SHARDS_MOVE,
         reverts.reset_without_handoff,
         "delivers under epoch",
     ),
     "13.4 a reset survives its owner's hand-off checkpoint": Regression(
-        Run(
-            seed=0,
-            shards=3,
-            replicas=2,
-            faults=(
-                F(10.0, "reset", 0, 2.0),
-                F(12.0, "scale", 3),
-                F(25.0, "reset", 1, 3.0),
-                F(26.0, "split", 1),
-            ),
-            duration=50,
-        ),
+        RESETS_WHILE_SHARDS_MOVE,
         reverts.release_forgets_the_reset,
         r"reset to \d+, resumed at \d+ instead",
     ),
