@@ -54,7 +54,9 @@ def test_a_reset_to_a_timestamp_replays_exactly_what_arrived_since(scenario: Sce
     seen = Counter(e["data"] for e in scenario.report().events)
     assert {seen[v] for v in before} == {1}, "nothing before the reset point again"
     assert {seen[v] for v in after} == {2}, "everything since it exactly once more"
-    assert {seen[v] for v in later} == {1}
+    # Put while the owners hand off: one may process some before it lets go, and the
+    # replay from the reset point covers them again (they arrived after it).
+    assert {seen[v] for v in later} <= {1, 2}
     assert scenario.report().order_violations == []
     status = scenario.status()
     assert status["lastReset"]["to"]["timestamp"].startswith(since.strftime("%Y-%m-%dT%H:%M"))
