@@ -53,6 +53,17 @@ def test_an_unknown_consumer_is_503_while_the_operator_starts_then_404() -> None
     assert post(api) == (503, "1"), "being loaded"
 
 
+def test_a_standby_answers_come_back_later_without_reviewing_the_token() -> None:
+    class Refusing:
+        async def review(self, token: str) -> Caller | None:
+            raise AssertionError("a standby must not review tokens")
+
+    clock = Clock()
+    leads = [False]
+    api = WorkerApi(Registry(clock, startup_grace=0.0), Refusing(), clock, lambda: leads[0])
+    assert post(api) == (503, "1")
+
+
 class FakeAuthentication:
     """AuthenticationV1Api.create_token_review, answering from a list."""
 

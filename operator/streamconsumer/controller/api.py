@@ -62,11 +62,25 @@ def _validation_message(error: ValidationError) -> str:
 Handler = Callable[[web.Request, Any, Caller], Awaitable[web.Response]]
 
 
+def _always() -> bool:
+    return True
+
+
 class WorkerApi:
-    def __init__(self, registry: Registry, reviewer: Reviewer, clock: Callable[[], float]) -> None:
+    """`leading`: whether this replica leads; a standby (or a leader whose Lease ran out)
+    answers 503 at once, before anything reaches a coordinator."""
+
+    def __init__(
+        self,
+        registry: Registry,
+        reviewer: Reviewer,
+        clock: Callable[[], float],
+        leading: Callable[[], bool] = _always,
+    ) -> None:
         self.registry = registry
         self.reviewer = reviewer
         self.clock = clock
+        self.leading = leading
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=4 * 1024 * 1024)
@@ -88,6 +102,8 @@ class WorkerApi:
         self, model: type[Any], handler: Handler
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def guarded(request: web.Request) -> web.Response:
+            if not self.leading():
+                return _unavailable("this operator replica is a standby; the leader serves")
             namespace = request.match_info["namespace"]
             name = request.match_info["name"]
             header = request.headers.get("Authorization", "")

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+import socket
+from pathlib import Path
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from streamconsumer.core.election import ElectionTiming
+
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _own_namespace() -> str:
+    try:
+        return _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+    except OSError:
+        return "default"  # outside a cluster (local development)
 
 
 class OperatorConfig(BaseSettings):
@@ -23,3 +38,30 @@ class OperatorConfig(BaseSettings):
     status_write_timeout_seconds: float = Field(default=10.0, gt=0)
     # Right after a start, heartbeats for consumers not loaded yet get 503, not 404.
     startup_grace_seconds: float = Field(default=30.0, ge=0)
+
+    # One active replica among several, elected with a coordination.k8s.io/v1 Lease.
+    leader_election: bool = True
+    leader_lease_name: str = "streamconsumer-operator"
+    leader_lease_namespace: str = Field(default_factory=_own_namespace)
+    leader_lease_seconds: float = Field(default=15.0, gt=0)
+    leader_renew_deadline_seconds: float = Field(default=10.0, gt=0)
+    leader_retry_seconds: float = Field(default=2.0, gt=0)
+    # This replica's pod (downward API); the leader labels it for the worker API Service.
+    pod_name: str | None = None
+    pod_namespace: str | None = None
+
+    @model_validator(mode="after")
+    def _timing_is_consistent(self) -> OperatorConfig:
+        self.election_timing()  # raises with the reason
+        return self
+
+    def election_timing(self) -> ElectionTiming:
+        return ElectionTiming(
+            lease_seconds=self.leader_lease_seconds,
+            renew_deadline_seconds=self.leader_renew_deadline_seconds,
+            retry_seconds=self.leader_retry_seconds,
+        )
+
+    def identity(self) -> str:
+        """Who holds the Lease: the pod, or this process outside a cluster."""
+        return self.pod_name or f"{socket.gethostname()}-{os.getpid()}"

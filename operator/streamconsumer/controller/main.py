@@ -1,8 +1,9 @@
-"""kopf entry point — thin by design: each handler hands over to a domain module. What
-the handlers share (settings, the Kubernetes client, the registry of consumers, the API
-server) lives in kopf's `memo`.
+"""kopf handlers — thin by design: each hands over to a domain module. What they share
+(settings, the Kubernetes client, the registry of consumers the worker API serves, whether
+this replica leads) is put in kopf's `memo` by the process entry point, `__main__.py`,
+which runs kopf only on the elected leader:
 
-kopf run -m streamconsumer.controller.main --all-namespaces
+python -m streamconsumer.controller --all-namespaces
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ import time
 from typing import Any
 
 import kopf
-from aiohttp import web
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
 from streamconsumer.controller import children
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
@@ -53,27 +51,11 @@ def kube_client() -> k8s.ApiClient:
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: status belongs to the lease table.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
     settings.posting.level = logging.INFO
-    memo.config = config = OperatorConfig()
-    memo.api_client = kube_client()
-    memo.registry = Registry(time.monotonic, config.startup_grace_seconds)
-    reviewer = TokenReviewer(k8s.AuthenticationV1Api(memo.api_client))
-    api = WorkerApi(memo.registry, reviewer, time.monotonic)
-    runner = web.AppRunner(api.app(), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, config.api_host, config.api_port).start()
-    memo.api_runner = runner
-
-
-@kopf.on.cleanup()
-async def cleanup(memo: kopf.Memo, **_: Any) -> None:
-    runner = memo.get("api_runner")
-    if runner is not None:
-        await runner.cleanup()
 
 
 def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) -> None:
@@ -209,7 +191,8 @@ async def consume(
             writer,
             config,
             emit,
-            stopped=lambda: bool(stopped),
+            # A leader whose term ran out stops at once, before kopf winds down.
+            stopped=lambda: bool(stopped) or not memo.leading(),
             scale=scale,
         )
     finally:

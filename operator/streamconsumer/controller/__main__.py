@@ -1,0 +1,153 @@
+"""The operator process: serve the worker API, win the Lease, then run kopf.
+
+    python -m streamconsumer.controller [--all-namespaces | --namespace NS ...] [-q|-v|-d]
+
+A standby serves /healthz (so a RollingUpdate can go on) and answers workers 503; kopf
+runs only on the leader, so two replicas never both reconcile or write status. The
+leader stops kopf the moment its term runs out (exit 1: the pod restarts as a standby)
+and, on SIGTERM, frees the Lease only after kopf has stopped writing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import kopf
+from aiohttp import web
+from kubernetes import client as k8s
+from pydantic import ValidationError
+
+from streamconsumer.controller import main as handlers
+from streamconsumer.controller.api import WorkerApi
+from streamconsumer.controller.auth import TokenReviewer
+from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
+from streamconsumer.controller.registry import Registry
+from streamconsumer.core.election import Election
+
+log = logging.getLogger("streamconsumer.operator")
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m streamconsumer.controller")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-A", "--all-namespaces", action="store_true")
+    scope.add_argument("-n", "--namespace", action="append", default=[])
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("-q", "--quiet", action="store_true")
+    noise.add_argument("-v", "--verbose", action="store_true")
+    noise.add_argument("-d", "--debug", action="store_true")
+    return parser.parse_args(argv)
+
+
+def _always() -> bool:
+    return True
+
+
+async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
+    api_client = handlers.kube_client()
+    registry = Registry(time.monotonic, config.startup_grace_seconds)
+    elector: Elector | None = None
+    leading: Callable[[], bool] = _always
+    if config.leader_election:
+        lock = KubeLeaseLock(
+            api_client,
+            config.leader_lease_namespace,
+            config.leader_lease_name,
+            timeout=config.leader_retry_seconds,
+        )
+        election = Election(config.identity(), config.election_timing(), time.monotonic())
+        elector = Elector(lock, election, time.monotonic)
+        leading = elector.leading
+    api = WorkerApi(
+        registry, TokenReviewer(k8s.AuthenticationV1Api(api_client)), time.monotonic, leading
+    )
+    runner = web.AppRunner(api.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, config.api_host, config.api_port).start()
+
+    label = None
+    if elector is not None and config.pod_name and config.pod_namespace:
+        label = LeaderLabel(api_client, config.pod_namespace, config.pod_name)
+    terminating = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, terminating.set)
+    campaign = asyncio.create_task(elector.run()) if elector is not None else None
+    watch: asyncio.Task[None] | None = None
+    lost = False
+    try:
+        if elector is not None:
+            log.info(
+                "%s: standby, waiting for lease %s", elector.identity, config.leader_lease_name
+            )
+            await _first(elector.until_leading(), terminating.wait())
+            if terminating.is_set():
+                return 0
+            if label is not None:
+                await asyncio.to_thread(label.claim)
+        stop = asyncio.Event()
+        if elector is not None:
+            watch = asyncio.create_task(_stop_when(elector.until_lost(), stop))
+        memo = kopf.Memo(config=config, api_client=api_client, registry=registry, leading=leading)
+        await kopf.operator(
+            clusterwide=args.all_namespaces,
+            namespaces=args.namespace,
+            standalone=True,
+            stop_flag=stop,
+            memo=memo,
+        )
+    finally:
+        if watch is not None:
+            watch.cancel()
+        if elector is not None:
+            lost = elector.lost()
+            if label is not None:
+                with contextlib.suppress(Exception):  # the next leader takes it off anyway
+                    await asyncio.to_thread(label.drop)
+            await elector.resign()
+            assert campaign is not None
+            campaign.cancel()
+        await runner.cleanup()
+    if lost:
+        log.error(
+            "%s: lost the lease; stopped, exiting to come back as a standby", config.identity()
+        )
+        return 1
+    return 0
+
+
+async def _first(*waits: object) -> None:
+    tasks = [asyncio.ensure_future(w) for w in waits]  # type: ignore[call-overload]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _stop_when(condition: object, stop: asyncio.Event) -> None:
+    await condition  # type: ignore[misc]
+    stop.set()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    kopf.configure(debug=args.debug, verbose=args.verbose, quiet=args.quiet)
+    try:
+        config = OperatorConfig()
+    except ValidationError as error:
+        print(f"streamconsumer operator: bad settings:\n{error}", file=sys.stderr)
+        return 2
+    if not args.all_namespaces and not args.namespace:
+        args.all_namespaces = True
+    return asyncio.run(serve(args, config))
+
+
+if __name__ == "__main__":
+    sys.exit(run())
