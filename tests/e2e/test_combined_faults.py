@@ -8,10 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from streamconsumer.core.lineage import expand
@@ -100,23 +97,6 @@ def test_two_generations_of_splits(scenario: Scenario) -> None:
     lineage_respected(scenario, report)
 
 
-@contextmanager
-def producing(scenario: Scenario, every: float = 0.3, count: int = 10) -> Iterator[None]:
-    stop = threading.Event()
-
-    def produce() -> None:
-        while not stop.wait(every):
-            scenario.produce(count)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
 def test_an_outage_longer_than_the_lease_then_a_scale_down(scenario: Scenario) -> None:
     """11.2 with 11.7: the fence closes while batches fail and wait; the operator comes
     back to a scale-down. The hand-off stores only what was processed, with its position:
@@ -126,7 +106,7 @@ def test_an_outage_longer_than_the_lease_then_a_scale_down(scenario: Scenario) -
         shards=4, replicas=2, lease_seconds=lease, processor_env={"RECORD_FAIL_EVERY": "3"}
     )
     wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 60, "2/2 balance")
-    with producing(scenario):
+    with scenario.producing():
         time.sleep(2)
         assert scenario.operator is not None
         scenario.operator.kill()

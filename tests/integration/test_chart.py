@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from streamconsumer.controller.leadership import LEADER_LABEL
 from testbed.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,9 +42,12 @@ def test_rendered_chart_applies_on_the_real_apiserver(
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
         "Deployment",
         "Service",
         "NetworkPolicy",
+        "PodDisruptionBudget",
     }
     applied = control_plane.kubectl(
         "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=rendered.stdout
@@ -53,13 +57,31 @@ def test_rendered_chart_applies_on_the_real_apiserver(
 
 def test_values_schema_refuses_bad_values(helm: Path) -> None:
     for flag, field in (
-        ("replicas=2", "replicas"),
+        ("replicas=-1", "replicas"),
+        ("leaderElection.retrySeconds=0", "retrySeconds"),
         ("api.port=80", "port"),
         ("logLevel=LOUD", "logLevel"),
     ):
         result = template(helm, "--set", flag)
         assert result.returncode != 0, flag
         assert field in result.stderr, result.stderr
+
+
+def test_the_worker_api_follows_the_leader_and_upgrades_roll(helm: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(template(helm).stdout) if d]
+    by_kind = {d["kind"]: d for d in docs}
+    assert by_kind["Service"]["spec"]["selector"][LEADER_LABEL] == "true"
+    deployment = by_kind["Deployment"]["spec"]
+    assert deployment["replicas"] == 2
+    assert deployment["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod_labels = deployment["template"]["metadata"]["labels"]
+    assert by_kind["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= (
+        pod_labels.items()
+    )
+    env = {e["name"]: e for e in deployment["template"]["spec"]["containers"][0]["env"]}
+    assert env["STREAMCONSUMER_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    single = template(helm, "--set", "replicas=1").stdout
+    assert "PodDisruptionBudget" not in single, "a PDB on one replica would block every drain"
 
 
 def test_namespaced_install_renders_namespace_flags(helm: Path) -> None:

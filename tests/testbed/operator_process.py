@@ -1,4 +1,6 @@
-"""Runs the real operator (`kopf run`) as a process against the local control plane."""
+"""Runs the real operator (`python -m streamconsumer.controller`) as a process against the
+local control plane. It campaigns for a Lease in the test's namespace like in a cluster,
+with short timings so a killed leader is replaced within seconds."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import urllib.request
 from pathlib import Path
 
 from testbed.processes import Server, free_port
+
+LEADER_LEASE_SECONDS = 4.0
 
 
 class OperatorProcess:
@@ -23,12 +27,8 @@ class OperatorProcess:
         self._argv = [
             sys.executable,
             "-m",
-            "kopf",
-            "run",
-            "--standalone",
+            "streamconsumer.controller",
             f"--namespace={namespace}",
-            "-m",
-            "streamconsumer.controller.main",
         ]
         self._env = {
             "KUBECONFIG": str(kubeconfig),
@@ -39,6 +39,10 @@ class OperatorProcess:
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1",
+            "STREAMCONSUMER_LEADER_LEASE_NAMESPACE": namespace,
+            "STREAMCONSUMER_LEADER_LEASE_SECONDS": str(LEADER_LEASE_SECONDS),
+            "STREAMCONSUMER_LEADER_RENEW_DEADLINE_SECONDS": "3",
+            "STREAMCONSUMER_LEADER_RETRY_SECONDS": "0.5",
             **(env or {}),
         }
         self._workdir = workdir

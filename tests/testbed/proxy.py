@@ -1,18 +1,23 @@
 """A TCP proxy that a test can cut: the network partition between one worker and the
-operator, on loopback."""
+operator, on loopback. Its target may be chosen per connection, as a Service's endpoints
+follow a label (the operator's leader)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 
 from testbed.processes import free_port
 
 
 class CuttableProxy:
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
+    """`target`: a port, or a function naming the port for each new connection (None:
+    nobody to send it to, the connection is refused)."""
+
+    def __init__(self, target: int | Callable[[], int | None]) -> None:
+        self._target = target if callable(target) else (lambda: target)
         self.port = free_port()
         self._cut = threading.Event()
         self._sockets: set[socket.socket] = set()
@@ -49,8 +54,11 @@ class CuttableProxy:
                 client.close()
                 continue
             try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
+                target = self._target()
+                if target is None:
+                    raise ConnectionRefusedError("no endpoint")
+                upstream = socket.create_connection(("127.0.0.1", target))
+            except Exception:
                 client.close()
                 continue
             with self._lock:

@@ -107,6 +107,17 @@ class Report:
         ]
         return min(times, default=None)
 
+    def longest_pause(self, since: float, until: float) -> float:
+        """The longest time between records processed on any one shard within the span
+        (with records put steadily: how long that shard stood still)."""
+        longest = 0.0
+        for shard in self.shard_times:
+            times = [since] + [
+                e["t"] for e in self.events if e["shard"] == shard and since <= e["t"] <= until
+            ]
+            longest = max([longest, *(b - a for a, b in itertools.pairwise(times))])
+        return longest
+
 
 def read_report(directory: Path, produced: set[str]) -> Report:
     """Checks what the workers recorded against the data values produced."""

@@ -5,21 +5,26 @@ end-to-end tests and by `make demo`."""
 from __future__ import annotations
 
 import itertools
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller.children import label_selector
+from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
 from testbed.kube import StreamConsumers
 from testbed.kubelet import LocalKubelet
 from testbed.operator_process import OperatorProcess
+from testbed.proxy import CuttableProxy
 from testbed.recording import Report, read_report
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
@@ -49,6 +54,9 @@ class Scenario:
         self._counter = itertools.count()
         self.operator: OperatorProcess | None = None
         self._operator_port: int | None = None
+        # Several replicas: by identity, behind a stand-in for the chart's Service.
+        self.replicas: dict[str, OperatorProcess] = {}
+        self.service: CuttableProxy | None = None
         self.kubelet: LocalKubelet | None = None
 
     @property
@@ -121,10 +129,16 @@ class Scenario:
         autoscaling: dict[str, Any] | None = None,
         initial_position: str = "TRIM_HORIZON",
         on_failure: dict[str, Any] | None = None,
+        operators: int = 1,
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             self.create_source(shards)
-        self.start_operator()
+        if operators == 1:
+            self.start_operator()
+        else:
+            self.service = CuttableProxy(self._leader_port)
+            for index in range(operators):
+                self.add_operator(f"operator-{index}")
         self.kubelet = LocalKubelet(
             self.api_client,
             self.namespace,
@@ -159,11 +173,42 @@ class Scenario:
         ).start()
         self._operator_port = self.operator.port
 
+    def add_operator(self, identity: str) -> OperatorProcess:
+        """One more operator replica (a new pod of a rolling upgrade, say)."""
+        assert self.service is not None, "start(operators=2 or more) first"
+        env = {"STREAMCONSUMER_POD_NAME": identity, "STREAMCONSUMER_API_URL": self.service.url}
+        replica = OperatorProcess(
+            self.plane.kubeconfig, self.namespace, self.workdir / identity, env=env
+        ).start()
+        self.replicas[identity] = replica
+        return replica
+
+    def leader(self) -> str | None:
+        """Who holds the operators' Lease (None: nobody, or not yet created)."""
+        name = OperatorConfig.model_fields["leader_lease_name"].default
+        try:
+            lease = k8s.CoordinationV1Api(self.api_client).read_namespaced_lease(
+                name, self.namespace
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        return lease.spec.holder_identity if lease.spec else None
+
+    def _leader_port(self) -> int | None:
+        replica = self.replicas.get(self.leader() or "")
+        return replica.port if replica is not None and replica.server is not None else None
+
     def stop(self) -> None:
         if self.kubelet is not None:
             self.kubelet.stop()
         if self.operator is not None:
             self.operator.stop()
+        for replica in self.replicas.values():
+            replica.stop()
+        if self.service is not None:
+            self.service.close()
 
     # --- driving ------------------------------------------------------------------
 
@@ -171,6 +216,28 @@ class Scenario:
         batch = [f"r-{next(self._counter)}" for _ in range(count)]
         put_records(self.kinesis.client, self.stream, [(value, value.encode()) for value in batch])
         self.produced.update(batch)
+
+    @contextmanager
+    def producing(self, every: float = 0.3, count: int = 10) -> Iterator[None]:
+        """Puts `count` records every `every` seconds while the block runs."""
+        stop = threading.Event()
+
+        def produce() -> None:
+            while not stop.wait(every):
+                self.produce(count)
+
+        thread = threading.Thread(target=produce, daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def checkpoints(self) -> dict[str, str | None]:
+        """Each shard's checkpoint as the status holds it."""
+        leases = self.status().get("leases", {})
+        return {shard: lease.get("checkpoint") for shard, lease in leases.items()}
 
     def scale(self, replicas: int) -> None:
         self.consumers.patch_scale(self.name, replicas)
