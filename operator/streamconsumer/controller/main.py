@@ -26,6 +26,7 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer, Registry
 from streamconsumer.controller.runner import run_consumer
+from streamconsumer.controller.serving import keep_fresh, serving_for
 from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import KubeStatusApi, StatusWriter
 from streamconsumer.models import GROUP, PLURAL, VERSION
@@ -65,12 +66,21 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     api = WorkerApi(memo.registry, reviewer, time.monotonic)
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, config.api_host, config.api_port).start()
+    # HTTPS unless the API URL is http:// (local development): workers' tokens never
+    # cross the pod network in clear.
+    memo.tls = tls = await asyncio.to_thread(serving_for, config, memo.api_client)
+    context = tls.context if tls is not None else None
+    await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=context).start()
     memo.api_runner = runner
+    if tls is not None:
+        memo.tls_refresh = asyncio.create_task(keep_fresh(tls))
 
 
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    refresh = memo.get("tls_refresh")
+    if refresh is not None:
+        refresh.cancel()
     runner = memo.get("api_runner")
     if runner is not None:
         await runner.cleanup()
@@ -86,6 +96,8 @@ def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) 
     }
     if manifest["kind"] == "Deployment":
         k8s.AppsV1Api(api_client).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
+    elif manifest["kind"] == "ConfigMap":
+        k8s.CoreV1Api(api_client).patch_namespaced_config_map(name, namespace, manifest, **kwargs)
     elif manifest["kind"] == "PodDisruptionBudget":
         k8s.PolicyV1Api(api_client).patch_namespaced_pod_disruption_budget(
             name, namespace, manifest, **kwargs
@@ -111,6 +123,8 @@ async def reconcile_children(
     spec = spec_of(body)
     manifests = [
         children.service_account(name, spec),
+        # The CA before the Deployment: its pods mount it.
+        *([children.ca_bundle(name, memo.tls.ca_pem)] if memo.tls is not None else []),
         children.deployment(namespace, name, spec, memo.config.api_url),
         children.disruption_budget(name),
     ]
