@@ -50,6 +50,7 @@ def test_workers_verify_the_operators_managed_ca_and_process_everything(
     ca_pem = base64.b64decode((secret.data or {})["tls.crt"]).decode()
     bundle = core.read_namespaced_config_map(f"{scenario.name}-operator-ca", scenario.namespace)
     assert bundle.data == {"ca.crt": ca_pem}, "workers get the CA certificate, not its key"
+    assert bundle.metadata is not None
     owners = bundle.metadata.owner_references or []
     assert [(o.kind, o.name) for o in owners] == [("StreamConsumer", scenario.name)]
     # The operator's certificate verifies against that CA and nothing else.
