@@ -39,7 +39,9 @@ def admit(api_client: k8s.ApiClient, namespace: str, template: dict[str, Any]) -
     core = k8s.CoreV1Api(api_client)
     account = template["spec"]["serviceAccountName"]  # admission looks it up
     try:
-        core.create_namespaced_service_account(namespace, {"metadata": {"name": account}})
+        core.create_namespaced_service_account(
+            namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=account))
+        )
     except ApiException as error:
         if error.status != 409:
             raise
@@ -49,7 +51,7 @@ def admit(api_client: k8s.ApiClient, namespace: str, template: dict[str, Any]) -
         "metadata": {"name": "probe", "labels": template["metadata"].get("labels", {})},
         "spec": template["spec"],
     }
-    core.create_namespaced_pod(namespace, pod, dry_run="All")
+    core.create_namespaced_pod(namespace, pod, dry_run="All")  # type: ignore[arg-type]  # a dict is fine
 
 
 def refused(api_client: k8s.ApiClient, namespace: str, template: dict[str, Any]) -> str:
