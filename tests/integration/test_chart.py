@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -42,7 +43,7 @@ def test_rendered_chart_applies_on_the_real_apiserver(
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
-        "Role",
+        "Role",  # the Lease, the leader label, the CA Secret: in the release namespace only
         "RoleBinding",
         "Deployment",
         "Service",
@@ -61,6 +62,7 @@ def test_values_schema_refuses_bad_values(helm: Path) -> None:
         ("leaderElection.retrySeconds=0", "retrySeconds"),
         ("api.port=80", "port"),
         ("logLevel=LOUD", "logLevel"),
+        ("tls.mode=off", "mode"),
     ):
         result = template(helm, "--set", flag)
         assert result.returncode != 0, flag
@@ -131,3 +133,74 @@ def test_examples_apply_on_the_real_apiserver(control_plane: ControlPlane, names
     rendered = overlay.stdout.replace("namespace: clickstream", f"namespace: {namespace}")
     applied = control_plane.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
     assert applied.returncode == 0, applied.stderr
+
+
+def rendered_docs(helm: Path, *flags: str) -> list[dict[str, Any]]:
+    result = template(helm, "--namespace", "sys", *flags)
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def operator_container(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_tls_is_the_default_with_a_managed_ca_kept_in_the_release_namespace(helm: Path) -> None:
+    docs = rendered_docs(helm)
+    container = operator_container(docs)
+    env = env_of(container)
+    assert env["STREAMCONSUMER_API_URL"].startswith("https://$(SC_OPERATOR_SERVICE_HOST):")
+    assert env["STREAMCONSUMER_TLS_SANS"] == '["$(SC_OPERATOR_SERVICE_HOST)"]', "the cluster IP"
+    assert env["STREAMCONSUMER_SERVICE_NAME"] == "sc-operator"
+    assert env["STREAMCONSUMER_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert role["metadata"]["namespace"] == "sys"
+    get = next(r for r in role["rules"] if r["verbs"] == ["get"])
+    assert get["resourceNames"] == [env["STREAMCONSUMER_TLS_CA_SECRET"]] == ["sc-operator-ca"]
+    cluster_role = next(d for d in docs if d["kind"] == "ClusterRole")
+    assert all("secrets" not in r["resources"] for r in cluster_role["rules"]), (
+        "no Secret cluster-wide"
+    )
+    assert any("configmaps" in r["resources"] for r in cluster_role["rules"]), "workers' CA bundle"
+
+
+def test_tls_disabled_is_plain_http(helm: Path) -> None:
+    docs = rendered_docs(helm, "--set", "tls.mode=disabled")
+    container = operator_container(docs)
+    assert env_of(container)["STREAMCONSUMER_API_URL"].startswith("http://")
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+    assert not any(d["kind"] == "Role" for d in docs)
+
+
+def test_cert_manager_mode_renders_its_issuers_and_mounts_the_certificate(helm: Path) -> None:
+    """Render-tested only: this control plane has no cert-manager."""
+    docs = rendered_docs(
+        helm, "--set", "tls.mode=certManager", "--set", "api.url=https://ops.example:8443"
+    )
+    certificates = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Certificate"}
+    issuers = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Issuer"}
+    assert certificates["sc-operator-ca"]["spec"]["isCA"] is True
+    assert issuers["sc-operator-ca"]["spec"]["ca"]["secretName"] == "sc-operator-ca"
+    serving = certificates["sc-operator-tls"]["spec"]
+    assert serving["issuerRef"]["name"] == "sc-operator-ca"
+    assert "sc-operator.sys.svc" in serving["dnsNames"]
+    assert "ops.example" in serving["dnsNames"], "the host workers are given"
+    container = operator_container(docs)
+    cert_dir = env_of(container)["STREAMCONSUMER_TLS_CERT_DIR"]
+    mount = next(m for m in container["volumeMounts"] if m["mountPath"] == cert_dir)
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    volume = next(
+        v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]
+    )
+    assert volume["secret"]["secretName"] == serving["secretName"]
+    assert not any(d["kind"] == "Role" for d in docs), "no CA of the operator's own"
+    default_url = env_of(operator_container(rendered_docs(helm, "--set", "tls.mode=certManager")))
+    assert default_url["STREAMCONSUMER_API_URL"] == "https://sc-operator.sys.svc:8080"

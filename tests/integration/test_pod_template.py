@@ -143,8 +143,14 @@ BAD = [
     ),
     pytest.param(
         {"volumes": [{"name": "scratch", "emptyDir": {}}]},
-        "volume names scratch, streamconsumer-token are the worker's own",
+        "volume names scratch, streamconsumer-token, streamconsumer-operator-ca are the worker's"
+        " own",
         id="reserved-volume",
+    ),
+    pytest.param(
+        {"volumeMounts": [{"name": "x", "mountPath": "/etc/streamconsumer.io/operator-ca"}]},
+        "are mounted by the worker already",
+        id="reserved-ca-mount",
     ),
     pytest.param(
         {"volumeMounts": [{"name": "x", "mountPath": "/tmp"}]},

@@ -275,15 +275,22 @@ class LocalKubelet:
         return {k: os.environ[k] for k in keep if k in os.environ}
 
     def _project_volumes(self, pod: Pod, pod_dir: Path) -> dict[str, str]:
-        """Writes projected ServiceAccount tokens; returns mount path -> local directory."""
+        """Writes projected ServiceAccount tokens and ConfigMaps' keys; returns mount
+        path -> local directory."""
         metadata, spec = pod["metadata"], pod["spec"]
         local: dict[str, str] = {}
         for volume in spec.get("volumes", []):
-            if "projected" not in volume:
+            if "projected" not in volume and "configMap" not in volume:
                 continue
             directory = pod_dir / volume["name"]
             directory.mkdir(exist_ok=True)
-            for source in volume["projected"].get("sources", []):
+            if "configMap" in volume:  # as a kubelet does: one file per key
+                config_map = self._core.read_namespaced_config_map(
+                    volume["configMap"]["name"], self.namespace
+                )
+                for key, value in (config_map.data or {}).items():
+                    (directory / key).write_text(value)
+            for source in volume.get("projected", {}).get("sources", []):
                 token = source.get("serviceAccountToken")
                 if token is None:
                     continue

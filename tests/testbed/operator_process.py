@@ -4,6 +4,7 @@ with short timings so a killed leader is replaced within seconds."""
 
 from __future__ import annotations
 
+import ssl
 import sys
 import urllib.request
 from pathlib import Path
@@ -21,9 +22,11 @@ class OperatorProcess:
         workdir: Path,
         port: int | None = None,
         env: dict[str, str] | None = None,
+        tls: bool = False,
     ) -> None:
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # TLS: the operator serves HTTPS from a CA it keeps in a Secret of `namespace`.
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self._argv = [
             sys.executable,
             "-m",
@@ -35,11 +38,11 @@ class OperatorProcess:
             "STREAMCONSUMER_API_HOST": "127.0.0.1",
             "STREAMCONSUMER_API_PORT": str(self.port),
             "STREAMCONSUMER_API_URL": self.url,
+            "STREAMCONSUMER_NAMESPACE": namespace,
             "STREAMCONSUMER_SHARD_SYNC_SECONDS": "1",
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
             "AWS_DEFAULT_REGION": "us-east-1",
-            "STREAMCONSUMER_LEADER_LEASE_NAMESPACE": namespace,
             "STREAMCONSUMER_LEADER_LEASE_SECONDS": str(LEADER_LEASE_SECONDS),
             "STREAMCONSUMER_LEADER_RENEW_DEADLINE_SECONDS": "3",
             "STREAMCONSUMER_LEADER_RETRY_SECONDS": "0.5",
@@ -55,7 +58,12 @@ class OperatorProcess:
         return self
 
     def _healthy(self) -> bool:
-        with urllib.request.urlopen(f"{self.url}/healthz", timeout=1) as response:
+        # Liveness only, as a kubelet probes: trust is what the tests check, elsewhere.
+        unverified = ssl.create_default_context()
+        unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
+        with urllib.request.urlopen(
+            f"{self.url}/healthz", timeout=1, context=unverified
+        ) as response:
             return bool(response.status == 200)
 
     def stop(self) -> None:

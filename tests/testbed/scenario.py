@@ -58,6 +58,7 @@ class Scenario:
         self.replicas: dict[str, OperatorProcess] = {}
         self.service: CuttableProxy | None = None
         self.kubelet: LocalKubelet | None = None
+        self.tls = False  # True: the operator serves HTTPS from its managed CA
 
     @property
     def kinesis(self) -> KinesisEmulator:
@@ -169,7 +170,11 @@ class Scenario:
         """Starts (or restarts) the operator; a restart keeps its address, as a Service would."""
         port = self._operator_port
         self.operator = OperatorProcess(
-            self.plane.kubeconfig, self.namespace, self.workdir / "operator", port=port
+            self.plane.kubeconfig,
+            self.namespace,
+            self.workdir / "operator",
+            port=port,
+            tls=self.tls,
         ).start()
         self._operator_port = self.operator.port
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import deployment
-from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.controller.children import ca_bundle, deployment
+from streamconsumer.models.resource import CA_DIR, CA_FILE, StreamConsumerSpec
 from streamconsumer.worker.config import WorkerConfig
 
 SPEC = StreamConsumerSpec.model_validate(
@@ -39,3 +39,41 @@ def test_a_worker_gets_a_pod_bound_token_for_the_operator_and_drains_in_time() -
     assert token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == AUDIENCE
     drain = float(env[WorkerConfig.env_name("drain_seconds")])
     assert drain < pod["terminationGracePeriodSeconds"] == 30
+
+
+def test_over_https_a_worker_verifies_the_operator_with_its_ca_bundle() -> None:
+    pod = pod_of(deployment("ns", "clicks", SPEC, "https://10.96.0.12:8080"))
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    ca_path = env[WorkerConfig.env_name("ca_path")]
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    mount = mounts[CA_DIR]
+    assert ca_path == f"{CA_DIR}/{CA_FILE}"
+    assert mount["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mount["name"]]["configMap"] == {"name": "clicks-operator-ca"}
+    bundle = ca_bundle("clicks", b"-----BEGIN CERTIFICATE-----\n")
+    assert bundle["metadata"]["name"] == "clicks-operator-ca"
+    assert set(bundle["data"]) == {CA_FILE}, "the CA certificate only, never a key"
+
+
+def test_over_plain_http_there_is_no_ca_bundle() -> None:
+    pod = pod_of(deployment("ns", "clicks", SPEC, "http://127.0.0.1:8080"))
+    (container,) = pod["containers"]
+    assert WorkerConfig.env_name("ca_path") not in {e["name"] for e in container["env"]}
+    assert all("configMap" not in v for v in pod["volumes"])
+
+
+def test_a_worker_container_meets_pod_security_restricted_with_a_users_pod_context() -> None:
+    spec = SPEC.model_copy(deep=True)
+    spec.pod.security_context = {"runAsUser": 20000, "fsGroup": 20000}
+    pod = pod_of(deployment("ns", "clicks", spec, "https://operator:8080"))
+    (container,) = pod["containers"]
+    assert pod["securityContext"] == {"runAsUser": 20000, "fsGroup": 20000}
+    assert container["securityContext"] == {
+        "runAsNonRoot": True,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }

@@ -13,3 +13,11 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
+
+{{- define "streamconsumer.caSecret" -}}
+{{- .Values.tls.caSecretName | default (printf "%s-ca" (include "streamconsumer.name" .)) -}}
+{{- end -}}
+
+{{- define "streamconsumer.scheme" -}}
+{{- if eq .Values.tls.mode "disabled" }}http{{ else }}https{{ end -}}
+{{- end -}}

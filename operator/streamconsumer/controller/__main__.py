@@ -29,6 +29,7 @@ from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
 from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.serving import keep_fresh, serving_for
 from streamconsumer.core.election import Election
 
 log = logging.getLogger("streamconsumer.operator")
@@ -58,7 +59,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     if config.leader_election:
         lock = KubeLeaseLock(
             api_client,
-            config.leader_lease_namespace,
+            config.namespace,
             config.leader_lease_name,
             timeout=config.leader_retry_seconds,
         )
@@ -70,11 +71,16 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     )
     runner = web.AppRunner(api.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, config.api_host, config.api_port).start()
+    # HTTPS unless the API URL is http:// (local development): workers' tokens never
+    # cross the pod network in clear. Every replica serves from the one CA in the Secret.
+    tls = await asyncio.to_thread(serving_for, config, api_client)
+    context = tls.context if tls is not None else None
+    await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=context).start()
+    refresh = asyncio.create_task(keep_fresh(tls)) if tls is not None else None
 
     label = None
-    if elector is not None and config.pod_name and config.pod_namespace:
-        label = LeaderLabel(api_client, config.pod_namespace, config.pod_name)
+    if elector is not None and config.pod_name:
+        label = LeaderLabel(api_client, config.namespace, config.pod_name)
     terminating = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, terminating.set)
@@ -94,7 +100,9 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         stop = asyncio.Event()
         if elector is not None:
             watch = asyncio.create_task(_stop_when(elector.until_lost(), stop))
-        memo = kopf.Memo(config=config, api_client=api_client, registry=registry, leading=leading)
+        memo = kopf.Memo(
+            config=config, api_client=api_client, registry=registry, leading=leading, tls=tls
+        )
         await kopf.operator(
             clusterwide=args.all_namespaces,
             namespaces=args.namespace,
@@ -103,8 +111,9 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             memo=memo,
         )
     finally:
-        if watch is not None:
-            watch.cancel()
+        for task in (watch, refresh):
+            if task is not None:
+                task.cancel()
         if elector is not None:
             lost = elector.lost()
             if label is not None:

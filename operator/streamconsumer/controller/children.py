@@ -1,13 +1,21 @@
-"""The objects a StreamConsumer owns: the workers' ServiceAccount, Deployment and
-PodDisruptionBudget. Built as plain manifests (pure), applied by `main`."""
+"""The objects a StreamConsumer owns: the workers' ServiceAccount, Deployment,
+PodDisruptionBudget and, over TLS, the operator's CA certificate. Built as plain
+manifests (pure), applied by `main`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.registry import worker_deployment, worker_service_account
+from streamconsumer.controller.registry import (
+    operator_ca,
+    worker_deployment,
+    worker_service_account,
+)
 from streamconsumer.models.resource import (
+    CA_DIR,
+    CA_FILE,
+    CA_VOLUME,
     CONSUMER_LABEL,
     NAME_LABEL,
     SCRATCH_DIR,
@@ -21,6 +29,19 @@ from streamconsumer.worker.config import WorkerConfig
 
 DRAIN_MARGIN_SECONDS = 5  # the worker's drain ends this long before the pod is killed
 WORKER_METRICS_PORT = 9102
+# Pod Security Standard `restricted`, set on the container so that a pod-level
+# spec.pod.securityContext (runAsUser, fsGroup, ...) still applies alongside it.
+RESTRICTED_CONTAINER = {
+    "runAsNonRoot": True,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def uses_tls(operator_url: str) -> bool:
+    return operator_url.startswith("https://")
 
 
 def autoscaled(spec: StreamConsumerSpec) -> bool:
@@ -59,10 +80,21 @@ def service_account(consumer: str, spec: StreamConsumerSpec) -> dict[str, Any]:
     }
 
 
+def ca_bundle(consumer: str, ca_pem: bytes) -> dict[str, Any]:
+    """The operator's CA certificate for the workers to verify the API (never its key)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": operator_ca(consumer), "labels": selector_labels(consumer)},
+        "data": {CA_FILE: ca_pem.decode()},
+    }
+
+
 def deployment(
     namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
 ) -> dict[str, Any]:
     pod = spec.pod
+    tls = uses_tls(operator_url)
     config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
         {
             "operator_url": operator_url,
@@ -70,6 +102,7 @@ def deployment(
             "consumer": consumer,
             "worker_name": "$(POD_NAME)",
             "token_path": f"{TOKEN_DIR}/token",
+            "ca_path": f"{CA_DIR}/{CA_FILE}" if tls else None,
             "entrypoint": spec.processor.entrypoint,
             **source_settings(spec.source),
             "max_records": spec.reading.max_records,
@@ -95,14 +128,11 @@ def deployment(
             # The root filesystem is read-only; /tmp is where processors (Spark's scratch,
             # Python's tempfile) may write.
             {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
+            *([{"name": CA_VOLUME, "mountPath": CA_DIR, "readOnly": True}] if tls else []),
             *pod.volume_mounts,
         ],
         "ports": [{"name": "metrics", "containerPort": WORKER_METRICS_PORT}],
-        "securityContext": {
-            "runAsNonRoot": True,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-        },
+        "securityContext": dict(RESTRICTED_CONTAINER),
     }
     if spec.processor.env_from:
         container["envFrom"] = list(spec.processor.env_from)
@@ -132,6 +162,11 @@ def deployment(
                     "volumes": [
                         *pod.volumes,
                         {"name": SCRATCH_VOLUME, "emptyDir": {}},
+                        *(
+                            [{"name": CA_VOLUME, "configMap": {"name": operator_ca(consumer)}}]
+                            if tls
+                            else []
+                        ),
                         {
                             "name": TOKEN_VOLUME,
                             "projected": {

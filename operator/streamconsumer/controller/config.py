@@ -18,7 +18,7 @@ def _own_namespace() -> str:
     try:
         return _SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     except OSError:
-        return "default"  # outside a cluster (local development)
+        return "streamconsumer-system"  # outside a cluster (local development)
 
 
 class OperatorConfig(BaseSettings):
@@ -26,11 +26,22 @@ class OperatorConfig(BaseSettings):
 
     api_host: str = "0.0.0.0"
     api_port: int = Field(default=8080, ge=1, le=65535)
-    # How workers reach the API (the operator's Service in a cluster).
+    # How workers reach the API (the operator's Service in a cluster). https:// serves
+    # TLS (the chart's default); http:// is for local development and tests only.
     api_url: str = Field(
-        default="http://streamconsumer-operator.streamconsumer-system.svc:8080",
+        default="https://streamconsumer-operator.streamconsumer-system.svc:8080",
         pattern=r"^https?://",
     )
+    # Where the operator runs (its Lease and CA Secret live here) and its Service, whose DNS names
+    # the serving certificate covers.
+    namespace: str = Field(default_factory=_own_namespace)
+    service_name: str = "streamconsumer-operator"
+    # The operator's own CA (created if absent); its key never leaves this namespace.
+    tls_ca_secret: str = "streamconsumer-operator-ca"
+    # More names for the serving certificate (the chart adds the Service's cluster IP).
+    tls_sans: list[str] = Field(default_factory=list)
+    # cert-manager's Secret mounted here (tls.crt, tls.key, ca.crt): no CA of our own.
+    tls_cert_dir: str | None = None
     shard_sync_seconds: float = Field(default=10.0, gt=0)
     # A listing that takes longer is abandoned (the loop keeps the last one meanwhile).
     shard_sync_timeout_seconds: float = Field(default=30.0, gt=0)
@@ -42,13 +53,11 @@ class OperatorConfig(BaseSettings):
     # One active replica among several, elected with a coordination.k8s.io/v1 Lease.
     leader_election: bool = True
     leader_lease_name: str = "streamconsumer-operator"
-    leader_lease_namespace: str = Field(default_factory=_own_namespace)
     leader_lease_seconds: float = Field(default=15.0, gt=0)
     leader_renew_deadline_seconds: float = Field(default=10.0, gt=0)
     leader_retry_seconds: float = Field(default=2.0, gt=0)
     # This replica's pod (downward API); the leader labels it for the worker API Service.
     pod_name: str | None = None
-    pod_namespace: str | None = None
 
     @model_validator(mode="after")
     def _timing_is_consistent(self) -> OperatorConfig:

@@ -68,6 +68,8 @@ def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) 
     }
     if manifest["kind"] == "Deployment":
         k8s.AppsV1Api(api_client).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
+    elif manifest["kind"] == "ConfigMap":
+        k8s.CoreV1Api(api_client).patch_namespaced_config_map(name, namespace, manifest, **kwargs)
     elif manifest["kind"] == "PodDisruptionBudget":
         k8s.PolicyV1Api(api_client).patch_namespaced_pod_disruption_budget(
             name, namespace, manifest, **kwargs
@@ -93,6 +95,8 @@ async def reconcile_children(
     spec = spec_of(body)
     manifests = [
         children.service_account(name, spec),
+        # The CA before the Deployment: its pods mount it.
+        *([children.ca_bundle(name, memo.tls.ca_pem)] if memo.tls is not None else []),
         children.deployment(namespace, name, spec, memo.config.api_url),
         children.disruption_budget(name),
     ]

@@ -17,6 +17,11 @@ def worker_deployment(consumer: str) -> str:
     return f"{consumer}-workers"
 
 
+def operator_ca(consumer: str) -> str:
+    """The ConfigMap holding the operator's CA certificate for this consumer's workers."""
+    return f"{consumer}-operator-ca"
+
+
 class ManagedConsumer:
     def __init__(self, namespace: str, name: str, coordinator: Coordinator) -> None:
         self.namespace = namespace

@@ -217,8 +217,10 @@ CONSUMER_LABEL = f"{GROUP}/consumer"
 NAME_LABEL = "app.kubernetes.io/name"
 SCRATCH_VOLUME, SCRATCH_DIR = "scratch", "/tmp"
 TOKEN_VOLUME, TOKEN_DIR = "streamconsumer-token", f"/var/run/secrets/{GROUP}"
-RESERVED_VOLUMES = (SCRATCH_VOLUME, TOKEN_VOLUME)
-RESERVED_MOUNTS = (SCRATCH_DIR, TOKEN_DIR)
+# The operator's CA certificate (a ConfigMap per consumer), to verify the worker API.
+CA_VOLUME, CA_DIR, CA_FILE = "streamconsumer-operator-ca", f"/etc/{GROUP}/operator-ca", "ca.crt"
+RESERVED_VOLUMES = (SCRATCH_VOLUME, TOKEN_VOLUME, CA_VOLUME)
+RESERVED_MOUNTS = (SCRATCH_DIR, TOKEN_DIR, CA_DIR)
 RESERVED_LABELS = (NAME_LABEL, CONSUMER_LABEL)
 
 

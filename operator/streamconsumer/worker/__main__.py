@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import ssl
 import sys
 
 from streamconsumer.deadletter import writer_for
@@ -36,9 +37,16 @@ def main() -> None:
     except ValueError as error:
         sys.exit(f"worker: bad source configuration: {error}")
     source = make_source(spec, max_records=config.max_records)
-    operator = OperatorClient(
-        config.operator_url, config.namespace, config.consumer, config.token_path
-    )
+    try:
+        operator = OperatorClient(
+            config.operator_url,
+            config.namespace,
+            config.consumer,
+            config.token_path,
+            ca_path=config.ca_path,
+        )
+    except (OSError, ssl.SSLError) as error:
+        sys.exit(f"worker: cannot read the operator's CA {config.ca_path}: {error}")
     target = config.on_failure.dead_letter
     dead_letters = writer_for(target) if target is not None else None
     worker = Worker(config, operator, source, factory, dead_letters)

@@ -1,7 +1,10 @@
-"""The worker's side of the worker API: heartbeat and checkpoint over HTTP (httpx)."""
+"""The worker's side of the worker API: heartbeat and checkpoint over HTTPS (httpx),
+or plain HTTP for local development."""
 
 from __future__ import annotations
 
+import contextlib
+import ssl
 from pathlib import Path
 
 import httpx
@@ -16,6 +19,12 @@ from streamconsumer.models import (
 
 class OperatorUnavailable(RuntimeError):
     """No answer, or one that means "later" (5xx, 503 while the operator starts)."""
+
+
+class OperatorUntrusted(OperatorUnavailable):
+    """The operator's certificate is not signed by the CA we were given: the TLS
+    handshake failed, so nothing was sent (no token). Retried like an outage, with the
+    CA file read again (a rotated CA arrives through the mounted ConfigMap)."""
 
 
 class OperatorRefused(RuntimeError):
@@ -35,11 +44,20 @@ class OperatorClient:
         consumer: str,
         token_path: str,
         timeout: float = 5.0,
+        ca_path: str | None = None,
     ) -> None:
+        self._base_url = base_url
         self._prefix = f"/v1/namespaces/{namespace}/streamconsumers/{consumer}"
         self._token_path = Path(token_path)
+        self._ca_path = ca_path
+        # Verify against the operator's CA only when given one; else httpx's default CAs.
+        self._tls = ssl.create_default_context(cafile=ca_path) if ca_path else None
         # A wait=true checkpoint may be held until the status is written (up to 10 s).
-        self._http = httpx.Client(base_url=base_url, timeout=httpx.Timeout(timeout, read=15.0))
+        self._http = httpx.Client(
+            base_url=base_url,
+            timeout=httpx.Timeout(timeout, read=15.0),
+            verify=self._tls if self._tls is not None else True,
+        )
 
     def _post(
         self, path: str, body: dict[str, object], timeout: float | None = None
@@ -54,6 +72,13 @@ class OperatorClient:
                 timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
             )
         except (httpx.HTTPError, OSError) as error:
+            if _untrusted(error):
+                self._reload_ca()
+                raise OperatorUntrusted(
+                    f"{path}: {self._base_url} presents a certificate not signed by the "
+                    f"operator CA in {self._ca_path or 'the system trust store'} ({error}); "
+                    "nothing was sent, not even the token"
+                ) from error
             raise OperatorUnavailable(f"{path}: {error}") from error
         if response.status_code >= 500:
             raise OperatorUnavailable(f"{path}: HTTP {response.status_code}: {_message(response)}")
@@ -82,8 +107,25 @@ class OperatorClient:
             f"checkpoint refused ({response.status_code}): {_message(response)}"
         )
 
+    def _reload_ca(self) -> None:
+        # Adds the file's CA (a rotated one) to those trusted; new connections use it.
+        if self._tls is not None and self._ca_path is not None:
+            # Unreadable: the next attempt says untrusted again.
+            with contextlib.suppress(OSError, ssl.SSLError):
+                self._tls.load_verify_locations(cafile=self._ca_path)
+
     def close(self) -> None:
         self._http.close()
+
+
+def _untrusted(error: BaseException) -> bool:
+    """A certificate verification failure anywhere in the chain httpx raised."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _message(response: httpx.Response) -> str:

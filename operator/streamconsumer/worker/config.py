@@ -21,6 +21,9 @@ class WorkerConfig(BaseSettings):
     consumer: str
     worker_name: str
     token_path: str
+    # The operator's CA certificate: an https:// operator must present a certificate it
+    # signed, or the worker sends it nothing (not even its token). None: the system's CAs.
+    ca_path: str | None = None
     entrypoint: str
     source: Literal["kinesis", "dynamodbStreams"] = "kinesis"
     stream_name: str | None = None  # Kinesis

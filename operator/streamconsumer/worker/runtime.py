@@ -17,7 +17,12 @@ from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import StreamSource
 from streamconsumer.worker import metrics
 from streamconsumer.worker.calls import CALL_NAMES, call_processor
-from streamconsumer.worker.client import OperatorClient, OperatorRefused, OperatorUnavailable
+from streamconsumer.worker.client import (
+    OperatorClient,
+    OperatorRefused,
+    OperatorUnavailable,
+    OperatorUntrusted,
+)
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
@@ -104,7 +109,9 @@ class Worker:
             refused = str(error) if isinstance(error, OperatorRefused) else None
             with self._lock:
                 self.core.failed(refused, time.monotonic())
-                log.warning("heartbeat failed: %s", error)
+                # Untrusted is a configuration error, not an outage: say it loudly.
+                report = log.error if isinstance(error, OperatorUntrusted) else log.warning
+                report("heartbeat failed: %s", error)
             return
         with self._lock:
             started, resend = self.core.answered(response, sent_at, time.monotonic())
