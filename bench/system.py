@@ -5,6 +5,9 @@ the same run:
   the same records, both on kinesalite;
 - checkpoint round trip through the worker API vs a bare HTTP round trip to the same server;
 - failover: a worker killed -> its shards processing elsewhere, vs lease + grace;
+- operator failover: the leading operator replica killed -> every shard checkpointing
+  again through the standby, vs the leader Lease duration; and a rolling upgrade of the
+  operator (the leader stopped, a new replica started): duplicates, lost, longest pause;
 - control plane at scale: 1,000 shards, 50 simulated workers heartbeating and
   checkpointing: status writes per second, status size, operator CPU.
 """
@@ -34,7 +37,9 @@ from bench.results import record
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from testbed.controlplane import ControlPlane
+from testbed.handover import hand_over, start_with_two_operators
 from testbed.kinesis import KinesisEmulator, create_stream, list_all_shards, put_records
+from testbed.operator_process import LEADER_LEASE_SECONDS
 from testbed.scenario import Scenario, wait_for
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
@@ -216,6 +221,42 @@ def failover(
         record({"failover_seconds": round(seconds, 2)})
     finally:
         scenario.stop()
+
+
+def operator_failover(
+    plane: ControlPlane, api: k8s.ApiClient, faithful: KinesisEmulator, work: Path
+) -> None:
+    for how in ("kill", "upgrade"):
+        ns = namespace(api, f"bench-operator-{how}")
+        scenario = Scenario(plane, api, faithful, ns, f"op-{how}", work / f"op-{how}")
+        try:
+            start_with_two_operators(scenario)
+            handover = hand_over(scenario, how)
+            report = handover.report
+            moved = sum(
+                handover.owners_after.get(s) != o for s, o in handover.owners_before.items()
+            )
+            print(f"operator {'leader killed' if how == 'kill' else 'rolling upgrade'}:")
+            if how == "kill":
+                print(f"  leader Lease (the floor)   {LEADER_LEASE_SECONDS:6.1f} s  (baseline)")
+            ratio = handover.seconds / LEADER_LEASE_SECONDS
+            print(f"  every shard checkpointing  {handover.seconds:6.1f} s  ({ratio:.2f}x lease)")
+            print(f"  longest pause of a shard   {handover.longest_pause:6.1f} s")
+            print(
+                f"  duplicates {report.duplicates}, lost {len(report.lost)}, shards moved {moved}"
+            )
+            prefix = "operator_failover" if how == "kill" else "operator_upgrade"
+            record(
+                {
+                    f"{prefix}_seconds": round(handover.seconds, 2),
+                    f"{prefix}_longest_pause_seconds": round(handover.longest_pause, 2),
+                    f"{prefix}_duplicates": report.duplicates,
+                    f"{prefix}_lost": len(report.lost),
+                    "operator_leader_lease_seconds": LEADER_LEASE_SECONDS,
+                }
+            )
+        finally:
+            scenario.stop()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -421,6 +462,7 @@ def run(plane: ControlPlane, fast: KinesisEmulator, faithful: KinesisEmulator, w
     finally:
         scenario.stop()
     failover(plane, api, faithful, work)
+    operator_failover(plane, api, faithful, work)
     control_plane_at_scale(plane, api, fast, work)
 
 

@@ -5,22 +5,13 @@ moved: the workers ride through the switch."""
 
 from __future__ import annotations
 
-from testbed.handover import hand_over
+from testbed.handover import hand_over, start_with_two_operators
 from testbed.operator_process import LEADER_LEASE_SECONDS
-from testbed.scenario import Scenario, wait_for
-
-LEASE = 6.0
-
-
-def start(scenario: Scenario) -> None:
-    scenario.start(shards=4, replicas=2, lease_seconds=LEASE, operators=2)
-    scenario.produce(100)
-    wait_for(scenario.all_processed, 60, "the first records")
-    wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 30, "2/2 balance")
+from testbed.scenario import Scenario
 
 
 def test_the_standby_takes_over_when_the_leader_is_killed(scenario: Scenario) -> None:
-    start(scenario)
+    start_with_two_operators(scenario)
     handover = hand_over(scenario, "kill")
     assert handover.new_leader != handover.old_leader
     assert handover.new_leader in scenario.replicas
@@ -32,7 +23,7 @@ def test_the_standby_takes_over_when_the_leader_is_killed(scenario: Scenario) ->
 
 
 def test_a_rolling_upgrade_hands_over_at_once(scenario: Scenario) -> None:
-    start(scenario)
+    start_with_two_operators(scenario)
     handover = hand_over(scenario, "upgrade")
     assert handover.new_leader != handover.old_leader
     scenario.delivered(duplicates_at_most=0)

@@ -23,6 +23,14 @@ class Handover:
     report: Report
 
 
+def start_with_two_operators(scenario: Scenario, lease_seconds: float = 6.0) -> None:
+    """4 shards, 2 workers, 2 operator replicas; returns once all 4 shards are owned 2/2."""
+    scenario.start(shards=4, replicas=2, lease_seconds=lease_seconds, operators=2)
+    scenario.produce(100)
+    wait_for(scenario.all_processed, 60, "the first records")
+    wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 60, "2/2 balance")
+
+
 def _owners(scenario: Scenario) -> dict[str, str]:
     return {s: lease.get("owner", "") for s, lease in scenario.status()["leases"].items()}
 

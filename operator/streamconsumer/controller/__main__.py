@@ -111,6 +111,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             memo=memo,
         )
     finally:
+        log.info("%s: kopf stopped", config.identity())
         for task in (watch, refresh):
             if task is not None:
                 task.cancel()
@@ -120,6 +121,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
                 with contextlib.suppress(Exception):  # the next leader takes it off anyway
                     await asyncio.to_thread(label.drop)
             await elector.resign()
+            log.info("%s: the lease is free", config.identity())
             assert campaign is not None
             campaign.cancel()
         await runner.cleanup()
