@@ -69,7 +69,8 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     api = WorkerApi(
         registry, TokenReviewer(k8s.AuthenticationV1Api(api_client)), time.monotonic, leading
     )
-    runner = web.AppRunner(api.app(), access_log=None)
+    # A short shutdown: workers retry, and reach the next leader.
+    runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     # HTTPS unless the API URL is http:// (local development): workers' tokens never
     # cross the pod network in clear. Every replica serves from the one CA in the Secret.
@@ -101,7 +102,12 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         if elector is not None:
             watch = asyncio.create_task(_stop_when(elector.until_lost(), stop))
         memo = kopf.Memo(
-            config=config, api_client=api_client, registry=registry, leading=leading, tls=tls
+            config=config,
+            api_client=api_client,
+            registry=registry,
+            leading=leading,
+            tls=tls,
+            stop_serving=runner.cleanup,
         )
         await kopf.operator(
             clusterwide=args.all_namespaces,

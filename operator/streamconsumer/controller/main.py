@@ -58,6 +58,12 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.INFO
 
 
+@kopf.on.cleanup()
+async def stop_serving(memo: kopf.Memo, **_: Any) -> None:
+    """A stopping operator serves workers no more: they retry, and reach the next leader."""
+    await memo.stop_serving()
+
+
 def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) -> None:
     """Server-side apply: idempotent create-or-update in one call."""
     name = manifest["metadata"]["name"]
