@@ -147,6 +147,7 @@ class Pump:
     resubscribe_seconds: float
     stopping: threading.Event = field(default_factory=threading.Event)
     continuation: str | None = None
+    subscriptions: int = 0  # how many SubscribeToShard calls succeeded
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
     _current: Any = None  # the open event stream, closed to stop
 
@@ -182,6 +183,7 @@ class Pump:
         the End to queue after the events (None when the last event said so itself)."""
         position = starting_position(self.start, self.continuation)
         response = self._subscribe(position)
+        self.subscriptions += 1
         self._current = response["EventStream"]
         subscribed_at = time.monotonic()
         moved = False
@@ -281,10 +283,15 @@ class FanOutShardReader:
         except queue.Empty:
             return self._reading.idle()
         if isinstance(item, Exception):
+            self._thread.join()  # it ends after an error: the next read() starts over
             raise item
         if isinstance(item, End):
             return self._reading.end(item)
         return self._reading.event(item)
+
+    @property
+    def subscriptions(self) -> int:
+        return self._pump.subscriptions
 
     def close(self) -> None:
         self._pump.stop()
