@@ -183,15 +183,18 @@ class Pump:
         the End to queue after the events (None when the last event said so itself)."""
         position = starting_position(self.start, self.continuation)
         response = self._subscribe(position)
-        self.subscriptions += 1
         self._current = response["EventStream"]
         subscribed_at = time.monotonic()
-        moved = False
+        moved = held = False
         try:
-            for message in self._current:
+            for message in self._current:  # an exception message raises here
                 event = message.get("SubscribeToShardEvent")
                 if event is None:
                     continue
+                if not held:  # the first event: the subscription holds
+                    held = True
+                    self.subscriptions += 1
+                    log.info("%s: subscribed at %s", self.shard_id, position)
                 moved = moved or bool(event["Records"])
                 self._put(event)
                 if shard_end(event) is not None:
