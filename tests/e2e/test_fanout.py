@@ -13,16 +13,9 @@ from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.sources.kinesis_consumer import consumer_name
 from testbed.kinesis import list_all_shards, split_shard_in_half
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import FanOutScenario, Scenario, wait_for
 
 RESUBSCRIBE_SECONDS = "6"  # workers renew every 6 s here instead of every 280 s
-
-
-class FanOutScenario(Scenario):
-    def source(self) -> dict[str, Any]:
-        source = super().source()
-        source["kinesis"]["consumer"] = "fanOut"
-        return source
 
 
 def consumers(scenario: Scenario) -> list[dict[str, Any]]:
