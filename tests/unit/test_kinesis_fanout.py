@@ -30,6 +30,7 @@ from streamconsumer.sources.initial_response import (
 from streamconsumer.sources.kinesis import StreamRef
 from streamconsumer.sources.kinesis_consumer import NAME_LIMIT, StreamConsumers, consumer_name
 from streamconsumer.sources.kinesis_fanout import (
+    ConsumerArn,
     End,
     FanOutShardReader,
     Pump,
@@ -223,7 +224,16 @@ def test_other_errors_reach_read_which_starts_over_from_the_continuation() -> No
             [event(["43"], None, ("c1",))],
         ]
     )
-    reader = FanOutShardReader(client, StreamRef(name="s"), lambda: "arn", "s", AFTER, 0.0)  # type: ignore[arg-type]
+    forgotten: list[bool] = []
+    reader = FanOutShardReader(
+        client,  # type: ignore[arg-type]
+        StreamRef(name="s"),
+        lambda: "arn",
+        "s",
+        AFTER,
+        0.0,
+        forget_arn=lambda: forgotten.append(True),
+    )
     assert isinstance(reader, SubscribedReader)
     assert [r.sequence_number for r in reader.read().records] == ["42"]
     with pytest.raises(ClientError):
@@ -232,6 +242,7 @@ def test_other_errors_reach_read_which_starts_over_from_the_continuation() -> No
     assert [r.sequence_number for r in last.records] == ["43"]
     assert (last.shard_end, last.child_shards) == (True, ("c1",))
     assert client.positions[-1] == {"Type": "AFTER_SEQUENCE_NUMBER", "SequenceNumber": "42"}
+    assert forgotten == [True], "a consumer not found is looked up again"
     assert reader.read() == ReadResult([], 0, shard_end=True, child_shards=("c1",))
     reader.close()
 
@@ -415,3 +426,20 @@ def test_anything_else_is_refused_as_botocore_refuses_it() -> None:
     other = encode_message({":message-type": "event", ":event-type": "Unknown"}, b"{}")
     with pytest.raises(Exception, match="initial-response"):
         subscribe(other)
+
+
+def test_workers_look_the_arn_up_once_and_again_after_it_was_not_found() -> None:
+    described: list[str] = []
+
+    class Counting(Consumers):
+        def describe_stream_consumer(self, **params: Any) -> dict[str, Any]:
+            described.append(params["ConsumerName"])
+            return super().describe_stream_consumer(**params)
+
+    arn = ConsumerArn(Counting(["ACTIVE"], exists=True), StreamRef(name="s"), "team.clicks")  # type: ignore[arg-type]
+    assert (arn(), arn()) == ("arn:c", "arn:c")
+    arn.forget()
+    assert arn() == "arn:c"
+    assert described == ["team.clicks", "team.clicks"]
+    with pytest.raises(RuntimeError, match="CREATING"):
+        ConsumerArn(Consumers(["CREATING"], exists=True), StreamRef(name="s"), "n")()  # type: ignore[arg-type]

@@ -57,6 +57,7 @@ RESUBSCRIBE_SECONDS = 280.0
 EVENT_WAIT_SECONDS = 1.0
 QUEUED_EVENTS = 4  # events read ahead of the processor (each up to 10,000 records / 10 MB)
 RETRIED_CODES = frozenset({"ResourceInUseException", "LimitExceededException"})
+NOT_FOUND = "ResourceNotFoundException"  # no such consumer (any more), stream or shard
 
 
 def starting_position(start: StartPosition, continuation: str | None) -> StartingPositionTypeDef:
@@ -148,6 +149,7 @@ class Pump:
     stopping: threading.Event = field(default_factory=threading.Event)
     continuation: str | None = None
     subscriptions: int = 0  # how many SubscribeToShard calls succeeded
+    forget_arn: Callable[[], None] = lambda: None  # a consumer registered anew has a new ARN
     backoff: Backoff = field(default_factory=lambda: Backoff(base=0.5, cap=10.0))
     _current: Any = None  # the open event stream, closed to stop
 
@@ -159,6 +161,8 @@ class Pump:
                     outcome = self._subscription()
                 except ClientError as error:
                     if not retried(error):
+                        if error.response.get("Error", {}).get("Code") == NOT_FOUND:
+                            self.forget_arn()
                         raise
                     log.info("%s: subscription waits: %s", self.shard_id, error)
                     self.stopping.wait(self.backoff.delay(failures))
@@ -260,6 +264,7 @@ class FanOutShardReader:
         shard_id: str,
         start: StartPosition,
         resubscribe_seconds: float = RESUBSCRIBE_SECONDS,
+        forget_arn: Callable[[], None] = lambda: None,
     ) -> None:
         self.shard_id = shard_id
         self._reading = ReadSide(previous=start.sequence_number)
@@ -267,7 +272,14 @@ class FanOutShardReader:
             QUEUED_EVENTS
         )
         self._pump = Pump(
-            client, stream, consumer_arn, shard_id, start, self._events, resubscribe_seconds
+            client,
+            stream,
+            consumer_arn,
+            shard_id,
+            start,
+            self._events,
+            resubscribe_seconds,
+            forget_arn=forget_arn,
         )
         self._thread: threading.Thread | None = None
 
@@ -328,6 +340,12 @@ class ConsumerArn:
                 self._arn = described["ConsumerARN"]
             return self._arn
 
+    def forget(self) -> None:
+        """Look the ARN up again next time (the consumer was deregistered, perhaps
+        registered anew)."""
+        with self._lock:
+            self._arn = None
+
 
 class FanOutKinesisSource:
     """A Kinesis source whose readers subscribe (enhanced fan-out); shard listing and the
@@ -357,4 +375,5 @@ class FanOutKinesisSource:
             shard_id,
             start,
             self.resubscribe_seconds,
+            self.consumer_arn.forget,
         )
