@@ -98,6 +98,7 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	@rm -f bench/results.json
 	$(BIN)/python -m bench.lease_engine
 	PYTHONPATH=tests $(BIN)/python -m bench.system
+	PYTHONPATH=tests $(BIN)/python -m bench.fanout
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers
 

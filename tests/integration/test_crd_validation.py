@@ -140,6 +140,12 @@ REFUSED = [
         'supported values: "block", "skip", "deadLetter"',
         id="bad-policy",
     ),
+    pytest.param(
+        variant(source__kinesis__consumer="fanout"),
+        'spec.source.kinesis.consumer: Unsupported value: "fanout": supported values: '
+        '"polling", "fanOut"',
+        id="bad-consumer",
+    ),
 ]
 
 
@@ -164,6 +170,8 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
             VALID,
             variant(initialPosition="AT_TIMESTAMP", initialTimestamp="2026-01-01T00:00:00Z"),
             variant(source={"kinesis": {"streamARN": ARN}}),
+            variant(source__kinesis__consumer="fanOut"),
+            variant(source__kinesis__consumer="polling"),
             variant(autoscaling={"minReplicas": 1, "maxReplicas": 8, "targetLagSeconds": 30}),
             variant(source=DYNAMODB),
             variant(

@@ -25,6 +25,9 @@ class StreamConsumers:
     def get(self, name: str) -> Object:
         return cast(Object, self._api.get_namespaced_custom_object(*self._args(), name))
 
+    def delete(self, name: str) -> None:
+        self._api.delete_namespaced_custom_object(*self._args(), name)
+
     def replace_status(self, name: str, body: Object) -> Object:
         return cast(
             Object, self._api.replace_namespaced_custom_object_status(*self._args(), name, body)

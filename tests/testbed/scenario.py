@@ -282,6 +282,15 @@ class Scenario:
         return not self.report().lost
 
 
+class FanOutScenario(Scenario):
+    """The same, its workers reading through enhanced fan-out (SubscribeToShard)."""
+
+    def source(self) -> dict[str, Any]:
+        source = super().source()
+        source["kinesis"]["consumer"] = "fanOut"
+        return source
+
+
 def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> float:
     """Waits until `condition()`; returns the seconds it took."""
     started = time.monotonic()

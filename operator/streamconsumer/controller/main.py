@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
-from streamconsumer.controller import children
+from streamconsumer.controller import children, fanout
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
@@ -114,6 +114,39 @@ async def reconcile_children(
         consumer.coordinator.update_spec(spec)
         consumer.wake()
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
+
+
+def _fan_out(body: kopf.Body, **_: Any) -> bool:
+    return fanout.uses_fan_out(spec_of(body).source)
+
+
+# Enhanced fan-out: a stream consumer while the resource exists; the delete handler's
+# finalizer is only put on fanOut resources (kopf adds it when a delete handler matches).
+@kopf.on.resume(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
+@kopf.on.create(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
+async def register_stream_consumer(
+    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    arn = await fanout.register(namespace, name, spec_of(body).source)
+    logger.info("enhanced fan-out through stream consumer %s", arn)
+
+
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec.source", backoff=5.0)
+async def stream_consumer_changed(
+    old: Any, new: Any, name: str, namespace: str | None, **_: Any
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    await fanout.consumer_changed(namespace, name, old or {}, new or {})
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
+async def deregister_stream_consumer(
+    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    await fanout.deregister(namespace, name, spec_of(body).source)
+    logger.info("stream consumer deregistered")
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field=("metadata", "annotations", RESET_ANNOTATION))

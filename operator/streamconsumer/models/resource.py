@@ -40,6 +40,15 @@ def _same(field: str) -> str:
 _NEW_STREAM = "create a new StreamConsumer to read another stream"
 
 
+class KinesisConsumer(StrEnum):
+    """How workers read a Kinesis stream: GetRecords (shared 2 MB/s per shard) or enhanced
+    fan-out (SubscribeToShard through a registered consumer: its own 2 MB/s per shard, and
+    records pushed as they arrive)."""
+
+    POLLING = "polling"
+    FAN_OUT = "fanOut"
+
+
 class KinesisSource(Model):
     """Where to read: a Kinesis data stream, by name or ARN. The stream cannot change
     under a consumer (its leases and checkpoints belong to that stream's shards); the
@@ -78,6 +87,13 @@ class KinesisSource(Model):
         max_length=2048,
         pattern=r"^https?://",
         description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
+    )
+    consumer: KinesisConsumer = Field(
+        default=KinesisConsumer.POLLING,
+        description=(
+            "polling (GetRecords) or fanOut (enhanced fan-out: the operator registers a "
+            "stream consumer named <namespace>.<name> and deregisters it on delete)."
+        ),
     )
 
 

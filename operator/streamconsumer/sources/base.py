@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
@@ -26,6 +26,15 @@ class ShardReader(Protocol):
         shard_end again. Raises on errors it could not retry away; calling again resumes
         after the last record returned."""
         ...
+
+
+@runtime_checkable
+class SubscribedReader(ShardReader, Protocol):
+    """A reader fed by a push subscription (enhanced fan-out): `read()` itself waits for
+    the next event (a bounded time), so its driver does not pause between reads; `close()`
+    ends the subscription once the shard is done with."""
+
+    def close(self) -> None: ...
 
 
 class StreamSource(Protocol):

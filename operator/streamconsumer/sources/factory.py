@@ -4,8 +4,8 @@ listing, backlog probes) and the worker (readers) alike."""
 from __future__ import annotations
 
 from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
+from streamconsumer.models.resource import KinesisConsumer, Source
 from streamconsumer.models.resource import KinesisSource as KinesisSpec
-from streamconsumer.models.resource import Source
 from streamconsumer.sources.base import StreamSource
 from streamconsumer.sources.dynamodb_streams import (
     DynamoDBStreamsSource,
@@ -13,7 +13,10 @@ from streamconsumer.sources.dynamodb_streams import (
     dynamodb_client,
     streams_client,
 )
+from streamconsumer.sources.initial_response import tolerate_missing_initial_response
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
+from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_name
+from streamconsumer.sources.kinesis_fanout import FanOutKinesisSource
 from streamconsumer.worker.config import WorkerConfig
 
 
@@ -50,6 +53,7 @@ def source_settings(source: Source) -> dict[str, str | None]:
             "stream_arn": kinesis.stream_arn,
             "region": kinesis.region,
             "endpoint_url": kinesis.endpoint_url,
+            "kinesis_consumer": kinesis.consumer.value,
         }
     table = source.dynamodb_streams
     assert table is not None, "Source validates that one is set"
@@ -79,5 +83,28 @@ def worker_source_spec(config: WorkerConfig) -> Source:
             stream_arn=config.stream_arn,
             region=config.region,
             endpoint_url=config.endpoint_url,
+            consumer=config.kinesis_consumer,
         )
+    )
+
+
+def worker_source(config: WorkerConfig) -> StreamSource:
+    """The source a worker reads: readers that subscribe for a fanOut Kinesis consumer."""
+    spec = worker_source_spec(config)
+    source = make_source(spec, max_records=config.max_records)
+    if spec.kinesis is None or spec.kinesis.consumer is not KinesisConsumer.FAN_OUT:
+        return source
+    assert isinstance(source, KinesisSource)
+    # SubscribeToShard holds its connection open: reads wait for events, not replies.
+    tolerate_missing_initial_response(source.client)
+    return FanOutKinesisSource(
+        source, consumer_name(config.namespace, config.consumer), config.resubscribe_seconds
+    )
+
+
+def stream_consumers(kinesis: KinesisSpec) -> StreamConsumers:
+    """Registration of the stream's consumers, for the operator."""
+    return StreamConsumers(
+        kinesis_client(kinesis.region, kinesis.endpoint_url),
+        StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
     )

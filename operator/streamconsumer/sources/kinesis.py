@@ -183,7 +183,7 @@ def shard_iterator(
     try:
         return str(client.get_shard_iterator(**params)["ShardIterator"])
     except ClientError as error:
-        if not _in_the_future(error, position):
+        if not in_the_future(error, position):
             raise
     # Kinesis' clock is behind ours: nothing has arrived at or after the timestamp yet,
     # so reading from the tip skips nothing.
@@ -191,7 +191,7 @@ def shard_iterator(
     return shard_iterator(client, stream, shard_id, latest)
 
 
-def _in_the_future(error: ClientError, position: StartPosition) -> bool:
+def in_the_future(error: ClientError, position: StartPosition) -> bool:
     details = error.response.get("Error", {})
     return (
         position.type is StartPositionType.AT_TIMESTAMP

@@ -10,7 +10,7 @@ import sys
 
 from streamconsumer.deadletter import writer_for
 from streamconsumer.processor import load_processor, warm_up
-from streamconsumer.sources.factory import make_source, worker_source_spec
+from streamconsumer.sources.factory import worker_source
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig
@@ -33,10 +33,9 @@ def main() -> None:
     except Exception as error:  # a broken environment (no Java, a bad path): say so and stop
         sys.exit(f"worker: processor warm-up failed: {error}")
     try:
-        spec = worker_source_spec(config)
+        source = worker_source(config)
     except ValueError as error:
         sys.exit(f"worker: bad source configuration: {error}")
-    source = make_source(spec, max_records=config.max_records)
     try:
         operator = OperatorClient(
             config.operator_url,

@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.models.resource import KinesisConsumer
+from streamconsumer.sources.kinesis_fanout import RESUBSCRIBE_SECONDS
 
 PREFIX = "STREAMCONSUMER_"
 
@@ -30,6 +32,9 @@ class WorkerConfig(BaseSettings):
     table_name: str | None = None  # DynamoDB Streams
     stream_arn: str | None = None  # a Kinesis stream's, or a DynamoDB table stream's
     region: str | None = None
+    kinesis_consumer: KinesisConsumer = KinesisConsumer.POLLING
+    # Enhanced fan-out renews each subscription this often (tests shorten it).
+    resubscribe_seconds: float = Field(default=RESUBSCRIBE_SECONDS, gt=0)
     endpoint_url: str | None = None
     max_records: int = 1000
     idle_between_reads_ms: int = 500

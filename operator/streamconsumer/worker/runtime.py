@@ -14,7 +14,7 @@ from streamconsumer.core.backoff import Backoff
 from streamconsumer.deadletter import DeadLetterWriter, FailedBatch
 from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
-from streamconsumer.sources.base import StreamSource
+from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
 from streamconsumer.worker.calls import CALL_NAMES, call_processor
 from streamconsumer.worker.client import (
@@ -142,6 +142,21 @@ class Worker:
 
     def _read(self, machine: ShardMachine, changed: threading.Condition) -> None:
         reader = self._source.open_reader(machine.shard_id, machine.assignment.start)
+        try:
+            self._read_until_done(machine, changed, reader)
+        finally:
+            if isinstance(reader, SubscribedReader):
+                reader.close()
+
+    def _read_until_done(
+        self, machine: ShardMachine, changed: threading.Condition, reader: ShardReader
+    ) -> None:
+        # A subscription waits for its events in read(): no pause between reads.
+        idle_seconds = (
+            0.0
+            if isinstance(reader, SubscribedReader)
+            else self.config.idle_between_reads_ms / 1000
+        )
         backoff = Backoff(base=0.2, cap=10.0)
         failures = 0
         while True:
@@ -162,8 +177,8 @@ class Worker:
             with changed:
                 machine.read(result)
                 changed.notify_all()
-                if not result.records and not result.shard_end:
-                    changed.wait(self.config.idle_between_reads_ms / 1000)
+                if not result.records and not result.shard_end and idle_seconds:
+                    changed.wait(idle_seconds)
 
     def _process(self, machine: ShardMachine, changed: threading.Condition) -> None:
         processor: RecordProcessor | None = None

@@ -1,0 +1,91 @@
+"""Enhanced fan-out with the real operator and real worker processes: the operator
+registers the stream consumer on create, workers subscribe (and renew their
+subscriptions) through a split with nothing lost, in order and without duplicates, and
+deleting the StreamConsumer deregisters the consumer behind a finalizer."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from streamconsumer.sources.kinesis_consumer import consumer_name
+from testbed.kinesis import list_all_shards, split_shard_in_half
+from testbed.scenario import FanOutScenario, Scenario, wait_for
+
+RESUBSCRIBE_SECONDS = "6"  # workers renew every 6 s here instead of every 280 s
+
+
+def consumers(scenario: Scenario) -> list[dict[str, Any]]:
+    client = scenario.kinesis.client
+    arn = client.describe_stream_summary(StreamName=scenario.stream)
+    listed = client.list_stream_consumers(StreamARN=arn["StreamDescriptionSummary"]["StreamARN"])
+    return [dict(c) for c in listed["Consumers"]]
+
+
+def subscriptions(workdir: Path) -> int:
+    return sum(
+        Path(log).read_text(errors="replace").count(": subscribed at ")
+        for log in glob.glob(str(workdir / "pods" / "*" / "output.log"))
+    )
+
+
+def test_fan_out_from_create_to_delete(scenario: Scenario) -> None:
+    fan_out = FanOutScenario(
+        scenario.plane,
+        scenario.api_client,
+        scenario.kinesis,
+        scenario.namespace,
+        scenario.stream,
+        scenario.workdir,
+    )
+    try:
+        fan_out.start(
+            shards=2,
+            replicas=2,
+            pod_env=lambda _: {"STREAMCONSUMER_RESUBSCRIBE_SECONDS": RESUBSCRIBE_SECONDS},
+        )
+        name = consumer_name(fan_out.namespace, fan_out.name)
+        wait_for(
+            lambda: (
+                [(c["ConsumerName"], c["ConsumerStatus"]) for c in consumers(fan_out)]
+                == [(name, "ACTIVE")]
+            ),
+            60,
+            "the stream consumer registered on create",
+        )
+        finalizers = fan_out.consumers.get(fan_out.name)["metadata"].get("finalizers", [])
+        assert finalizers, "a fanOut StreamConsumer is deleted only after its consumer"
+
+        fan_out.produce(100)
+        wait_for(fan_out.all_processed, 60, "records through SubscribeToShard")
+        wait_for(lambda: subscriptions(fan_out.workdir) >= 4, 30, "subscriptions renewed")
+        first = sorted(
+            s["ShardId"] for s in list_all_shards(fan_out.kinesis.client, fan_out.stream)
+        )
+        split_shard_in_half(fan_out.kinesis.client, fan_out.stream, first[0])
+        fan_out.produce(100)
+        wait_for(fan_out.all_processed, 90, "records after the split")
+        report = fan_out.delivered()
+        children = {
+            s["ShardId"]
+            for s in list_all_shards(fan_out.kinesis.client, fan_out.stream)
+            if s.get("ParentShardId") == first[0]
+        }
+        assert children & set(report.shard_times), "the children were read too"
+
+        fan_out.consumers.delete(fan_out.name)
+
+        def deleted() -> bool:
+            try:
+                fan_out.consumers.get(fan_out.name)
+            except ApiException as error:
+                return bool(error.status == 404)
+            return False
+
+        wait_for(deleted, 60, "the StreamConsumer to go, its finalizer done")
+        wait_for(lambda: not consumers(fan_out), 30, "the stream consumer deregistered")
+    finally:
+        fan_out.stop()
