@@ -188,18 +188,6 @@ def failover(
         victim = sorted(scenario.owners())[0]
         leases = scenario.status()["leases"]
         shards = {s for s, lease in leases.items() if lease.get("owner") == victim}
-        stop = threading.Event()
-
-        def produce() -> None:
-            while not stop.wait(0.2):
-                scenario.produce(8)
-
-        producer = threading.Thread(target=produce)
-        producer.start()
-        time.sleep(2)
-        assert scenario.kubelet is not None
-        killed = time.time()
-        scenario.kubelet.kill(victim, signal.SIGKILL)
 
         def moved_on() -> bool:
             report = scenario.report()
@@ -207,9 +195,12 @@ def failover(
                 s in report.shard_owners and report.shard_owners[s][-1] != victim for s in shards
             )
 
-        wait_for(moved_on, 120, "the victim's shards to process elsewhere", poll=0.1)
-        stop.set()
-        producer.join()
+        with scenario.producing(every=0.2, count=8):
+            time.sleep(2)
+            assert scenario.kubelet is not None
+            killed = time.time()
+            scenario.kubelet.kill(victim, signal.SIGKILL)
+            wait_for(moved_on, 120, "the victim's shards to process elsewhere", poll=0.1)
         # The first record each victim shard processed after the kill, on its new owner.
         report = scenario.report()
         resumed = [report.first_processed(s, after=killed, besides=victim) for s in shards]

@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import kopf
 from aiohttp import web
@@ -139,8 +139,8 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     return 0
 
 
-async def _first(*waits: object) -> None:
-    tasks = [asyncio.ensure_future(w) for w in waits]  # type: ignore[call-overload]
+async def _first(*waits: Awaitable[object]) -> None:
+    tasks = [asyncio.ensure_future(w) for w in waits]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -148,8 +148,8 @@ async def _first(*waits: object) -> None:
             task.cancel()
 
 
-async def _stop_when(condition: object, stop: asyncio.Event) -> None:
-    await condition  # type: ignore[misc]
+async def _stop_when(condition: Awaitable[object], stop: asyncio.Event) -> None:
+    await condition
     stop.set()
 
 
