@@ -238,6 +238,28 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.release_forgets_the_reset,
         r"reset to \d+, resumed at \d+ instead",
     ),
+    "13.2 a slow call outlives its fence while the worker is cut off": Regression(
+        Run(
+            seed=4,
+            shards=1,
+            replicas=2,
+            faults=(F(5.0, "slow_calls", 0, 10.0), F(6.0, "partition", 0, 20.0)),
+            duration=40,
+        ),
+        reverts.calls_outlive_their_fence,
+        "deliver at once",
+    ),
+    "13.2 a call that never returns, while shards move": Regression(
+        Run(
+            seed=5,
+            shards=3,
+            replicas=2,
+            faults=(F(5.0, "hang"), F(8.0, "scale", 3), F(20.0, "split", 1)),
+            duration=40,
+        ),
+        reverts.hung_calls_wait_forever,
+        "never processed",
+    ),
     "found: scaled to zero behind a closed shard": Regression(
         Run(
             seed=26,

@@ -311,3 +311,21 @@ def release_forgets_the_reset(patch: pytest.MonkeyPatch) -> None:
 
     patch.setattr(leases, "apply_checkpoint", forgetting)
     patch.setattr("streamconsumer.controller.state.apply_checkpoint", forgetting)
+
+
+def calls_outlive_their_fence(patch: pytest.MonkeyPatch) -> None:
+    """13.2: nobody stops a processor call that runs on after its shard's fence closed (the
+    worker lost touch with the operator): the shard's next owner processes it meanwhile."""
+    patch.setattr(ShardMachine, "fence_deadline", property(lambda self: float("inf")))
+
+
+def hung_calls_wait_forever(patch: pytest.MonkeyPatch) -> None:
+    """13.2: no per-call timeout: a call that never returns holds its shard forever."""
+    patch.setattr(ShardMachine, "hung", lambda self, now: False)
+    watch = WorkerCore.watch
+
+    def unhurried(self: WorkerCore, now: float) -> float | None:
+        check_at = watch(self, now)  # a timeout already past: nothing to look at again
+        return None if check_at is not None and check_at <= now else check_at
+
+    patch.setattr(WorkerCore, "watch", unhurried)

@@ -17,7 +17,14 @@ from typing import Any
 from sim.ledger import Ledger, Violation
 from sim.operator import SimApiServer, SimOperator
 from sim.stream import SimSource, SimStream
-from sim.worker import WAITING_CHECKPOINT_TIMEOUT, Recorder, SimWorker, Sink, Trouble
+from sim.worker import (
+    SLOW_CALL_SECONDS,
+    WAITING_CHECKPOINT_TIMEOUT,
+    Recorder,
+    SimWorker,
+    Sink,
+    Trouble,
+)
 from sim.world import Network, World, wall
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.resource import (
@@ -32,6 +39,7 @@ SETTLE = 90.0  # the quiet period after the faults, in which everything must be 
 GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
 LEASES = (3.0, 4.0, 6.0, 10.0)
 POLICY_RETRIES = 2
+CALL_TIMEOUT = 15.0  # processor.onFailure.timeoutSeconds: some slow calls are hung
 PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to settle
 
 # Faults after which a record may be processed twice (DESIGN: duplicates only in the
@@ -49,13 +57,15 @@ PLANNED = {
     "flaky",
     "poison",
     "sink_errors",
+    "slow_calls",
+    "hang",
     "net_slow",
     "retention",
     "pause",
 }
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
-# or the worker cannot reach it.
+# or the worker cannot reach it (and slow processor calls, below).
 OUTAGES = {"operator_crash", "status_errors", "worker_pause", "partition", "net_loss"}
 
 
@@ -101,7 +111,10 @@ class Outcome:
 
 class Deployment:
     """The ReplicaSet: keeps `replicas` live workers, replaces dead ones, drains the
-    newest on scale-down and kills a draining worker after its grace period."""
+    newest on scale-down and kills a draining worker after its grace period. A process
+    that ends by itself (its watchdog) or crashes (some worker_crash faults) is restarted
+    in its pod, as the kubelet restarts a container: a new process under the same name;
+    other dead workers' pods are replaced."""
 
     def __init__(self, world: World, spawn: Callable[[str], SimWorker], replicas: int) -> None:
         self.world = world
@@ -132,7 +145,16 @@ class Deployment:
 
     def exited(self, worker: SimWorker) -> None:
         # Pods are replaced a little later, as a ReplicaSet does.
-        self.world.after(self.world.rng.uniform(0.5, 2.0), self.reconcile)
+        later = self.world.rng.uniform(0.5, 2.0)
+        if worker.crashed:
+            self.world.after(later, functools.partial(self._restart, worker.name))
+        else:
+            self.world.after(later, self.reconcile)
+
+    def _restart(self, name: str) -> None:
+        if len(self.live()) < self.replicas:
+            self.workers.append(self.spawn(name))
+        self.reconcile()
 
 
 class Simulation:
@@ -146,7 +168,11 @@ class Simulation:
             from_latest=run.initial_position == "LATEST",
             retries=None if run.on_failure == "block" else POLICY_RETRIES,
         )
-        on_failure: dict[str, Any] = {"retries": POLICY_RETRIES, "then": run.on_failure}
+        on_failure: dict[str, Any] = {
+            "retries": POLICY_RETRIES,
+            "then": run.on_failure,
+            "timeoutSeconds": CALL_TIMEOUT,
+        }
         if run.on_failure == "deadLetter":
             on_failure["deadLetter"] = {"sqs": {"queueURL": "http://sim/dead-letters"}}
         spec = {
@@ -201,7 +227,7 @@ class Simulation:
         return worker
 
     def _exited(self, worker: SimWorker) -> None:
-        if worker.killed_at_deadline or worker.drain_started is None:
+        if worker.killed_at_deadline or worker.drain_started is None or worker.crashed:
             self.killed.append(worker.name)
         if worker.killed_at_deadline and worker.drain_started is not None:
             drain = (worker.drain_started, self.world.now)
@@ -223,6 +249,8 @@ class Simulation:
         if fault.kind in OUTAGES:
             # A request lost near its end may be waited for a whole client timeout.
             self.outages.append((now, until + WAITING_CHECKPOINT_TIMEOUT + 1.0))
+        if fault.kind == "slow_calls":  # a drain waits for the calls under way
+            self.outages.append((now, until + 2 * SLOW_CALL_SECONDS))
         workers = [w for w in self.deployment.workers if w.alive]
         victim = workers[fault.arg % len(workers)] if workers else None
         match fault.kind:
@@ -270,11 +298,16 @@ class Simulation:
                     self.trouble.poison_until = max(self.trouble.poison_until, until)
             case "sink_errors":
                 self.trouble.sink_failing_until = until
+            case "slow_calls":
+                self.trouble.slow_until = until
+            case "hang":  # the next call never returns (the shard's next owner is spared)
+                self.trouble.hangs += 1
             case "net_slow":
                 self.network.slow_until = until
                 self.network.slow_delay = 0.5
             case "worker_crash":
                 if victim is not None:
+                    victim.crashed = fault.arg % 3 == 2  # the process, not the pod
                     victim.kill()
             case "worker_pause":
                 if victim is not None:
@@ -302,7 +335,8 @@ class Simulation:
         self.api.failing_until = self.network.slow_until = self.network.lossy_until = now
         self.operator.listing_failing_until = self.operator.listing_slow_until = now
         self.trouble.flaky_until = self.trouble.poison_until = now
-        self.trouble.sink_failing_until = now
+        self.trouble.sink_failing_until = self.trouble.slow_until = now
+        self.trouble.hangs = 0
         for link in self.network.links.values():
             link.cut_until = now
         if self.api.spec.get("paused"):

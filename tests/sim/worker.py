@@ -1,7 +1,8 @@
 """Simulated worker pods: the real WorkerCore and ShardMachines, driven the way
 `worker/runtime.py` drives them, on a clock of their own (an offset monotonic clock:
 no two processes agree on the time), over the simulated network. A worker can be
-paused (its events wait), killed (they vanish) or drained (SIGTERM)."""
+paused (its events wait), killed (they vanish) or drained (SIGTERM). Its watchdog ends
+it (`crashed`) when a processor call outlives its fence, or after a hung call's drain."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ from streamconsumer.worker.shard import (
 WAITING_CHECKPOINT_TIMEOUT = 15.0  # as worker/runtime.py
 IDLE_READ = 0.5
 DRAIN_SECONDS = 25.0
+SLOW_CALL_SECONDS = 30.0  # the longest a slow processor call takes
+NEVER = 1e9  # a hung call's duration: it returns after every run has ended
 
 
 @dataclass
@@ -52,6 +55,17 @@ class Trouble:
     poison_until: float = -1.0  # ...until then
     sink_failing_until: float = -1.0
     sink_rate: float = 0.5
+    slow_until: float = -1.0  # processor calls started before then take seconds, not ms
+    hangs: int = 0  # the next n calls with records never return
+
+    def call_seconds(self, records: int) -> float:
+        rng = self.world.rng
+        if self.hangs and records:
+            self.hangs -= 1
+            return NEVER
+        if self.world.now < self.slow_until:
+            return rng.uniform(0.5, SLOW_CALL_SECONDS)
+        return rng.uniform(0.001, 0.03) * (1 + records / 10)
 
     def batch_fails(self, shard_id: str, records: list[Record]) -> bool:
         now = self.world.now
@@ -148,6 +162,8 @@ class SimWorker:
         self._beat_at = 0.0
         self.drain_started: float | None = None
         self.killed_at_deadline = False
+        self.crashed = False  # the process ended (its watchdog, a crash): not the pod
+        self._watch_at: float | None = None
         self._plan_heartbeat(0.0)
 
     def clock(self) -> float:
@@ -230,7 +246,7 @@ class SimWorker:
                 self._poke(running)
                 self._read(running)
         if self.core.done(self.clock()):
-            if self.core.machines and self.drain_started is not None:
+            if self.core.machines and self.drain_started is not None and not self.crashed:
                 self.killed_at_deadline = True  # the pod's grace period ran out
             self.kill()
             return
@@ -311,7 +327,9 @@ class SimWorker:
             running.delivery = self.ledger.begin(
                 self.name, machine.shard_id, machine.epoch, (r.sequence_number for r in records)
             )
-        duration = self.world.rng.uniform(0.001, 0.03) * (1 + len(records) / 10)
+        self._watch()
+        assert self.trouble is not None
+        duration = self.trouble.call_seconds(len(records))
         self.schedule(duration, lambda: self._call(running, step))
 
     def _call(self, running: Running, step: Call) -> None:
@@ -340,6 +358,28 @@ class SimWorker:
             running.delivery = None
         self._poke(running)
         self._read(running)
+
+    # --- the watchdog ---------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """As the runtime's watchdog: a call past its fence ends the process; a hung call
+        drains the other shards first (the next heartbeat says so)."""
+        hung_before = self.core.hung
+        check_at = self.core.watch(self.clock())
+        if self.core.overran is not None:
+            self.crashed = True
+            self.kill()
+            return
+        if self.core.hung is not None and hung_before is None:
+            self.crashed = True
+            self._wake_heartbeat()
+        if check_at is not None and (self._watch_at is None or check_at < self._watch_at):
+            self._watch_at = check_at
+            self.schedule(max(0.0, check_at - self.clock()) + 1e-6, self._watched)
+
+    def _watched(self) -> None:
+        self._watch_at = None
+        self._watch()
 
     def _checkpointed(self, running: Running, answer: Answer | None) -> None:
         running.machine.answered(Answer.UNREACHABLE if answer is None else answer, self.clock())

@@ -10,8 +10,18 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
+from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.worker.core import WorkerCore
-from streamconsumer.worker.shard import Answer, Finished, Outcome, SendCheckpoint, Stop
+from streamconsumer.worker.shard import (
+    Answer,
+    Finished,
+    Initialize,
+    LoseLease,
+    Outcome,
+    SendCheckpoint,
+    ShardMachine,
+    Stop,
+)
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
 
@@ -120,3 +130,75 @@ def test_an_answer_ends_a_run_of_refusals() -> None:
     core.answered(answer(), 20.0, 20.1)
     core.failed("heartbeat refused (403)", 31.0)
     assert not core.done(31.0)
+
+
+# --- the watchdog's rules (runtime.py ends the process; the simulation kills it) ------
+
+
+def started_call(core: WorkerCore, shard: str, now: float) -> ShardMachine:
+    """A granted shard whose processor call (initialize) began at `now`."""
+    core.heartbeat(now)
+    (machine,), _ = core.answered(answer([grant(shard, 1)]), sent_at=now, now=now)
+    assert isinstance(machine.next(now), Initialize)
+    return machine
+
+
+def test_a_call_that_outlives_its_shards_fence_ends_the_process_at_once() -> None:
+    core = WorkerCore("w", prefetch=2)
+    machine = started_call(core, "s", 0.0)  # fence: 6 s after the heartbeat was sent
+    assert core.watch(1.0) == machine.fence_deadline == 6.0, "look again when it closes"
+    assert core.overran is None
+    assert not core.done(5.9)
+    assert core.watch(6.0) is None
+    assert core.overran is not None
+    assert "s: initialize was still running" in core.overran
+    assert core.done(6.0), "no hand-off: the operator may grant s elsewhere soon"
+
+
+def test_a_renewed_fence_lets_a_long_call_run_on() -> None:
+    core = WorkerCore("w", prefetch=2, policy=FailurePolicy(timeout_seconds=60))
+    started_call(core, "s", 0.0)
+    core.heartbeat(4.0)
+    core.answered(answer(), sent_at=4.0, now=4.1)
+    assert core.watch(6.5) == 10.0, "the renewed fence"
+    assert core.overran is None
+
+
+def test_a_hung_call_is_reported_and_the_other_shards_are_handed_off_first() -> None:
+    core = WorkerCore("w", prefetch=2, policy=FailurePolicy(timeout_seconds=3), drain_seconds=20)
+    started_call(core, "s", 0.0)
+    other = started_call(core, "t", 0.5)
+    other.returned(0.6)  # initialize returned: t is healthy
+    assert core.watch(1.0) == 3.0, "when s's call times out"
+    core.watch(3.0)
+    assert core.hung is not None
+    assert "s: initialize has not returned after 3s" in core.hung
+    assert core.draining, "the heartbeat asks the operator to move the shards"
+    held = {h.shard_id: h for h in core.heartbeat(3.1).held}
+    failing = held["s"].failing
+    assert failing is not None
+    assert failing.blocked, "Degraded names the shard"
+    assert "timeoutSeconds 3" in failing.error
+    assert held["t"].failing is None
+    assert not core.done(3.2), "t is handed off first"
+    core.finished(other)
+    assert core.done(3.3), "then only the hung call is left: the process ends"
+
+
+def test_a_hung_call_that_returns_after_all_is_handed_off_like_any_other() -> None:
+    core = WorkerCore("w", prefetch=2, policy=FailurePolicy(timeout_seconds=3))
+    machine = started_call(core, "s", 0.0)
+    core.watch(3.0)
+    machine.returned(4.0)
+    assert core.hung is not None
+    assert not core.done(4.0), "its release is still to come"
+
+
+def test_lease_lost_is_a_notice_made_after_the_fence_only_its_timeout_counts() -> None:
+    core = WorkerCore("w", prefetch=2, policy=FailurePolicy(timeout_seconds=30))
+    machine = started_call(core, "s", 0.0)
+    machine.returned(0.1)
+    machine.revoke(Stop.LOST)
+    assert isinstance(machine.next(7.0), LoseLease)  # the fence closed at 6 s
+    assert core.watch(7.0) == 37.0
+    assert core.overran is None

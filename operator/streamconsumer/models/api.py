@@ -28,7 +28,9 @@ class Failing(Model):
     attempts: int = Field(ge=1)
     seconds: float = Field(ge=0, description="Since its first failure.")
     error: str = Field(max_length=2048)
-    blocked: bool = Field(description="Retries are used up and the policy is block.")
+    blocked: bool = Field(
+        description="Retries are used up and the policy is block, or a call is hung."
+    )
 
 
 class PassedOver(Model):

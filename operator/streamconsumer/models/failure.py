@@ -99,6 +99,14 @@ class FailurePolicy(Model):
     )
     initial_backoff_seconds: float = Field(default=0.1, gt=0, le=3600)
     max_backoff_seconds: float = Field(default=30.0, gt=0, le=3600)
+    timeout_seconds: float = Field(
+        default=900,
+        gt=0,
+        le=604800,
+        description="A processor call still running after this long is hung: the worker "
+        "reports it (Degraded), hands its other shards off and restarts; the shard is "
+        "processed again from its last checkpoint.",
+    )
     then: AfterRetries = Field(
         default=AfterRetries.BLOCK,
         description="block (default: never pass a record over), skip, or deadLetter.",

@@ -14,7 +14,7 @@ from streamconsumer.sources.factory import worker_source
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig
-from streamconsumer.worker.runtime import Worker
+from streamconsumer.worker.runtime import EXIT_CALL_STUCK, Worker
 
 
 def main() -> None:
@@ -51,7 +51,11 @@ def main() -> None:
     worker = Worker(config, operator, source, factory, dead_letters)
     signal.signal(signal.SIGTERM, worker.drain)
     signal.signal(signal.SIGINT, worker.drain)
-    sys.exit(worker.run())
+    status = worker.run()
+    if status == EXIT_CALL_STUCK:  # a processor call still runs: do not wait for anything
+        logging.shutdown()
+        os._exit(status)
+    sys.exit(status)
 
 
 if __name__ == "__main__":

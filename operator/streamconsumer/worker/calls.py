@@ -14,14 +14,6 @@ from streamconsumer.worker.shard import (
     Shutdown,
 )
 
-CALL_NAMES = {
-    Initialize: "initialize",
-    Deliver: "process_records",
-    EndShard: "shard_ended",
-    Shutdown: "shutdown_requested",
-    LoseLease: "lease_lost",
-}
-
 
 def call_processor(
     call: ProcessorCall,

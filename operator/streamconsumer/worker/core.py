@@ -6,7 +6,13 @@ Applying an answer keeps this order, all at once: revocations first, then fence
 renewals (never for a shard just lost), then assignments (DESIGN §3.1-3.2). A worker
 also remembers, per shard, the epoch it last let go of and its last word: it never
 starts a shard again under that epoch, and if the operator still counts the shard as
-its own (a restart lost the release), it says that last word again."""
+its own (a restart lost the release), it says that last word again.
+
+Processor calls are watched (`watch`), since a thread cannot be interrupted. A call
+still running when its shard's fence closes ends the process at once: the operator may
+grant the shard elsewhere a grace period later, and only the process's end stops the call
+(DESIGN §3.2). A call past the policy's timeout is hung: reported, the other shards are
+handed off, then the process ends and the shard restarts from its checkpoint."""
 
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ from streamconsumer.models import (
     RevocationReason,
 )
 from streamconsumer.models.failure import FailurePolicy
-from streamconsumer.worker.shard import ShardMachine, Stop
+from streamconsumer.worker.shard import CALL_NAMES, LoseLease, ShardMachine, Stop
 
 FAILED_HEARTBEAT_RETRY_SECONDS = 1.0
 MAX_REQUEST_SECONDS = 5.0
@@ -37,17 +43,21 @@ class WorkerCore:
         give_up_seconds: float = 30.0,
         rng: random.Random | None = None,
         policy: FailurePolicy | None = None,
+        drain_seconds: float = 25.0,
     ) -> None:
         self.name = name
         self.machines: dict[str, ShardMachine] = {}
         self.interval = 0.0  # seconds until the next heartbeat is due
-        self.exit_reason: str | None = None
+        self.exit_reason: str | None = None  # refused for too long: end, handing nothing off
+        self.overran: str | None = None  # a call outlived its fence: end at once
+        self.hung: str | None = None  # a call is hung: hand the other shards off, then end
         self.draining = False
         self._prefetch = prefetch
         self._wants_empty = wants_empty_batches
         self._give_up = give_up_seconds
         self._rng = rng or random.Random()
         self._policy = policy or FailurePolicy()
+        self._drain_seconds = drain_seconds
         self._let_go: dict[str, tuple[int, CheckpointRequest]] = {}
         self._sent: dict[str, HeldShard] = {}  # what the heartbeat in flight listed
         self._refused_since: float | None = None
@@ -162,19 +172,58 @@ class WorkerCore:
             del self.machines[machine.shard_id]
         self._let_go[machine.shard_id] = (machine.epoch, machine.last_request())
 
-    def drain(self, now: float, seconds: float) -> None:
-        """SIGTERM: take nothing new, hand everything off within `seconds`."""
+    def drain(self, now: float, seconds: float | None = None) -> None:
+        """SIGTERM: take nothing new, hand everything off within `seconds` (by default the
+        pod's grace period, less a margin)."""
         if not self.draining:
             self.draining = True
-            self._drain_until = now + seconds
+            self._drain_until = now + (self._drain_seconds if seconds is None else seconds)
             self.interval = 0.0
+
+    def watch(self, now: float) -> float | None:
+        """Checks the calls in flight; returns when to look again (None: no call in flight).
+        Sets `overran` if a call outlived its shard's fence, `hung` (and drains) if a call
+        ran past the timeout. lease_lost() is a notice, made after the fence: only
+        its timeout is watched."""
+        soonest: float | None = None
+        for machine in self.machines.values():
+            started, call = machine.call_started, machine.call
+            if started is None or call is None:
+                continue
+            name = CALL_NAMES[type(call)]
+            check = float("inf")
+            if not isinstance(call, LoseLease):
+                if now >= machine.fence_deadline:
+                    self.overran = (
+                        f"{machine.shard_id}: {name} was still running when the shard's "
+                        "lease ran out (no heartbeat was answered in time); exiting at once, "
+                        "so that no other worker processes the shard at the same time"
+                    )
+                    return None
+                check = machine.fence_deadline
+            if machine.hung(now):
+                if self.hung is None:
+                    self.hung = (
+                        f"{machine.shard_id}: {name} has not returned after "
+                        f"{now - started:.0f}s (timeoutSeconds "
+                        f"{self._policy.timeout_seconds:g}); the other shards are handed "
+                        "off, then the worker exits and the shard restarts from its checkpoint"
+                    )
+                    self.drain(now)
+            else:
+                check = min(check, started + self._policy.timeout_seconds)
+            soonest = check if soonest is None else min(soonest, check)
+        return soonest
 
     def done(self, now: float) -> bool:
         """May the process exit? After a drain once the operator counts nothing as ours
-        (or the drain's time is up), or when giving up."""
-        if self.exit_reason is not None:
+        (or the drain's time is up; with a call hung, once the other shards are let go),
+        or when giving up."""
+        if self.exit_reason is not None or self.overran is not None:
             return True
         if not self.draining:
             return False
         assert self._drain_until is not None
+        if self.hung is not None and all(m.hung(now) for m in self.machines.values()):
+            return True
         return (not self.machines and self._owns_nothing) or now >= self._drain_until

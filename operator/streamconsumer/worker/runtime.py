@@ -1,12 +1,15 @@
 """The worker process: threads that drive the sans-I/O cores. The main thread heartbeats
 (WorkerCore); each held shard has a reader thread (GetRecords, read ahead up to
 `prefetch`) and a processing thread that runs the steps its ShardMachine asks for —
-processor calls and checkpoints. Every call into a core holds one lock; processor calls
+processor calls and checkpoints. A watchdog thread watches the processor calls in flight
+(`WorkerCore.watch`): a thread cannot be interrupted, so a call that outlives its shard's
+fence ends the process at once. Every call into a core holds one lock; processor calls
 and HTTP happen outside it. SIGTERM drains: every shard is handed off, then we exit."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -16,7 +19,7 @@ from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
-from streamconsumer.worker.calls import CALL_NAMES, call_processor
+from streamconsumer.worker.calls import call_processor
 from streamconsumer.worker.client import (
     OperatorClient,
     OperatorRefused,
@@ -26,6 +29,7 @@ from streamconsumer.worker.client import (
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
+    CALL_NAMES,
     Answer,
     DeadLetter,
     Deliver,
@@ -39,6 +43,8 @@ from streamconsumer.worker.shard import (
 log = logging.getLogger(__name__)
 MAX_WAIT_SECONDS = 1.0  # wake up at least this often (a fence may have closed)
 WAITING_CHECKPOINT_SECONDS = 15.0
+EXIT_REFUSED = 2  # the operator refused this worker for too long
+EXIT_CALL_STUCK = 3  # a processor call outlived its shard's fence, or hung past the timeout
 
 
 class Worker:
@@ -63,15 +69,21 @@ class Worker:
             wants_empty,
             config.give_up_seconds,
             policy=config.on_failure,
+            drain_seconds=config.drain_seconds,
         )
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._calls_changed = threading.Event()  # wakes the watchdog: a call began
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle ---------------------------------------------------------------------
 
     def run(self) -> int:
-        """Heartbeats until done (drained, or giving up); returns the exit status."""
+        """Heartbeats until done (drained, or giving up); returns the exit status. After
+        EXIT_CALL_STUCK a processor call is still running: end with `os._exit`, since an
+        interpreter's exit may wait for threads (atexit hooks) that wait for that call."""
+        watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
+        watchdog.start()
         while True:
             self._heartbeat()
             with self._lock:
@@ -82,13 +94,39 @@ class Worker:
                 break
             self._wake.wait(interval)
             self._wake.clear()
+        with self._lock:
+            stuck = self.core.overran or self.core.hung
+        if stuck:
+            log.error("worker: %s", stuck)
+            return EXIT_CALL_STUCK
         for thread in self._threads:
             thread.join(timeout=1.0)
         self._operator.close()
         if self.core.exit_reason:
             log.error("worker: %s", self.core.exit_reason)
-            return 2
+            return EXIT_REFUSED
         return 0
+
+    def _watch(self) -> None:
+        """The watchdog: looks at the calls in flight when the core says, or when a call
+        begins. A call past its fence ends the process here and now: the operator may grant
+        the shard to another worker soon after, and only the process's end stops the call."""
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                hung_before = self.core.hung
+                check_at = self.core.watch(now)
+                overran, hung = self.core.overran, self.core.hung
+            if overran is not None:
+                log.critical("worker: %s", overran)
+                logging.shutdown()
+                os._exit(EXIT_CALL_STUCK)
+            if hung is not None and hung_before is None:
+                log.error("worker: %s", hung)
+                self._wake.set()  # the next heartbeat says draining
+            wait = MAX_WAIT_SECONDS if check_at is None else check_at - now
+            self._calls_changed.wait(max(0.0, min(wait, MAX_WAIT_SECONDS)))
+            self._calls_changed.clear()
 
     def drain(self, *_: object) -> None:
         """Begin a graceful shutdown (the SIGTERM handler)."""
@@ -196,6 +234,8 @@ class Worker:
                     changed.notify_all()  # the reader ends too
                     log.info("%s: %s", shard, step.outcome.value)
                     break
+                if machine.call is not None:
+                    self._calls_changed.set()  # the watchdog times it
             if isinstance(step, SendCheckpoint):
                 answer = self._checkpoint(step.request)
                 with changed:

@@ -11,6 +11,9 @@ The rules it keeps:
 - A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
   (`models.failure`): block (retry on, reported), skip, or dead-letter it first.
+- A call is watched, not trusted to return: `call_started` and `fence_deadline` let the
+  worker end the process before a call outlives the shard's fence, and `hung` says when
+  it has run past the policy's timeout (a thread cannot be interrupted; `core.watch`).
 - The release carries the position and is repeated until the status holds it, so a
   planned move replays nothing even across an operator restart (§3.5, §3.9)."""
 
@@ -131,6 +134,15 @@ Step = (
 )
 ProcessorCall = Initialize | Deliver | EndShard | Shutdown | LoseLease
 Call = ProcessorCall | Skip | DeadLetter  # what the driver does and answers with returned/raised
+CALL_NAMES: dict[type, str] = {
+    Initialize: "initialize",
+    Deliver: "process_records",
+    EndShard: "shard_ended",
+    Shutdown: "shutdown_requested",
+    LoseLease: "lease_lost",
+    Skip: "skip",
+    DeadLetter: "the dead-letter write",
+}
 
 
 class ShardMachine:
@@ -161,6 +173,7 @@ class ShardMachine:
         self._end_read = False
         self._stop: Stop | None = None
         self._call: Call | None = None
+        self._call_started: float | None = None
         self._in_flight: CheckpointRequest | None = None
         self._final: CheckpointRequest | None = None  # the release or SHARD_END to store
         self._initialized = False
@@ -192,6 +205,26 @@ class ShardMachine:
     def stopping(self) -> Stop | None:
         return self._stop
 
+    @property
+    def fence_deadline(self) -> float:
+        """Deliveries stop at this time unless a heartbeat renews it."""
+        return self._deadline
+
+    @property
+    def call(self) -> Call | None:
+        """The call the driver is making, if any."""
+        return self._call
+
+    @property
+    def call_started(self) -> float | None:
+        """When the call in flight began; None when there is none."""
+        return self._call_started
+
+    def hung(self, now: float) -> bool:
+        """Has the call in flight run past the policy's timeout?"""
+        started = self._call_started
+        return started is not None and now - started >= self._policy.timeout_seconds
+
     def wants_read(self) -> bool:
         return (
             self.outcome is None
@@ -207,7 +240,18 @@ class ShardMachine:
     def held(self, now: float) -> HeldShard:
         done = self.progress.done
         failing = None
-        if self._failing_since is not None:
+        started = self._call_started
+        if started is not None and self.hung(now):
+            assert self._call is not None
+            failing = Failing(
+                attempts=self._call_failures + 1,
+                seconds=now - (started if self._failing_since is None else self._failing_since),
+                error=f"{CALL_NAMES[type(self._call)]} has not returned after "
+                f"{now - started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g}): "
+                "the worker restarts",
+                blocked=True,
+            )
+        elif self._failing_since is not None:
             failing = Failing(
                 attempts=self._call_failures,
                 seconds=now - self._failing_since,
@@ -232,6 +276,12 @@ class ShardMachine:
     # --- what to do next ---------------------------------------------------------------
 
     def next(self, now: float) -> Step:
+        step = self._next(now)
+        if self._call is not None and self._call_started is None:
+            self._call_started = now
+        return step
+
+    def _next(self, now: float) -> Step:
         if self.outcome is not None:
             return Finished(self.outcome)
         if self._call is not None or self._in_flight is not None:
@@ -372,7 +422,7 @@ class ShardMachine:
 
     def returned(self, now: float) -> None:
         """The processor call from the last step returned."""
-        call, self._call = self._call, None
+        call, self._call, self._call_started = self._call, None, None
         if isinstance(call, Skip):
             self._pass_over(call.batch, "skip")
             return
@@ -394,7 +444,7 @@ class ShardMachine:
 
     def raised(self, now: float, error: str = "") -> None:
         """The call from the last step raised `error`: nothing it did counts."""
-        call, self._call = self._call, None
+        call, self._call, self._call_started = self._call, None, None
         if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
             self._error = f"{call.error} (dead-letter target: {error})"
             self._retry_call_at = now + self._retry.delay(self._dead_letter_failures)
