@@ -66,6 +66,8 @@ class LocalKubelet:
         self.extra_env = extra_env or {}
         self.pod_env = pod_env
         self.pods: dict[str, RunningPod] = {}
+        # Pods whose process ended on its own: exit status, and when it was seen (≤0.2 s late).
+        self.exits: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._threads = [
@@ -220,6 +222,7 @@ class LocalKubelet:
                     pod.stopping = True
             for pod in died:
                 log.info("pod %s exited with %s", pod.name, pod.process.returncode)
+                self.exits[pod.name] = (pod.process.returncode, time.time())
                 with contextlib.suppress(Exception):
                     self._set_phase(pod.name, "Failed", ready=False)
 

@@ -44,10 +44,18 @@ class RecordingProcessor(BaseRecordProcessor):
         self.down_while = os.environ.get("RECORD_DOWN_WHILE")
         # A record whose data is this value makes every batch holding it fail (a poison).
         self.poison = os.environ.get("RECORD_POISON")
+        # The first batch holding this value hangs (sleeps RECORD_HANG_SECONDS) before
+        # recording anything; RECORD_HANG_MARK (a file) says it has happened.
+        self.hang = os.environ.get("RECORD_HANG")
         self.batches = 0
         self.failed = False
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.hang and any(r.data.decode() == self.hang for r in records):
+            mark = Path(os.environ["RECORD_HANG_MARK"])
+            if not mark.exists():
+                mark.write_text(f"{self.worker} {time.time()}")
+                time.sleep(float(os.environ.get("RECORD_HANG_SECONDS", "3600")))
         if self.poison and any(r.data.decode() == self.poison for r in records):
             raise ValueError(f"injected failure: cannot process {self.poison}")
         if self.down_while and os.path.exists(self.down_while):
