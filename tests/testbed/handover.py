@@ -36,10 +36,12 @@ def _owners(scenario: Scenario) -> dict[str, str]:
 
 
 def hand_over(scenario: Scenario, how: str) -> Handover:
-    """`how`: "kill" (SIGKILL, the Lease must run out) or "upgrade" (SIGTERM to the leader
-    and a new replica started, as a RollingUpdate does)."""
+    """`how`: "kill" (SIGKILL, the Lease must run out) or "upgrade" (as a RollingUpdate
+    with maxSurge 1: a new replica is up, then the leader gets SIGTERM)."""
     old = wait_for_leader(scenario)
     before = _owners(scenario)
+    if how == "upgrade":
+        scenario.add_operator(f"{old}-next")
     with scenario.producing(every=0.1, count=4):
         time.sleep(2)
         positions = scenario.checkpoints()
@@ -47,8 +49,7 @@ def hand_over(scenario: Scenario, how: str) -> Handover:
         if how == "kill":
             scenario.replicas[old].kill()
         else:
-            scenario.replicas[old].stop()
-            scenario.add_operator(f"{old}-next")
+            scenario.replicas[old].terminate()
         wait_for(lambda: scenario.leader() not in (None, old), 60, "a new leader")
 
         def every_shard_moved_on() -> bool:
@@ -58,6 +59,7 @@ def hand_over(scenario: Scenario, how: str) -> Handover:
         wait_for(every_shard_moved_on, 90, "every shard checkpointing again", poll=0.1)
         seconds = time.time() - gone
         time.sleep(2)
+    scenario.replicas[old].stop()  # (killed already, or winding down after SIGTERM)
     settled = time.time()
     wait_for(scenario.all_processed, 60, "every record put")
     report = scenario.report()

@@ -71,6 +71,11 @@ class OperatorProcess:
             self.server.stop()
             self.server = None
 
+    def terminate(self) -> None:
+        """SIGTERM, as to a pod being deleted; `stop` then waits for the exit."""
+        if self.server is not None:
+            self.server.terminate()
+
     def kill(self) -> None:
         """A crash: SIGKILL, no cleanup."""
         if self.server is not None:

@@ -68,6 +68,12 @@ class Server:
             time.sleep(0.1)
         raise TimeoutError(f"{self.name} not {what} after {timeout:.0f}s:\n{self.log_tail()}")
 
+    def terminate(self) -> None:
+        """SIGTERM, without waiting for the exit (stop waits)."""
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+
     def stop(self, timeout: float = 10.0) -> None:
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):

@@ -5,7 +5,8 @@
 A standby serves /healthz (so a RollingUpdate can go on) and answers workers 503; kopf
 runs only on the leader, so two replicas never both reconcile or write status. The
 leader stops kopf the moment its term runs out (exit 1: the pod restarts as a standby)
-and, on SIGTERM, frees the Lease only after kopf has stopped writing."""
+and, on SIGTERM, frees the Lease once its consumer loops have stopped writing (`step_down`,
+called by the last loop to end, or after kopf returns)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,21 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     campaign = asyncio.create_task(elector.run()) if elector is not None else None
     watch: asyncio.Task[None] | None = None
     lost = False
+    stepped_down = False
+
+    async def step_down() -> None:
+        """Takes the leader label off and frees the Lease, once."""
+        nonlocal lost, stepped_down
+        if elector is None or stepped_down:
+            return
+        stepped_down = True
+        lost = elector.lost()
+        if label is not None:
+            with contextlib.suppress(Exception):  # the next leader takes it off anyway
+                await asyncio.to_thread(label.drop)
+        await elector.resign()
+        log.info("%s: the lease is free", config.identity())
+
     try:
         if elector is not None:
             log.info(
@@ -108,6 +124,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             leading=leading,
             tls=tls,
             stop_serving=runner.cleanup,
+            step_down=step_down,
         )
         await kopf.operator(
             clusterwide=args.all_namespaces,
@@ -122,12 +139,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             if task is not None:
                 task.cancel()
         if elector is not None:
-            lost = elector.lost()
-            if label is not None:
-                with contextlib.suppress(Exception):  # the next leader takes it off anyway
-                    await asyncio.to_thread(label.drop)
-            await elector.resign()
-            log.info("%s: the lease is free", config.identity())
+            await step_down()
             assert campaign is not None
             campaign.cancel()
         await runner.cleanup()

@@ -240,3 +240,10 @@ async def consume(
         )
     finally:
         registry.remove(namespace, name)
+        # A stopping leader frees the Lease once no consumer loop can write any more,
+        # not after kopf has wound down (it waits 5 s for tasks it did not start).
+        exiting = stopped.reason is not None and bool(
+            stopped.reason & kopf.DaemonStoppingReason.OPERATOR_EXITING
+        )
+        if exiting and registry.idle():
+            await memo.step_down()

@@ -77,3 +77,7 @@ class Registry:
     def remove(self, namespace: str, name: str) -> None:
         self._loading.discard((namespace, name))
         self._consumers.pop((namespace, name), None)
+
+    def idle(self) -> bool:
+        """No consumer loop runs, and none is loading."""
+        return not self._consumers and not self._loading
