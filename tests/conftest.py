@@ -4,6 +4,7 @@ session (per xdist worker), a fresh namespace and stream name per test."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import time
 import uuid
@@ -20,6 +21,20 @@ from testbed.kinesis import KinesisEmulator
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_PATH = REPO / "crds" / "streamconsumer.yaml"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Spark's scratch (block managers, artifacts) in this run's temporary directory, not
+    in /tmp: a JVM that ends without its shutdown hooks leaves its scratch behind. Worker
+    processes the test kubelet starts inherit the same settings."""
+    scratch = tmp_path_factory.mktemp("spark-scratch")
+    java = f"--driver-java-options -Djava.io.tmpdir={scratch} pyspark-shell"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPARK_LOCAL_DIRS", str(scratch))
+        patch.setenv("PYSPARK_SUBMIT_ARGS", java)
+        yield
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
