@@ -212,7 +212,8 @@ class WorkerCore:
                     self.drain(now)
             else:
                 check = min(check, started + self._policy.timeout_seconds)
-            soonest = check if soonest is None else min(soonest, check)
+            if check != float("inf"):  # (a hung lease_lost(): nothing more to look for)
+                soonest = check if soonest is None else min(soonest, check)
         return soonest
 
     def done(self, now: float) -> bool:
