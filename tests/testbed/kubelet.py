@@ -275,8 +275,8 @@ class LocalKubelet:
     @staticmethod
     def _base_env() -> dict[str, str]:
         keep = ("PATH", "HOME", "LANG", "PYTHONPATH", "VIRTUAL_ENV", "TMPDIR")
-        keep += ("SPARK_LOCAL_DIRS", "PYSPARK_SUBMIT_ARGS")  # scratch: tests/conftest.py
-        return {k: os.environ[k] for k in keep if k in os.environ}
+        scratch = ("SPARK_LOCAL_DIRS", "PYSPARK_SUBMIT_ARGS")  # tests/conftest.py
+        return {k: os.environ[k] for k in keep + scratch if k in os.environ}
 
     def _project_volumes(self, pod: Pod, pod_dir: Path) -> dict[str, str]:
         """Writes projected ServiceAccount tokens and ConfigMaps' keys; returns mount
