@@ -1,7 +1,8 @@
 """Enhanced fan-out with the real operator and real worker processes: the operator
 registers the stream consumer on create, workers subscribe (and renew their
 subscriptions) through a split with nothing lost, in order and without duplicates, and
-deleting the StreamConsumer deregisters the consumer behind a finalizer."""
+deleting the StreamConsumer deregisters the consumer behind a finalizer; switching it
+back to polling deregisters the consumer at once, and records flow through GetRecords."""
 
 from __future__ import annotations
 
@@ -87,5 +88,43 @@ def test_fan_out_from_create_to_delete(scenario: Scenario) -> None:
 
         wait_for(deleted, 60, "the StreamConsumer to go, its finalizer done")
         wait_for(lambda: not consumers(fan_out), 30, "the stream consumer deregistered")
+    finally:
+        fan_out.stop()
+
+
+def test_back_to_polling_deregisters_the_stream_consumer(scenario: Scenario) -> None:
+    fan_out = FanOutScenario(
+        scenario.plane,
+        scenario.api_client,
+        scenario.kinesis,
+        scenario.namespace,
+        scenario.stream,
+        scenario.workdir,
+    )
+    try:
+        fan_out.start(shards=1, replicas=1)
+        wait_for(lambda: len(consumers(fan_out)) == 1, 60, "the stream consumer registered")
+        fan_out.produce(20)
+        wait_for(fan_out.all_processed, 60, "records through SubscribeToShard")
+
+        fan_out.consumers.patch(
+            fan_out.name, {"spec": {"source": {"kinesis": {"consumer": "polling"}}}}
+        )
+        wait_for(lambda: not consumers(fan_out), 60, "the stream consumer deregistered")
+
+        fan_out.produce(20)
+        wait_for(fan_out.all_processed, 90, "records through GetRecords again")
+        fan_out.delivered()  # in order, none lost, none twice
+
+        fan_out.consumers.delete(fan_out.name)  # kopf's finalizer (for the daemon) goes
+
+        def deleted() -> bool:
+            try:
+                fan_out.consumers.get(fan_out.name)
+            except ApiException as error:
+                return bool(error.status == 404)
+            return False
+
+        wait_for(deleted, 60, "the StreamConsumer to go")
     finally:
         fan_out.stop()

@@ -28,6 +28,10 @@ class StreamConsumers:
     def delete(self, name: str) -> None:
         self._api.delete_namespaced_custom_object(*self._args(), name)
 
+    def patch(self, name: str, body: Object) -> Object:
+        """A JSON merge patch, as `kubectl patch --type merge`."""
+        return cast(Object, self._api.patch_namespaced_custom_object(*self._args(), name, body))
+
     def replace_status(self, name: str, body: Object) -> Object:
         return cast(
             Object, self._api.replace_namespaced_custom_object_status(*self._args(), name, body)

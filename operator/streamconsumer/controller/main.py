@@ -120,8 +120,9 @@ def _fan_out(body: kopf.Body, **_: Any) -> bool:
     return fanout.uses_fan_out(spec_of(body).source)
 
 
-# Enhanced fan-out: a stream consumer while the resource exists; the delete handler's
-# finalizer is only put on fanOut resources (kopf adds it when a delete handler matches).
+# Enhanced fan-out: a stream consumer while the resource exists and says fanOut. Every
+# StreamConsumer carries kopf's finalizer anyway (for the `consume` daemon); the delete
+# handler runs only for fanOut ones, and a switch to polling deregisters at once.
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
 @kopf.on.create(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
 async def register_stream_consumer(
