@@ -7,10 +7,11 @@ back to polling deregisters the consumer at once, and records flow through GetRe
 from __future__ import annotations
 
 import glob
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
+import pytest
 
 from streamconsumer.sources.kinesis_consumer import consumer_name
 from testbed.kinesis import list_all_shards, split_shard_in_half
@@ -33,8 +34,10 @@ def subscriptions(workdir: Path) -> int:
     )
 
 
-def test_fan_out_from_create_to_delete(scenario: Scenario) -> None:
-    fan_out = FanOutScenario(
+@pytest.fixture
+def fan_out(scenario: Scenario) -> Iterator[FanOutScenario]:
+    """The scenario's stream and namespace, its workers reading through fan-out."""
+    running = FanOutScenario(
         scenario.plane,
         scenario.api_client,
         scenario.kinesis,
@@ -43,88 +46,67 @@ def test_fan_out_from_create_to_delete(scenario: Scenario) -> None:
         scenario.workdir,
     )
     try:
-        fan_out.start(
-            shards=2,
-            replicas=2,
-            pod_env=lambda _: {"STREAMCONSUMER_RESUBSCRIBE_SECONDS": RESUBSCRIBE_SECONDS},
-        )
-        name = consumer_name(fan_out.namespace, fan_out.name)
-        wait_for(
-            lambda: (
-                [(c["ConsumerName"], c["ConsumerStatus"]) for c in consumers(fan_out)]
-                == [(name, "ACTIVE")]
-            ),
-            60,
-            "the stream consumer registered on create",
-        )
-        finalizers = fan_out.consumers.get(fan_out.name)["metadata"].get("finalizers", [])
-        assert finalizers, "a fanOut StreamConsumer is deleted only after its consumer"
-
-        fan_out.produce(100)
-        wait_for(fan_out.all_processed, 60, "records through SubscribeToShard")
-        wait_for(lambda: subscriptions(fan_out.workdir) >= 4, 30, "subscriptions renewed")
-        first = sorted(
-            s["ShardId"] for s in list_all_shards(fan_out.kinesis.client, fan_out.stream)
-        )
-        split_shard_in_half(fan_out.kinesis.client, fan_out.stream, first[0])
-        fan_out.produce(100)
-        wait_for(fan_out.all_processed, 90, "records after the split")
-        report = fan_out.delivered()
-        children = {
-            s["ShardId"]
-            for s in list_all_shards(fan_out.kinesis.client, fan_out.stream)
-            if s.get("ParentShardId") == first[0]
-        }
-        assert children & set(report.shard_times), "the children were read too"
-
-        fan_out.consumers.delete(fan_out.name)
-
-        def deleted() -> bool:
-            try:
-                fan_out.consumers.get(fan_out.name)
-            except ApiException as error:
-                return bool(error.status == 404)
-            return False
-
-        wait_for(deleted, 60, "the StreamConsumer to go, its finalizer done")
-        wait_for(lambda: not consumers(fan_out), 30, "the stream consumer deregistered")
+        yield running
     finally:
-        fan_out.stop()
+        running.stop()
 
 
-def test_back_to_polling_deregisters_the_stream_consumer(scenario: Scenario) -> None:
-    fan_out = FanOutScenario(
-        scenario.plane,
-        scenario.api_client,
-        scenario.kinesis,
-        scenario.namespace,
-        scenario.stream,
-        scenario.workdir,
+def test_fan_out_from_create_to_delete(fan_out: FanOutScenario) -> None:
+    fan_out.start(
+        shards=2,
+        replicas=2,
+        pod_env=lambda _: {"STREAMCONSUMER_RESUBSCRIBE_SECONDS": RESUBSCRIBE_SECONDS},
     )
-    try:
-        fan_out.start(shards=1, replicas=1)
-        wait_for(lambda: len(consumers(fan_out)) == 1, 60, "the stream consumer registered")
-        fan_out.produce(20)
-        wait_for(fan_out.all_processed, 60, "records through SubscribeToShard")
+    name = consumer_name(fan_out.namespace, fan_out.name)
+    wait_for(
+        lambda: (
+            [(c["ConsumerName"], c["ConsumerStatus"]) for c in consumers(fan_out)]
+            == [(name, "ACTIVE")]
+        ),
+        60,
+        "the stream consumer registered on create",
+    )
+    finalizers = fan_out.consumers.get(fan_out.name)["metadata"].get("finalizers", [])
+    assert finalizers, "a fanOut StreamConsumer is deleted only after its consumer"
 
-        fan_out.consumers.patch(
-            fan_out.name, {"spec": {"source": {"kinesis": {"consumer": "polling"}}}}
-        )
-        wait_for(lambda: not consumers(fan_out), 60, "the stream consumer deregistered")
+    fan_out.produce(100)
+    wait_for(fan_out.all_processed, 60, "records through SubscribeToShard")
+    wait_for(lambda: subscriptions(fan_out.workdir) >= 4, 30, "subscriptions renewed")
+    first = sorted(s["ShardId"] for s in list_all_shards(fan_out.kinesis.client, fan_out.stream))
+    split_shard_in_half(fan_out.kinesis.client, fan_out.stream, first[0])
+    fan_out.produce(100)
+    wait_for(fan_out.all_processed, 90, "records after the split")
+    report = fan_out.delivered()
+    children = {
+        s["ShardId"]
+        for s in list_all_shards(fan_out.kinesis.client, fan_out.stream)
+        if s.get("ParentShardId") == first[0]
+    }
+    assert children & set(report.shard_times), "the children were read too"
 
-        fan_out.produce(20)
-        wait_for(fan_out.all_processed, 90, "records through GetRecords again")
-        fan_out.delivered()  # in order, none lost, none twice
+    fan_out.consumers.delete(fan_out.name)
+    wait_for(
+        lambda: not fan_out.consumers.exists(fan_out.name),
+        60,
+        "the StreamConsumer to go, its finalizer done",
+    )
+    wait_for(lambda: not consumers(fan_out), 30, "the stream consumer deregistered")
 
-        fan_out.consumers.delete(fan_out.name)  # kopf's finalizer (for the daemon) goes
 
-        def deleted() -> bool:
-            try:
-                fan_out.consumers.get(fan_out.name)
-            except ApiException as error:
-                return bool(error.status == 404)
-            return False
+def test_back_to_polling_deregisters_the_stream_consumer(fan_out: FanOutScenario) -> None:
+    fan_out.start(shards=1, replicas=1)
+    wait_for(lambda: len(consumers(fan_out)) == 1, 60, "the stream consumer registered")
+    fan_out.produce(20)
+    wait_for(fan_out.all_processed, 60, "records through SubscribeToShard")
 
-        wait_for(deleted, 60, "the StreamConsumer to go")
-    finally:
-        fan_out.stop()
+    fan_out.consumers.patch(
+        fan_out.name, {"spec": {"source": {"kinesis": {"consumer": "polling"}}}}
+    )
+    wait_for(lambda: not consumers(fan_out), 60, "the stream consumer deregistered")
+
+    fan_out.produce(20)
+    wait_for(fan_out.all_processed, 90, "records through GetRecords again")
+    fan_out.delivered()  # in order, none lost, none twice
+
+    fan_out.consumers.delete(fan_out.name)  # kopf's finalizer (for the daemon) goes
+    wait_for(lambda: not fan_out.consumers.exists(fan_out.name), 60, "the StreamConsumer to go")

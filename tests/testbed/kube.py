@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.models import GROUP, PLURAL, VERSION
 
@@ -24,6 +25,15 @@ class StreamConsumers:
 
     def get(self, name: str) -> Object:
         return cast(Object, self._api.get_namespaced_custom_object(*self._args(), name))
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.get(name)
+        except ApiException as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
 
     def delete(self, name: str) -> None:
         self._api.delete_namespaced_custom_object(*self._args(), name)
