@@ -149,7 +149,12 @@ class SimWorker:
         self.make_processor = make_processor
         self.on_exit = on_exit
         self.core = WorkerCore(
-            name, prefetch=3, wants_empty_batches=wants_empty, rng=world.rng, policy=policy
+            name,
+            prefetch=3,
+            wants_empty_batches=wants_empty,
+            rng=world.rng,
+            policy=policy,
+            drain_seconds=DRAIN_SECONDS,
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.offset = world.rng.uniform(-1000.0, 1000.0)
@@ -197,7 +202,7 @@ class SimWorker:
     def drain(self) -> None:
         if self.drain_started is None:
             self.drain_started = self.world.now
-            self.core.drain(self.clock(), DRAIN_SECONDS)
+            self.core.drain(self.clock())
             self._wake_heartbeat()
 
     # --- heartbeats -------------------------------------------------------------------

@@ -89,8 +89,8 @@ def test_a_handoff_of_a_shard_it_never_ran_is_answered_with_a_release() -> None:
 
 
 def test_a_draining_worker_takes_nothing_and_exits_once_it_owns_nothing() -> None:
-    core = WorkerCore("w", prefetch=2)
-    core.drain(now=0.0, seconds=25)
+    core = WorkerCore("w", prefetch=2, drain_seconds=25)
+    core.drain(now=0.0)
     assert core.heartbeat(0.0).draining
     started, resend = core.answered(answer([grant("s", 1)]), 0.0, 0.1)
     assert started == []

@@ -172,12 +172,12 @@ class WorkerCore:
             del self.machines[machine.shard_id]
         self._let_go[machine.shard_id] = (machine.epoch, machine.last_request())
 
-    def drain(self, now: float, seconds: float | None = None) -> None:
-        """SIGTERM: take nothing new, hand everything off within `seconds` (by default the
-        pod's grace period, less a margin)."""
+    def drain(self, now: float) -> None:
+        """SIGTERM: take nothing new, hand everything off within `drain_seconds` (the pod's
+        grace period, less a margin)."""
         if not self.draining:
             self.draining = True
-            self._drain_until = now + (self._drain_seconds if seconds is None else seconds)
+            self._drain_until = now + self._drain_seconds
             self.interval = 0.0
 
     def watch(self, now: float) -> float | None:
@@ -204,10 +204,9 @@ class WorkerCore:
             if machine.hung(now):
                 if self.hung is None:
                     self.hung = (
-                        f"{machine.shard_id}: {name} has not returned after "
-                        f"{now - started:.0f}s (timeoutSeconds "
-                        f"{self._policy.timeout_seconds:g}); the other shards are handed "
-                        "off, then the worker exits and the shard restarts from its checkpoint"
+                        f"{machine.shard_id}: {machine.hung_call(now)}; the other shards are "
+                        "handed off, then the worker exits and the shard restarts from its "
+                        "checkpoint"
                     )
                     self.drain(now)
             else:

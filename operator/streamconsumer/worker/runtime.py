@@ -131,7 +131,7 @@ class Worker:
     def drain(self, *_: object) -> None:
         """Begin a graceful shutdown (the SIGTERM handler)."""
         with self._lock:
-            self.core.drain(time.monotonic(), self.config.drain_seconds)
+            self.core.drain(time.monotonic())
         self._wake.set()
 
     # --- heartbeats --------------------------------------------------------------------

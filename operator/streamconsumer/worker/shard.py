@@ -225,6 +225,15 @@ class ShardMachine:
         started = self._call_started
         return started is not None and now - started >= self._policy.timeout_seconds
 
+    def hung_call(self, now: float) -> str:
+        """What a hung call is, for Degraded and the worker's log."""
+        assert self._call is not None
+        assert self._call_started is not None
+        return (
+            f"{CALL_NAMES[type(self._call)]} has not returned after "
+            f"{now - self._call_started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
+        )
+
     def wants_read(self) -> bool:
         return (
             self.outcome is None
@@ -242,13 +251,10 @@ class ShardMachine:
         failing = None
         started = self._call_started
         if started is not None and self.hung(now):
-            assert self._call is not None
             failing = Failing(
                 attempts=self._call_failures + 1,
                 seconds=now - (started if self._failing_since is None else self._failing_since),
-                error=f"{CALL_NAMES[type(self._call)]} has not returned after "
-                f"{now - started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g}): "
-                "the worker restarts",
+                error=f"{self.hung_call(now)}: the worker restarts",
                 blocked=True,
             )
         elif self._failing_since is not None:
