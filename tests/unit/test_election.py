@@ -30,7 +30,7 @@ def test_no_record_means_create_then_lead() -> None:
     election.observe(None, 0)
     action = election.next_action(0)
     assert action.act is Act.CREATE
-    election.swapped(action, record("a", "1"), sent_at=0)
+    election.swapped(action, record("a", "1"), sent_at=0, now=0)
     assert election.leading(9.9)
     assert not election.leading(10)
     assert election.lost(10)
@@ -58,7 +58,7 @@ def test_the_term_counts_from_when_the_renewal_was_sent() -> None:
     election.observe(record("a", "1"), 0)
     action = election.next_action(0)
     assert action.act is Act.ACQUIRE  # ours from an earlier life of this pod
-    election.swapped(action, record("a", "2"), sent_at=3)  # answered much later
+    election.swapped(action, record("a", "2"), sent_at=3, now=4)  # answered later
     assert election.term_left(4) == pytest.approx(9)
     assert not election.leading(13)
 
@@ -66,9 +66,60 @@ def test_the_term_counts_from_when_the_renewal_was_sent() -> None:
 def test_seeing_another_holder_ends_the_term() -> None:
     election = Election("a", TIMING, now=0)
     election.observe(None, 0)
-    election.swapped(election.next_action(0), record("a", "1"), sent_at=0)
+    election.swapped(election.next_action(0), record("a", "1"), sent_at=0, now=0)
     election.observe(record("b", "2", 1), 1)
     assert not election.leading(1)
+    assert election.lost(1)
+
+
+def test_a_deposed_leader_stays_deposed() -> None:
+    """Issue 22.2: once another holder (or no record) is seen, the term is over for good:
+    `lost` stays true, so the process exits instead of running on with no consumers."""
+    election = Election("a", TIMING, now=0)
+    election.observe(None, 0)
+    election.swapped(election.next_action(0), record("a", "1"), sent_at=0, now=0)
+    election.observe(record("b", "2", 1), 3)
+    assert election.lost(3)
+    election.observe(record("b", "3", 1), 5)
+    assert election.lost(5)
+    assert election.lost(60)
+    election.observe(None, 61)  # deleted: still not ours to take without a new life
+    assert election.next_action(61).act is Act.WAIT
+    assert election.lost(61)
+
+
+def test_a_renewal_answered_after_the_deadline_ends_the_term() -> None:
+    """Issue 22.3: between the deadline and the late answer this replica did not lead
+    (its consumer loops stopped); the late success must not make it lead again."""
+    election = Election("a", TIMING, now=0)
+    election.observe(None, 0)
+    election.swapped(election.next_action(0), record("a", "1"), sent_at=0, now=0)
+    election.observe(record("a", "1"), 9)
+    renew = election.next_action(9)
+    assert renew.act is Act.RENEW
+    assert not election.leading(10.5)  # the loops see the lapse here
+    election.swapped(renew, record("a", "2"), sent_at=9, now=10.5)
+    assert not election.leading(10.6)
+    assert election.lost(10.6)
+
+
+def test_each_acquisition_is_a_new_higher_term() -> None:
+    election = Election("a", TIMING, now=0)
+    election.observe(record("a", "5", transitions=4), 0)  # ours from an earlier life
+    action = election.next_action(0)
+    assert action == Action(Act.ACQUIRE, "5", 5)
+    election.swapped(action, record("a", "6", transitions=5), sent_at=0, now=0)
+    assert election.term == 5
+
+
+def test_an_acquisition_answered_too_late_is_not_a_term() -> None:
+    election = Election("a", TIMING, now=0)
+    election.observe(None, 0)
+    election.swapped(election.next_action(0), record("a", "1"), sent_at=0, now=11)
+    assert not election.leading(11)
+    assert not election.lost(11)  # it never led: it simply tries again
+    election.observe(record("a", "1"), 11)
+    assert election.next_action(11) == Action(Act.ACQUIRE, "1", 1)
 
 
 def test_bad_timing_is_refused_with_its_reason() -> None:
@@ -145,10 +196,11 @@ class Replica:
         elif self.stage == "reply" and self.swap is not None:
             swap, self.swap, self.stage = self.swap, None, "read"
             if swap.applied is not None and fault != "drop":
-                self.election.swapped(swap.action, swap.applied, swap.sent_at)
-                # From now on this replica believes it leads over this whole span.
-                deadline = swap.sent_at + TIMING.renew_deadline_seconds
-                terms.append(Term(self.identity, swap.sent_at, deadline))
+                self.election.swapped(swap.action, swap.applied, swap.sent_at, now)
+                if self.election.leading(now):
+                    # From now on this replica believes it leads over this whole span.
+                    deadline = swap.sent_at + TIMING.renew_deadline_seconds
+                    terms.append(Term(self.identity, swap.sent_at, deadline))
             else:  # refused, or no answer: did it land? read again to know
                 self.election.swap_failed(swap.action)
 
@@ -227,7 +279,7 @@ def test_a_standby_takes_over_after_the_leader_dies() -> None:
     swap = Swap(a.next_action(0), 0)
     store.apply(swap, "a")
     assert swap.applied is not None
-    a.swapped(swap.action, swap.applied, 0)
+    a.swapped(swap.action, swap.applied, 0, 0)
     now = 0.0
     while not b.leading(now):  # the leader is gone: b reads every 2 s
         now += TIMING.retry_seconds
@@ -237,7 +289,7 @@ def test_a_standby_takes_over_after_the_leader_dies() -> None:
             swap = Swap(action, now)
             store.apply(swap, "b")
             assert swap.applied is not None
-            b.swapped(action, swap.applied, now)
+            b.swapped(action, swap.applied, now, now)
     assert 15 < now <= 15 + 2 * TIMING.retry_seconds  # first read at 2 s, then every 2 s
     assert store.record is not None
     assert store.record.transitions == 1

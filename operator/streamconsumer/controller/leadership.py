@@ -165,7 +165,7 @@ class Elector:
                     written = await asyncio.to_thread(
                         self._lock.swap, action, self.identity, timing.lease_seconds
                     )
-                    self._election.swapped(action, written, sent_at)
+                    self._election.swapped(action, written, sent_at, self._clock())
                     if action.act is not Act.RENEW:
                         log.warning("%s leads now (lease %s)", self.identity, written.version)
             except LockConflict:

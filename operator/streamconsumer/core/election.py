@@ -8,7 +8,16 @@ Why two replicas never both lead (given clocks that tick at about the same rate)
   stops leading `renew_deadline` later;
 - a candidate counts from the moment it first *saw* that renewal (necessarily after it
   was sent) and may take over only `lease_seconds` later, which is longer.
-So the old leader has stopped, by its own clock, before anyone else can win the swap."""
+So the old leader has stopped, by its own clock, before anyone else can win the swap.
+
+A term ends once, for good (docs/design.md, "Lifecycle"): after a lapse, another holder
+seen, the record deleted or a resignation, `leading` stays false even if a late renewal
+answer comes back. The process then exits and returns as a standby; a replica that
+could flip back to leading would run no consumer (kopf never restarts a daemon that
+returned) while answering workers as the leader.
+
+Each acquisition writes a transition count one higher than the record's, so the count
+is a term number: unique per acquisition and growing (the record is compare-and-swap)."""
 
 from __future__ import annotations
 
@@ -64,6 +73,8 @@ class Election:
         self._observed_at = now  # when the current record version was first seen
         self._renewed_at: float | None = None  # when our last successful swap was sent
         self._known = False
+        self._term: int | None = None  # the transition count we acquired with
+        self._ended = False  # we led, and no longer do: terminal
 
     # --- inputs
     def observe(self, record: LeaseRecord | None, now: float) -> None:
@@ -72,13 +83,27 @@ class Election:
         if changed:
             self._record = record
             self._observed_at = now
-        if self._renewed_at is not None and (record is None or record.holder != self.identity):
-            self._renewed_at = None  # someone else holds it: we lead no more
+        if self._term is not None and (record is None or record.holder != self.identity):
+            self._ended = True  # someone else holds it, or nobody: our term is over
 
-    def swapped(self, action: Action, record: LeaseRecord, sent_at: float) -> None:
-        """The swap of `action`, sent at `sent_at`, succeeded and wrote `record`."""
+    def swapped(self, action: Action, record: LeaseRecord, sent_at: float, now: float) -> None:
+        """The swap of `action`, sent at `sent_at`, succeeded (we learnt it at `now`)
+        and wrote `record`."""
         self._record = record
         self._observed_at = sent_at
+        if self._ended:
+            return
+        if self._term is None:
+            if now - sent_at < self.timing.renew_deadline_seconds:
+                self._term = record.transitions
+                self._renewed_at = sent_at
+            # else: won too late to lead at all; the next round acquires afresh
+            return
+        if not self._within_term(now):
+            # The renewal came back after the deadline: in between we did not lead, and
+            # whatever stopped for that stays stopped. The lapse is the end of the term.
+            self._ended = True
+            return
         self._renewed_at = sent_at
 
     def swap_failed(self, action: Action) -> None:
@@ -86,33 +111,44 @@ class Election:
         self._known = False
 
     def resigned(self) -> None:
-        self._renewed_at = None
+        if self._term is not None:
+            self._ended = True
 
     # --- outputs
     def leading(self, now: float) -> bool:
+        return not self._ended and self._term is not None and self._within_term(now)
+
+    def _within_term(self, now: float) -> bool:
         return (
             self._renewed_at is not None
             and now - self._renewed_at < self.timing.renew_deadline_seconds
         )
 
+    @property
+    def term(self) -> int | None:
+        """The term we lead (or led) in: the transition count of our acquisition."""
+        return self._term
+
     def term_left(self, now: float) -> float:
-        if self._renewed_at is None:
+        if not self.leading(now) or self._renewed_at is None:
             return 0.0
         return max(0.0, self._renewed_at + self.timing.renew_deadline_seconds - now)
 
     def lost(self, now: float) -> bool:
-        """We led and our term ran out without a renewal."""
-        return self._renewed_at is not None and not self.leading(now)
+        """We led and lead no more (lapsed, deposed or resigned): terminal."""
+        return self._term is not None and not self.leading(now)
 
     def next_action(self, now: float) -> Action:
         if not self._known:
             raise RuntimeError("observe the record before acting")
+        if self._ended:
+            return Action(Act.WAIT)  # a term is never resumed: exit, come back a standby
         record = self._record
         if record is None:
             return Action(Act.CREATE)
         if record.holder == self.identity:
-            if self._renewed_at is None:  # ours from an earlier life: take it as new
-                return Action(Act.ACQUIRE, record.version, record.transitions)
+            if self._term is None:  # ours from an earlier life: a new term all the same
+                return Action(Act.ACQUIRE, record.version, record.transitions + 1)
             return Action(Act.RENEW, record.version, record.transitions)
         if not record.holder or now - self._observed_at >= record.lease_seconds:
             return Action(Act.ACQUIRE, record.version, record.transitions + 1)
@@ -121,7 +157,7 @@ class Election:
     def wait_seconds(self, now: float) -> float:
         """How long the driver may sleep before the next read."""
         record = self._record
-        if self._renewed_at is not None:
+        if self._term is not None:
             return self.timing.retry_seconds
         if record is not None and record.holder and record.holder != self.identity:
             expires = self._observed_at + record.lease_seconds - now
