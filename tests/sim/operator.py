@@ -1,24 +1,24 @@
-"""The simulated operator: the real Coordinator, ConsumerLoop and StatusWriter, run the
-way `controller/runner.py` runs them, over a simulated apiserver and stream. A crash
-loses everything but what the apiserver holds; a restart starts from that."""
+"""The simulated operator process: the production ConsumerDriver, loaded by the
+production `load`, its jobs run on the event queue (`SimJobs`) against a simulated
+apiserver and stream. A job's call lands when its latency has passed, whether or not
+its caller still waits (timeouts do not stop threads); a crash loses everything but
+what the apiserver holds, and the calls already sent still land; a restart is a new
+term that must fence the status before it serves."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from sim.ledger import Ledger
-from sim.stream import ShardGone, SimSource
+from sim.ledger import Ledger, Violation
+from sim.stream import SimSource
 from sim.world import EPOCH, World
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.loop import ConsumerLoop, LoopSettings, StatusWrite
-from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
+from streamconsumer.controller.driver import ConsumerDriver, Outcome, Timeouts, load
+from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.status import (
     Conflict,
-    StaleState,
     StatusInvalid,
     StatusUnavailable,
     StatusWriter,
@@ -26,13 +26,16 @@ from streamconsumer.controller.status import (
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeartbeatResponse
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
+from streamconsumer.sources.base import StreamSource
 from streamconsumer.worker.shard import Answer
 
+T = TypeVar("T")
 NAME, NAMESPACE = "sim", "sim"
 TICK = 0.2  # the runner's idle loop period
 WAIT_SECONDS = 10.0  # checkpoint(wait=true) answers unsaved after this
-LISTING_TIMEOUT = 30.0
+TIMEOUTS = Timeouts(listing=30.0, status_write=10.0, scale=10.0)
 WRITE_LATENCY = (0.002, 0.03)
+SLOW_WRITE_LATENCY = (2.0, 25.0)  # an apiserver under load: some land past the timeout
 
 
 @dataclass
@@ -46,6 +49,7 @@ class SimApiServer:
     version: int = 1
     failing_until: float = -1.0
     failure: str = "unavailable"  # unavailable | lost_answer | invalid
+    slow_until: float = -1.0
     writes: int = 0
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -53,6 +57,8 @@ class SimApiServer:
         return copy.deepcopy(
             {
                 "metadata": {
+                    "name": NAME,
+                    "namespace": NAMESPACE,
                     "annotations": self.annotations,
                     "resourceVersion": str(self.version),
                     "creationTimestamp": EPOCH.isoformat().replace("+00:00", "Z"),
@@ -88,6 +94,68 @@ class SimApiServer:
         self.version += 1
 
 
+class SimJobs:
+    """The driver's Jobs on the event queue. `alive` is the process that started them:
+    a dead process hears of nothing, but what it sent still lands."""
+
+    def __init__(
+        self,
+        world: World,
+        latency: Callable[[str], float],
+        alive: Callable[[], bool],
+        wake: Callable[[], None],
+    ) -> None:
+        self._world = world
+        self._latency = latency
+        self._alive = alive
+        self._wake = wake
+
+    def start(
+        self,
+        kind: str,
+        call: Callable[[], T],
+        timeout: float,
+        done: Callable[[Outcome[T]], None],
+    ) -> None:
+        settled = False
+
+        def settle(outcome: Outcome[T]) -> None:
+            nonlocal settled
+            if settled or not self._alive():
+                return
+            settled = True
+            done(outcome)
+            self._wake()
+
+        def land() -> None:
+            try:
+                outcome: Outcome[T] = Outcome(value=call())
+            except Violation:
+                raise  # the ledger's check inside the simulated apiserver: not an I/O error
+            except Exception as error:
+                outcome = Outcome(error=error)
+            settle(outcome)
+
+        self._world.after(self._latency(kind), land)
+        self._world.after(timeout, lambda: settle(Outcome(error=TimeoutError())))
+
+
+class FlakySource:
+    """The stream as the operator's Kinesis client sees it: listings can fail or be slow."""
+
+    def __init__(self, source: SimSource, operator: SimOperator) -> None:
+        self._source = source
+        self._operator = operator
+
+    def list_shards(self) -> Any:
+        if self._operator.world.now < self._operator.listing_failing_until:
+            raise RuntimeError("ListShards: LimitExceededException")
+        return self._source.list_shards()
+
+    def backlog(self, shard_id: str, start: Any) -> int | None:
+        return self._source.backlog(shard_id, start)
+
+
 class SimOperator:
     def __init__(
         self,
@@ -114,39 +182,52 @@ class SimOperator:
 
     def start(self) -> None:
         self.incarnation += 1
-        body = self.api.get()
-        spec = StreamConsumerSpec.model_validate(body["spec"])
-        durable = durable_from_status(body["status"])
-        self.coordinator = Coordinator(spec, durable, self.world.now, created=creation_time(body))
-        self.reset_requested()  # as main.consume: one asked for while it was down
-        desired = body["status"].get("desiredReplicas")
-        self.coordinator.desired_replicas = desired
-        self.loop = ConsumerLoop(
-            NAME,
-            self.coordinator,
-            LoopSettings(shard_sync_seconds=1.0),
-            generation=lambda: 1,
-            autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
-        )
-        self.writer = StatusWriter(self.api, NAMESPACE, NAME)
-        self.writer.adopt(body)
-        self._listing: int | None = None  # the id of the listing in flight
-        self._writing = False
-        self._waiters: list[tuple[int, Callable[[Answer], None]]] = []
+        incarnation = self.incarnation
         self.up = True
+        writer = StatusWriter(self.api, NAMESPACE, NAME, holder=f"operator/{incarnation}")
+        self.loop: ConsumerLoop = load(
+            self.api.get(),
+            writer,
+            LoopSettings(shard_sync_seconds=1.0),
+            self.world.now,
+            generation=lambda: 1,
+        )
+        self.coordinator = self.loop.coordinator
+        jobs = SimJobs(self.world, self._latency, lambda: self._alive(incarnation), self.wake)
+        self._waiters: list[tuple[int, Callable[[Answer], None]]] = []
+        self.driver = ConsumerDriver(
+            NAMESPACE,
+            NAME,
+            self.loop,
+            self._source,
+            writer,
+            jobs,
+            lambda: self.world.now,
+            lambda event: None,
+            TIMEOUTS,
+            scale=self.scale,
+            saved=self._saved,
+        )
         self._tick_at = None
         self.wake(0.0)
+
+    def _source(self, _: Any) -> StreamSource:
+        return FlakySource(self.source, self)  # type: ignore[return-value]
+
+    def _alive(self, incarnation: int) -> bool:
+        return self.up and self.incarnation == incarnation
 
     def crash(self, downtime: float) -> None:
         if not self.up:
             return
         self.up = False
+        self.driver.stop()
         self.incarnation += 1
         self.restarts += 1
         self.world.after(downtime, self.start)
 
     def reset_requested(self) -> None:
-        """As main.reset_requested: the annotation changed."""
+        """As handlers.reset_requested: the annotation changed."""
         if self.up and (request := ResetRequest.on(self.api.get())) is not None:
             self.coordinator.request_reset(request)
             self.wake()
@@ -156,103 +237,52 @@ class SimOperator:
             self.coordinator.update_spec(StreamConsumerSpec.model_validate(self.api.spec))
             self.wake()
 
-    def _alive(self, incarnation: int) -> Callable[[Callable[[], None]], Callable[[], None]]:
-        def guard(callback: Callable[[], None]) -> Callable[[], None]:
-            def run() -> None:
-                if self.up and self.incarnation == incarnation:
-                    callback()
-
-            return run
-
-        return guard
+    def _latency(self, kind: str) -> float:
+        rng, now = self.world.rng, self.world.now
+        if kind == "listing" and now < self.listing_slow_until:
+            return rng.uniform(40.0, 60.0)
+        if kind == "status":
+            slow = now < self.api.slow_until
+            return rng.uniform(*(SLOW_WRITE_LATENCY if slow else WRITE_LATENCY))
+        return 0.01
 
     def wake(self, delay: float = 0.001) -> None:
-        """Run the loop within `delay` (one pending tick at a time: the soonest)."""
+        """Tick within `delay` (one pending tick at a time: the soonest)."""
         when = self.world.now + delay
         if self._tick_at is not None and self._tick_at <= when:
             return
         self._tick_at = when
         self._plan += 1
-        plan = self._plan
-        self.world.at(when, self._alive(self.incarnation)(lambda: self._tick(plan)))
+        plan, incarnation = self._plan, self.incarnation
+        self.world.at(when, lambda: self._tick(plan, incarnation))
 
-    # --- the runner's loop -------------------------------------------------------------
-
-    def _tick(self, plan: int) -> None:
-        if plan != self._plan:
-            return  # a sooner tick ran instead
+    def _tick(self, plan: int, incarnation: int) -> None:
+        if plan != self._plan or not self._alive(incarnation):
+            return  # a sooner tick ran instead, or the process is gone
         self._tick_at = None
-        now = self.world.now
-        guard = self._alive(self.incarnation)
-        loop = self.loop
-        if self._listing is None and loop.sync_due(now):
-            loop.sync_started(now)
-            listing = self._listing = self.world.rng.randrange(1 << 30)
-            slow = now < self.listing_slow_until
-            latency = self.world.rng.uniform(40.0, 60.0) if slow else 0.01
-            if latency > LISTING_TIMEOUT:
-                self.world.after(LISTING_TIMEOUT, guard(lambda: self._listed(listing, None)))
-            else:
-                self.world.after(latency, guard(lambda: self._listed(listing, now)))
-        if probes := loop.probes_due(now):
-            measured: dict[str, int | None] = {}
-            for shard_id, start in probes:
-                with contextlib.suppress(ShardGone):  # as the runner: a failed probe is skipped
-                    measured[shard_id] = self.source.backlog(shard_id, start)
-            loop.probes_done(measured, now)
-        loop.step(now)
-        if (decision := loop.autoscale(now)) is not None:
-            before, after, lag = decision
-            self.scale(after)
-            assert loop.autoscaler is not None
-            loop.autoscaler.scaled(after)
-            loop.scaled(before, after, lag)
-        if not self._writing and (write := loop.write_due(now)) is not None:
-            self._writing = True
-            latency = self.world.rng.uniform(*WRITE_LATENCY)
-            self.world.after(latency, guard(lambda: self._written(write)))
-        loop.take_events()
+        self.driver.tick()
         self.wake(TICK)
 
-    def _listed(self, listing: int, started: float | None) -> None:
-        if listing != self._listing:
-            return
-        self._listing = None
-        now = self.world.now
-        if started is None:
-            self.loop.sync_failed(f"listing shards timed out after {LISTING_TIMEOUT:.0f}s", now)
-        elif started < self.listing_failing_until:
-            self.loop.sync_failed("ListShards: LimitExceededException", now)
-        else:
-            self.loop.sync_succeeded(self.source.list_shards(), now)
-        self.wake()
-
-    def _written(self, write: StatusWrite) -> None:
-        self._writing = False
-        now = self.world.now
-        try:
-            self.writer.write(write.body)
-        except StaleState as stale:
-            self.writer.adopt(stale.current)
-            self.loop.write_stale(durable_from_status(stale.current.get("status")), now)
-        except (StatusInvalid, StatusUnavailable) as error:
-            self.loop.write_failed(write, str(error), now)
-        else:
-            self.loop.write_succeeded(write, now)
-            saved = self.coordinator.persisted_version
-            for waiter in [w for w in self._waiters if w[0] <= saved]:
-                self._waiters.remove(waiter)
-                waiter[1](Answer.SAVED)
-        self.wake()
+    def _saved(self) -> None:
+        saved = self.coordinator.persisted_version
+        for waiter in [w for w in self._waiters if w[0] <= saved]:
+            self._waiters.remove(waiter)
+            waiter[1](Answer.SAVED)
 
     # --- the worker API ------------------------------------------------------------------
 
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse:
+    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
+        """None: 503, come back later (not serving this consumer yet)."""
+        if not self.loop.serving:
+            return None
         response = self.coordinator.heartbeat(request, self.world.now)
         self.wake()
         return response
 
     def checkpoint(self, request: CheckpointRequest, answer: Callable[[Answer], None]) -> None:
+        if not self.loop.serving:
+            answer(Answer.UNREACHABLE)
+            return
         try:
             lease = self.coordinator.checkpoint(request)
         except CheckpointRefused as refused:
@@ -265,10 +295,11 @@ class SimOperator:
             return
         waiter = (self.coordinator.version, answer)
         self._waiters.append(waiter)
+        incarnation = self.incarnation
 
         def give_up() -> None:
-            if waiter in self._waiters:
+            if self._alive(incarnation) and waiter in self._waiters:
                 self._waiters.remove(waiter)
                 answer(Answer.ACCEPTED)
 
-        self.world.after(WAIT_SECONDS, self._alive(self.incarnation)(give_up))
+        self.world.after(WAIT_SECONDS, give_up)

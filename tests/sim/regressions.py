@@ -38,7 +38,7 @@ REGRESSIONS: dict[str, Regression] = {
     ),
     "11.2 hand-off while a batch keeps failing": Regression(
         Run(
-            seed=2,
+            seed=0,
             shards=2,
             replicas=2,
             faults=(F(8.0, "poison", 0, 30.0), F(8.0, "poison", 1, 30.0), F(10.0, "scale", 1)),
@@ -211,7 +211,7 @@ REGRESSIONS: dict[str, Regression] = {
     ),
     "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
         Run(
-            seed=0,
+            seed=4,
             shards=2,
             replicas=2,
             processor="sink",
@@ -226,7 +226,7 @@ REGRESSIONS: dict[str, Regression] = {
             duration=50,
         ),
         reverts.passing_over_checkpoints_unflushed_records,
-        "passes 37, not done",
+        r"passes \d+, not done",
     ),
     "13.4 resets while workers run and a scale-up moves shards": Regression(
         RESETS_WHILE_SHARDS_MOVE,
@@ -240,7 +240,7 @@ REGRESSIONS: dict[str, Regression] = {
     ),
     "13.2 a slow call outlives its fence while the worker is cut off": Regression(
         Run(
-            seed=4,
+            seed=1,
             shards=1,
             replicas=2,
             faults=(F(5.0, "slow_calls", 0, 10.0), F(6.0, "partition", 0, 20.0)),
@@ -262,7 +262,7 @@ REGRESSIONS: dict[str, Regression] = {
     ),
     "found: scaled to zero behind a closed shard": Regression(
         Run(
-            seed=26,
+            seed=20,
             shards=1,
             replicas=0,
             lease=6.0,
@@ -279,5 +279,35 @@ REGRESSIONS: dict[str, Regression] = {
         ),
         reverts.backlog_hidden_behind_a_finished_looking_shard,
         "never processed",
+    ),
+    "22.1 a late status write of a crashed term, a new term serving before its fence": Regression(
+        Run(
+            seed=446,
+            shards=1,
+            replicas=2,
+            faults=(
+                F(4.0, "status_slow", 0, 29.56),
+                F(4.18, "partition", 1, 13.73),
+                F(13.91, "operator_crash", 0, 0.71),
+            ),
+            duration=50,
+        ),
+        reverts.serving_before_the_term_fence,
+        "delivers under epoch",
+    ),
+    "22.1 an abandoned status write re-sent over a newer one": Regression(
+        Run(
+            seed=867,
+            shards=1,
+            replicas=2,
+            faults=(
+                F(4.0, "status_slow", 0, 18.83),
+                F(4.49, "partition", 1, 10.31),
+                F(11.34, "operator_crash", 0, 0.88),
+            ),
+            duration=50,
+        ),
+        reverts.abandoned_writes_resend,
+        "saved checkpoint went back",
     ),
 }

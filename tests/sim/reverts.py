@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from streamconsumer.controller.driver import ConsumerDriver
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.state import Coordinator
 from streamconsumer.core.leases import RELEASED
@@ -76,19 +77,27 @@ def write_errors_restart_the_loop(patch: pytest.MonkeyPatch) -> None:
     saved status, dropping what was not saved."""
     from sim.operator import SimOperator
 
+    operators: dict[int, SimOperator] = {}  # by driver
+    start = SimOperator.start
+
+    def remembering(self: SimOperator) -> None:
+        start(self)
+        operators[id(self.driver)] = self
+
     def failed(self: ConsumerLoop, write: Any, error: str, now: float) -> None:
         raise _LoopDied(error)
 
-    written = SimOperator._written
+    written = ConsumerDriver._written
 
-    def restart_on_death(self: SimOperator, write: Any) -> None:
+    def restart_on_death(self: ConsumerDriver, write: Any, outcome: Any) -> None:
         try:
-            written(self, write)
+            written(self, write, outcome)
         except _LoopDied:
-            self.crash(downtime=2.0)
+            operators[id(self)].crash(downtime=2.0)
 
+    patch.setattr(SimOperator, "start", remembering)
     patch.setattr(ConsumerLoop, "write_failed", failed)
-    patch.setattr(SimOperator, "_written", restart_on_death)
+    patch.setattr(ConsumerDriver, "_written", restart_on_death)
 
 
 class _LoopDied(Exception):
@@ -98,18 +107,13 @@ class _LoopDied(Exception):
 def listing_inline(patch: pytest.MonkeyPatch) -> None:
     """11.11: the loop awaits ListShards: nothing else runs (no expiry, no grant, no
     status write) until it answers or times out."""
-    from sim.operator import SimOperator
+    tick = ConsumerDriver.tick
 
-    tick = SimOperator._tick
+    def blocked(self: ConsumerDriver) -> None:
+        if not self.waiting_for("listing"):
+            tick(self)
 
-    def blocked(self: SimOperator, plan: int) -> None:
-        if self._listing is not None and plan == self._plan:
-            self._tick_at = None
-            self.wake(0.2)  # still awaiting the listing
-            return
-        tick(self, plan)
-
-    patch.setattr(SimOperator, "_tick", blocked)
+    patch.setattr(ConsumerDriver, "tick", blocked)
 
 
 def release_without_position(patch: pytest.MonkeyPatch) -> None:
@@ -329,3 +333,23 @@ def hung_calls_wait_forever(patch: pytest.MonkeyPatch) -> None:
         return None if check_at is not None and check_at <= now else check_at
 
     patch.setattr(WorkerCore, "watch", unhurried)
+
+
+def serving_before_the_term_fence(patch: pytest.MonkeyPatch) -> None:
+    """22.1: a new term serves workers from the status it has only read, before a write
+    of its own landed: a late write of the old term can still replace that table."""
+    patch.setattr(ConsumerLoop, "serving", property(lambda self: self.deposed is None))
+
+
+def abandoned_writes_resend(patch: pytest.MonkeyPatch) -> None:
+    """22.1: a status write whose job timed out runs on in its thread and, after a 409
+    whose table is ours, re-sends its older table over a newer one."""
+    from streamconsumer.controller import status
+
+    resolve = status.StatusWriter._resolve
+
+    def resend(self: status.StatusWriter, attempt: Any, current: Any) -> Any:
+        attempt.number = self._attempts  # as if it were always the newest
+        return resolve(self, attempt, current)
+
+    patch.setattr(status.StatusWriter, "_resolve", resend)

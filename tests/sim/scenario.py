@@ -52,6 +52,7 @@ PLANNED = {
     "lease",
     "operator_crash",
     "status_errors",
+    "status_slow",
     "listing_errors",
     "listing_slow",
     "flaky",
@@ -66,7 +67,14 @@ PLANNED = {
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
 # or the worker cannot reach it (and slow processor calls, below).
-OUTAGES = {"operator_crash", "status_errors", "worker_pause", "partition", "net_loss"}
+OUTAGES = {
+    "operator_crash",
+    "status_errors",
+    "status_slow",
+    "worker_pause",
+    "partition",
+    "net_loss",
+}
 
 
 @dataclass(frozen=True)
@@ -283,6 +291,8 @@ class Simulation:
             case "status_errors":
                 self.api.failing_until = until
                 self.api.failure = ("unavailable", "lost_answer", "invalid")[fault.arg % 3]
+            case "status_slow":  # an apiserver under load: writes land late, or after a crash
+                self.api.slow_until = until
             case "listing_errors":
                 self.operator.listing_failing_until = until
             case "listing_slow":
@@ -333,6 +343,7 @@ class Simulation:
         """The end of the faults: everything works again, at least one worker runs."""
         now = self.world.now
         self.api.failing_until = self.network.slow_until = self.network.lossy_until = now
+        self.api.slow_until = now
         self.operator.listing_failing_until = self.operator.listing_slow_until = now
         self.trouble.flaky_until = self.trouble.poison_until = now
         self.trouble.sink_failing_until = self.trouble.slow_until = now

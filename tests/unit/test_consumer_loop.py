@@ -4,16 +4,17 @@ the runner executes it (asyncio, with adapters that fail or hang)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 from typing import Any
 
 import pytest
 
 from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.driver import ConsumerDriver, SourceFactory, Timeouts
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.runner import run_consumer
+from streamconsumer.controller.runner import ThreadJobs, run_consumer
 from streamconsumer.controller.state import Coordinator, DurableState
 from streamconsumer.controller.status import (
     Conflict,
@@ -209,6 +210,24 @@ class FlakyApi:
         return self.get()
 
 
+async def drive(
+    loop: ConsumerLoop,
+    writer: StatusWriter,
+    make_source: SourceFactory,
+    timeouts: Timeouts,
+    stopped: Any,
+) -> ManagedConsumer:
+    """The production host: ThreadJobs on a pool, run_consumer ticking the driver."""
+    consumer = ManagedConsumer("n", "c", loop)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        jobs = ThreadJobs(pool, consumer.wake)
+        driver = ConsumerDriver(
+            "n", "c", loop, make_source, writer, jobs, time.monotonic, lambda e: None, timeouts
+        )
+        await run_consumer(consumer, driver, jobs, stopped)
+    return consumer
+
+
 def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
     """11.11 and 11.6 for real: a hung ListShards (timeout 1 s here) and failing writes
     stop neither the engine nor, once they recover, the status."""
@@ -217,40 +236,34 @@ def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
 
     async def run() -> ManagedConsumer:
         coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
-        consumer = ManagedConsumer("n", "c", coordinator)
-        writer = StatusWriter(api, "n", "c")
+        writer = StatusWriter(api, "n", "c", holder="test")
         writer.adopt(api.get())
         loop = ConsumerLoop(
             "c",
             coordinator,
-            LoopSettings(shard_sync_seconds=0.2, write_backoff_seconds=0.1),
+            LoopSettings(
+                shard_sync_seconds=0.2, write_backoff_seconds=0.1, status_interval_seconds=0.1
+            ),
             lambda: 1,
         )
-        config = OperatorConfig(shard_sync_timeout_seconds=1.0, status_interval_seconds=0.1)
         deadline = time.monotonic() + 4.0
 
         async def worker() -> None:
             while time.monotonic() < deadline:
                 coordinator.heartbeat(HeartbeatRequest(worker="a"), time.monotonic())
-                consumer.wake()
                 await asyncio.sleep(0.1)
 
         def make_source(_: Source) -> HungSource:
             return source
 
-        await asyncio.gather(
-            worker(),
-            run_consumer(
-                consumer,
-                loop,
-                make_source,
-                writer,
-                config,
-                emit=lambda event: None,
-                stopped=lambda: time.monotonic() > deadline,
-            ),
+        driving = drive(
+            loop,
+            writer,
+            make_source,
+            Timeouts(listing=1.0),
+            stopped=lambda: time.monotonic() > deadline,
         )
-        return consumer
+        return (await asyncio.gather(worker(), driving))[1]
 
     consumer = asyncio.run(run())  # returned when told to stop: nothing ended it before
     assert source.calls >= 3, "listed again after each timeout"
@@ -264,7 +277,7 @@ def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
 @pytest.mark.parametrize("error", [StatusUnavailable("HTTP 500"), StatusInvalid("422")])
 def test_status_writer_raises_what_the_loop_retries(error: Exception) -> None:
     api = FlakyApi([error])
-    writer = StatusWriter(api, "n", "c")
+    writer = StatusWriter(api, "n", "c", holder="test")
     writer.adopt(api.get())
     with pytest.raises(type(error)):
         writer.write({"leases": {}})
@@ -284,7 +297,7 @@ def test_a_write_that_landed_without_an_answer_is_recognised_as_ours() -> None:
             return written
 
     api = LostAnswer([])
-    writer = StatusWriter(api, "n", "c")
+    writer = StatusWriter(api, "n", "c", holder="test")
     writer.adopt(api.get())
     first = {"leases": {"s0": {"owner": "a", "epoch": 1, "state": "Active"}}}
     with pytest.raises(StatusUnavailable):
@@ -301,8 +314,7 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
 
     async def run() -> None:
         coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
-        consumer = ManagedConsumer("n", "c", coordinator)
-        writer = StatusWriter(api, "n", "c")
+        writer = StatusWriter(api, "n", "c", holder="test")
         writer.adopt(api.get())
         loop = ConsumerLoop("c", coordinator, LoopSettings(shard_sync_seconds=0.1), lambda: 1)
         deadline = time.monotonic() + 1.5
@@ -316,19 +328,10 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
             await asyncio.sleep(0.5)
             moved = spec(source={"kinesis": {"streamName": "s", "endpointURL": "http://vpce"}})
             coordinator.update_spec(moved)
-            consumer.wake()
 
         await asyncio.gather(
             edit(),
-            run_consumer(
-                consumer,
-                loop,
-                make_source,
-                writer,
-                OperatorConfig(status_interval_seconds=0.1),
-                emit=lambda event: None,
-                stopped=lambda: time.monotonic() > deadline,
-            ),
+            drive(loop, writer, make_source, Timeouts(), lambda: time.monotonic() > deadline),
         )
 
     asyncio.run(run())

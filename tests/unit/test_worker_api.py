@@ -45,6 +45,7 @@ def post(api: WorkerApi) -> tuple[int, str | None]:
 def test_an_unknown_consumer_is_503_while_the_operator_starts_then_404() -> None:
     clock = Clock()
     registry = Registry(clock, startup_grace=30.0)
+    registry.leading()
     api = WorkerApi(registry, Accepting(), clock)
     assert post(api) == (503, "1"), "right after start: maybe not loaded yet"
     clock.now += 31
@@ -62,6 +63,79 @@ def test_a_standby_answers_come_back_later_without_reviewing_the_token() -> None
     leads = [False]
     api = WorkerApi(Registry(clock, startup_grace=0.0), Refusing(), clock, lambda: leads[0])
     assert post(api) == (503, "1")
+
+
+def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
+    """Issue 22.9: the grace counted from process start, so a standby promoted after
+    30 s answered 404 to every worker while kopf was still loading the consumers."""
+    clock = Clock()
+    registry = Registry(clock, startup_grace=30.0)
+    api = WorkerApi(registry, Accepting(), clock)
+    clock.now += 600  # a standby for ten minutes
+    registry.leading()
+    assert post(api) == (503, "1"), "just promoted: come back"
+    clock.now += 31
+    assert post(api)[0] == 404
+
+
+def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
+    """Issue 22.1: a new term answers nobody from the status it only read."""
+    from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+    from streamconsumer.controller.registry import ManagedConsumer
+    from streamconsumer.controller.state import Coordinator, DurableState
+    from streamconsumer.models.resource import StreamConsumerSpec
+
+    from .moments import CREATED
+
+    spec = StreamConsumerSpec.model_validate(
+        {
+            "source": {"kinesis": {"streamName": "s"}},
+            "processor": {"image": "i", "entrypoint": "m:f"},
+        }
+    )
+    clock = Clock()
+    registry = Registry(clock, startup_grace=0.0)
+    registry.leading()
+    loop = ConsumerLoop(
+        "c", Coordinator(spec, DurableState(), clock(), created=CREATED), LoopSettings(), lambda: 1
+    )
+
+    async def call() -> tuple[int, int]:
+        registry.add(ManagedConsumer("n", "c", loop))
+        api = WorkerApi(registry, Accepting(), clock)
+        async with TestClient(TestServer(api.app())) as client:
+            statuses = []
+            for _ in range(2):
+                response = await client.post(
+                    "/v1/namespaces/n/streamconsumers/c/heartbeat",
+                    json={"worker": "w"},
+                    headers={"Authorization": "Bearer t"},
+                )
+                statuses.append(response.status)
+                if fence := loop.write_due(clock()):  # due at once, unchanged or not
+                    loop.write_succeeded(fence, clock())
+            return statuses[0], statuses[1]
+
+    assert asyncio.run(call()) == (503, 200)
+
+
+def test_a_replica_that_does_not_lead_closes_keep_alive_connections() -> None:
+    """Issue 22.2: a Service keeps established connections where they are, so a worker
+    kept talking to a deposed replica; it must reconnect (to the leader)."""
+    clock = Clock()
+    api = WorkerApi(Registry(clock), Accepting(), clock, lambda: False)
+
+    async def call() -> str | None:
+        async with TestClient(TestServer(api.app())) as client:
+            response = await client.post(
+                "/v1/namespaces/n/streamconsumers/c/heartbeat",
+                json={"worker": "w"},
+                headers={"Authorization": "Bearer t"},
+            )
+            assert response.status == 503
+            return response.headers.get("Connection")
+
+    assert asyncio.run(call()) == "close"
 
 
 class FakeAuthentication:

@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import kopf
@@ -24,10 +25,11 @@ from aiohttp import web
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
-from streamconsumer.controller import main as handlers
+from streamconsumer.controller import executors, handlers
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import keep_fresh, serving_for
@@ -75,9 +77,9 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     await runner.setup()
     # HTTPS unless the API URL is http:// (local development): workers' tokens never
     # cross the pod network in clear. Every replica serves from the one CA in the Secret.
-    tls = await asyncio.to_thread(serving_for, config, api_client)
-    context = tls.context if tls is not None else None
-    await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=context).start()
+    tls = await executors.run_in(executors.KUBERNETES, lambda: serving_for(config, api_client))
+    ssl_context = tls.context if tls is not None else None
+    await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=ssl_context).start()
     refresh = asyncio.create_task(keep_fresh(tls)) if tls is not None else None
 
     label = None
@@ -90,6 +92,14 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     watch: asyncio.Task[None] | None = None
     lost = False
     stepped_down = False
+    stop = asyncio.Event()
+    deposed_reason: str | None = None
+
+    def deposed(reason: str) -> None:
+        """A newer term fenced a consumer's status: ours is over, whatever the Lease says."""
+        nonlocal deposed_reason
+        deposed_reason = reason
+        stop.set()
 
     async def step_down() -> None:
         """Takes the leader label off and frees the Lease, once."""
@@ -97,10 +107,10 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         if elector is None or stepped_down:
             return
         stepped_down = True
-        lost = elector.lost()
+        lost = elector.lost() or deposed_reason is not None
         if label is not None:
             with contextlib.suppress(Exception):  # the next leader takes it off anyway
-                await asyncio.to_thread(label.drop)
+                await executors.run_in(executors.KUBERNETES, label.drop)
         await elector.resign()
         log.info("%s: the lease is free", config.identity())
 
@@ -113,16 +123,19 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             if terminating.is_set():
                 return 0
             if label is not None:
-                await asyncio.to_thread(label.claim)
-        stop = asyncio.Event()
+                await executors.run_in(executors.KUBERNETES, label.claim)
+        registry.leading()
         if elector is not None:
             watch = asyncio.create_task(_stop_when(elector.until_lost(), stop))
-        memo = kopf.Memo(
+        context = OperatorContext(
             config=config,
             api_client=api_client,
             registry=registry,
-            leading=leading,
             tls=tls,
+            # Unique to this process: a restart in the same pod is a new term holder.
+            holder=f"{config.identity()}/{uuid.uuid4().hex[:8]}",
+            leading=leading,
+            deposed=deposed,
             stop_serving=runner.cleanup,
             step_down=step_down,
         )
@@ -131,7 +144,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             namespaces=args.namespace,
             standalone=True,
             stop_flag=stop,
-            memo=memo,
+            memo=memo_for(context),
         )
     finally:
         log.info("%s: kopf stopped", config.identity())
@@ -145,7 +158,9 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         await runner.cleanup()
     if lost:
         log.error(
-            "%s: lost the lease; stopped, exiting to come back as a standby", config.identity()
+            "%s: no longer leads (%s); stopped, exiting to come back as a standby",
+            config.identity(),
+            deposed_reason or "the lease is lost",
         )
         return 1
     return 0

@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
 from streamconsumer.controller.auth import Caller, ReviewUnavailable
-from streamconsumer.controller.registry import Registry, worker_service_account
+from streamconsumer.controller.names import worker_service_account
+from streamconsumer.controller.registry import Registry
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.models import (
     CheckpointRequest,
@@ -103,7 +104,11 @@ class WorkerApi:
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def guarded(request: web.Request) -> web.Response:
             if not self.leading():
-                return _unavailable("this operator replica is a standby; the leader serves")
+                # Close the connection too: a worker's keep-alive would otherwise stay on
+                # this pod (a Service keeps established connections where they are).
+                response = _unavailable("this operator replica does not lead; the leader serves")
+                response.force_close()
+                return response
             namespace = request.match_info["namespace"]
             name = request.match_info["name"]
             header = request.headers.get("Authorization", "")
@@ -129,11 +134,16 @@ class WorkerApi:
                 return _error(
                     403, "forbidden", f"this token cannot speak for worker {message.worker}"
                 )
-            if self.registry.get(namespace, name) is None:
+            consumer = self.registry.get(namespace, name)
+            if consumer is None:
                 if self.registry.starting(namespace, name):
                     return _unavailable(f"streamconsumer {namespace}/{name} is being loaded")
                 return _error(
                     404, "not_found", f"streamconsumer {namespace}/{name} is not managed here"
+                )
+            if not consumer.serving:
+                return _unavailable(
+                    f"streamconsumer {namespace}/{name}: this term's status is not saved yet"
                 )
             return await handler(request, message, caller)
 

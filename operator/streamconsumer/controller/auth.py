@@ -4,13 +4,14 @@ speak for itself."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
+
+from streamconsumer.controller import executors
 
 AUDIENCE = "streamconsumer.io"
 _POD_NAME = "authentication.kubernetes.io/pod-name"
@@ -51,7 +52,7 @@ class TokenReviewer:
         cached = self._cache.get(token)
         if cached and now - cached[0] < self._ttl:
             return cached[1]
-        caller = await asyncio.to_thread(self._review, token)
+        caller = await executors.run_in(executors.AUTH, lambda: self._review(token))
         if caller is not None:
             if len(self._cache) > 10_000:
                 self._cache.clear()

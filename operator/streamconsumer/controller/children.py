@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.registry import (
+from streamconsumer.controller.names import (
     operator_ca,
     worker_deployment,
     worker_service_account,

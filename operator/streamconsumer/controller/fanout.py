@@ -5,9 +5,9 @@ block, so they run in a thread."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
+from streamconsumer.controller import executors
 from streamconsumer.models.resource import KinesisConsumer, Source
 from streamconsumer.sources.factory import stream_consumers
 from streamconsumer.sources.kinesis_consumer import consumer_name
@@ -25,7 +25,9 @@ async def register(namespace: str, name: str, source: Source) -> str | None:
         return None
     assert source.kinesis is not None, "uses_fan_out checked it"
     consumers = stream_consumers(source.kinesis)
-    return await asyncio.to_thread(consumers.register, consumer_name(namespace, name))
+    return await executors.run_in(
+        executors.CONSUMERS, lambda: consumers.register(consumer_name(namespace, name))
+    )
 
 
 async def deregister(namespace: str, name: str, source: Source) -> None:
@@ -34,7 +36,9 @@ async def deregister(namespace: str, name: str, source: Source) -> None:
         return
     assert source.kinesis is not None, "uses_fan_out checked it"
     consumers = stream_consumers(source.kinesis)
-    await asyncio.to_thread(consumers.deregister, consumer_name(namespace, name))
+    await executors.run_in(
+        executors.CONSUMERS, lambda: consumers.deregister(consumer_name(namespace, name))
+    )
 
 
 async def consumer_changed(

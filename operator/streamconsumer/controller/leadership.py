@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol, cast
@@ -19,6 +20,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from streamconsumer.controller import executors
 from streamconsumer.core.election import Act, Action, Election, LeaseRecord
 
 log = logging.getLogger(__name__)
@@ -157,13 +159,16 @@ class Elector:
         while not self._resigning and not self.lost():
             was_leading = self.leading()
             try:
-                record = await asyncio.to_thread(self._lock.get)
+                record = await executors.run_in(executors.ELECTION, self._lock.get)
                 self._election.observe(record, self._clock())
                 action = self._election.next_action(self._clock())
                 if action.act is not Act.WAIT:
                     sent_at = self._clock()
-                    written = await asyncio.to_thread(
-                        self._lock.swap, action, self.identity, timing.lease_seconds
+                    written = await executors.run_in(
+                        executors.ELECTION,
+                        functools.partial(
+                            self._lock.swap, action, self.identity, timing.lease_seconds
+                        ),
                     )
                     self._election.swapped(action, written, sent_at, self._clock())
                     if action.act is not Act.RENEW:
@@ -191,10 +196,12 @@ class Elector:
             return
         self._election.resigned()
         try:
-            record = await asyncio.to_thread(self._lock.get)
+            record = await executors.run_in(executors.ELECTION, self._lock.get)
             if record is not None and record.holder == self.identity:
                 action = Action(Act.ACQUIRE, record.version, record.transitions)
-                await asyncio.to_thread(self._lock.swap, action, None, 1.0)
+                await executors.run_in(
+                    executors.ELECTION, lambda: self._lock.swap(action, None, 1.0)
+                )
         except (LockConflict, ApiException, HTTPError, OSError) as error:
             log.info("leader election: could not free the lease: %s", error)
         self._changed.set()

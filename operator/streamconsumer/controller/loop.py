@@ -3,8 +3,13 @@ probe unowned shards' backlog, step the engine, write the status, scale) and tak
 outcome of each job; `runner.py` executes the jobs against Kinesis and Kubernetes, and
 the simulator executes them against its own stream and apiserver.
 
-No outcome stops it: a failed listing keeps the last one, a failed status write is
-retried with back-off, each shown as an Event and a `Degraded` condition."""
+No outcome stops it but one: a failed listing keeps the last one, a failed status write
+is retried with back-off, each shown as an Event and a `Degraded` condition; a newer term
+that fenced the status ends it (`deposed_by`).
+
+It serves workers only once a status write of its own has landed: that first write is
+the term's fence (docs/design.md, "Term fence"), so nothing it grants or renews can rest
+on a table that a late write from an older term may still replace."""
 
 from __future__ import annotations
 
@@ -110,6 +115,17 @@ class ConsumerLoop:
         self._write_failures = 0
         self._last_probe = -float("inf")
         self._probe_offset = 0
+        self._fenced = False  # a write of ours has landed: workers may be served
+        self.deposed: str | None = None  # why a newer term ended this loop
+
+    @property
+    def serving(self) -> bool:
+        """May the worker API answer from this loop's coordinator?"""
+        return self._fenced and self.deposed is None
+
+    def deposed_by(self, reason: str) -> None:
+        """A newer term fenced the status: this loop must never grant or write again."""
+        self.deposed = reason
 
     def take_events(self) -> list[Event]:
         events, self.events = self.events, []
@@ -209,6 +225,8 @@ class ConsumerLoop:
         return None if decided is None else (decided[0], decided[1], lag)
 
     def scaled(self, before: int, after: int, lag: float) -> None:
+        assert self.autoscaler is not None
+        self.autoscaler.scaled(after)
         self.events.append(
             Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
         )
@@ -219,11 +237,8 @@ class ConsumerLoop:
 
     def write_due(self, now: float) -> StatusWrite | None:
         coordinator = self.coordinator
-        if (
-            self._writing
-            or coordinator.version <= coordinator.persisted_version
-            or now < self._next_write
-        ):
+        unchanged = coordinator.version <= coordinator.persisted_version and self._fenced
+        if self._writing or self.deposed is not None or unchanged or now < self._next_write:
             return None
         self._writing = True
         version = coordinator.version
@@ -240,6 +255,7 @@ class ConsumerLoop:
         self._writing = False
         self._next_write = now + self.settings.status_interval_seconds
         self._write_failures = 0
+        self._fenced = True
         self.coordinator.persisted(write.snapshot, write.version)
         if self.write_error is not None:
             self.write_error = None
@@ -259,6 +275,7 @@ class ConsumerLoop:
     def write_stale(self, current: DurableState, now: float) -> None:
         """Another writer saved a different lease table: adopt it rather than fight."""
         self._writing = False
+        self._fenced = False  # serve again only once a write on the adopted table lands
         self.events.append(
             Event("Warning", "StatusChangedElsewhere", "another writer saved the lease table")
         )

@@ -6,29 +6,23 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.state import Coordinator
 
 
-def worker_service_account(consumer: str) -> str:
-    return f"{consumer}-worker"
-
-
-def worker_deployment(consumer: str) -> str:
-    return f"{consumer}-workers"
-
-
-def operator_ca(consumer: str) -> str:
-    """The ConfigMap holding the operator's CA certificate for this consumer's workers."""
-    return f"{consumer}-operator-ca"
-
-
 class ManagedConsumer:
-    def __init__(self, namespace: str, name: str, coordinator: Coordinator) -> None:
+    def __init__(self, namespace: str, name: str, loop: ConsumerLoop) -> None:
         self.namespace = namespace
         self.name = name
-        self.coordinator = coordinator
+        self.loop = loop
+        self.coordinator: Coordinator = loop.coordinator
         self._wake = asyncio.Event()
-        self._persisted = asyncio.Condition()
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []  # (version, waiter)
+
+    @property
+    def serving(self) -> bool:
+        """Its term's fence has landed and no newer term took over."""
+        return self.loop.serving
 
     def wake(self) -> None:
         """Something changed (a heartbeat, a checkpoint, a finished job): run the loop soon."""
@@ -41,30 +35,51 @@ class ManagedConsumer:
 
     async def persisted(self, version: int) -> None:
         """Returns once the status holds every change up to `version`."""
-        async with self._persisted:
-            await self._persisted.wait_for(lambda: self.coordinator.persisted_version >= version)
+        if self.coordinator.persisted_version >= version:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        entry = (version, waiter)
+        self._waiting.append(entry)
+        try:
+            await waiter
+        finally:
+            if entry in self._waiting:
+                self._waiting.remove(entry)
 
-    async def mark_persisted(self) -> None:
-        async with self._persisted:
-            self._persisted.notify_all()
+    def notify_persisted(self) -> None:
+        """The status was written: wake the checkpoints waiting for what it now holds."""
+        saved = self.coordinator.persisted_version
+        for version, waiter in list(self._waiting):
+            if version <= saved and not waiter.done():
+                waiter.set_result(None)
 
 
 class Registry:
-    """Consumers by (namespace, name). Right after the operator starts, a consumer may
-    not be loaded yet: `starting` tells the API to answer "come back" rather than 404."""
+    """Consumers by (namespace, name). A consumer not loaded yet, or whose fencing write
+    has not landed, gets "come back" (503) rather than 404; so does any name during a
+    grace period after this replica started leading, while kopf lists and loads."""
 
     def __init__(self, clock: Callable[[], float], startup_grace: float = 30.0) -> None:
         self._consumers: dict[tuple[str, str], ManagedConsumer] = {}
         self._loading: set[tuple[str, str]] = set()
         self._clock = clock
-        self._ready_at = clock() + startup_grace
+        self._grace = startup_grace
+        self._ready_at: float | None = None  # not leading yet: everything is "later"
+
+    def leading(self) -> None:
+        """This replica leads from now on: kopf starts loading the consumers."""
+        self._ready_at = self._clock() + self._grace
 
     def get(self, namespace: str, name: str) -> ManagedConsumer | None:
         return self._consumers.get((namespace, name))
 
     def starting(self, namespace: str, name: str) -> bool:
-        """Not managed (yet): still loading it, or too soon after start to know."""
-        return (namespace, name) in self._loading or self._clock() < self._ready_at
+        """Not managed (yet): still loading it, or too soon after leading to know."""
+        return (
+            (namespace, name) in self._loading
+            or self._ready_at is None
+            or self._clock() < self._ready_at
+        )
 
     def loading(self, namespace: str, name: str) -> None:
         self._loading.add((namespace, name))

@@ -1,160 +1,73 @@
-"""Runs one consumer's ConsumerLoop for real: listing, backlog probes and status writes
-are background jobs in threads, each with its own timeout, so the engine keeps stepping
-(expiries, grants, checkpoints) while Kinesis or the apiserver is slow."""
+"""The production host of a ConsumerDriver: ticks it on asyncio whenever something
+changed (or every 0.2 s), and runs its jobs on a bounded thread pool (`ThreadJobs`).
+
+Each kind of blocking work has its own pool (`executors.py`), so a slow or throttled
+Kinesis can fill the consumers' pool but never delay a Lease renewal or a TokenReview."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import logging
-import time
+import concurrent.futures
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError
-
-from streamconsumer.controller import metrics
-from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.loop import ConsumerLoop, Event, StatusWrite
+from streamconsumer.controller.driver import ConsumerDriver, Outcome
 from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.state import durable_from_status
-from streamconsumer.controller.status import (
-    StaleState,
-    StatusInvalid,
-    StatusUnavailable,
-    StatusWriter,
-)
-from streamconsumer.core.lineage import Shard
-from streamconsumer.models import StartPosition
-from streamconsumer.models.resource import Source
-from streamconsumer.sources.base import StreamSource
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
-SourceFactory = Callable[[Source], StreamSource]
-EventSink = Callable[[Event], None]
+TICK_SECONDS = 0.2
 
 
-class Job(Generic[T]):
-    """A blocking call run in a thread with a timeout; polled by the loop."""
+class ThreadJobs:
+    """The driver's Jobs on a thread pool. A job past its timeout is answered
+    TimeoutError at once; its thread runs on until the call's own timeout ends it (every
+    call the driver makes has one) and holds one of the pool's threads meanwhile, so
+    abandoned threads are bounded by the pool's size. A job still queued when its
+    timeout comes never runs."""
 
-    def __init__(self, call: Callable[[], T], timeout: float, wake: Callable[[], None]) -> None:
-        self.task = asyncio.create_task(asyncio.wait_for(asyncio.to_thread(call), timeout))
-        self.task.add_done_callback(lambda _: wake())
-        self.timeout = timeout
+    def __init__(self, executor: concurrent.futures.Executor, wake: Callable[[], None]) -> None:
+        self._executor = executor
+        self._wake = wake
+        self._tasks: set[asyncio.Task[Any]] = set()
 
-    def done(self) -> bool:
-        return self.task.done()
+    def start(
+        self,
+        kind: str,
+        call: Callable[[], T],
+        timeout: float,
+        done: Callable[[Outcome[T]], None],
+    ) -> None:
+        running = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        task = asyncio.create_task(asyncio.wait_for(running, timeout), name=f"job-{kind}")
+        self._tasks.add(task)
+
+        def finished(task: asyncio.Task[T]) -> None:
+            self._tasks.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            done(Outcome(error=error) if error is not None else Outcome(value=task.result()))
+            self._wake()
+
+        task.add_done_callback(finished)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
 
 
 async def run_consumer(
     consumer: ManagedConsumer,
-    loop: ConsumerLoop,
-    make_source: SourceFactory,
-    writer: StatusWriter,
-    config: OperatorConfig,
-    emit: EventSink,
+    driver: ConsumerDriver,
+    jobs: ThreadJobs,
     stopped: Callable[[], bool],
-    scale: Callable[[int], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    coordinator = consumer.coordinator
-    source_spec = coordinator.spec.source
-    source = make_source(source_spec)
-    listing: Job[list[Shard]] | None = None
-    probing: Job[dict[str, int | None]] | None = None
-    writing: tuple[Job[None], StatusWrite] | None = None
-    lag_gauges = metrics.LagGauges(consumer.namespace, consumer.name)
-    labels = (consumer.namespace, consumer.name)
-    while not stopped():
-        now = clock()
-        if coordinator.spec.source != source_spec:  # e.g. a new endpoint URL
-            source_spec = coordinator.spec.source
-            source = make_source(source_spec)
-        # --- shard listing
-        if listing is not None and listing.done():
-            try:
-                loop.sync_succeeded(listing.task.result(), clock())
-            except Exception as error:  # every failure is shown, none stops us
-                loop.sync_failed(_describe(error, "listing shards", listing.timeout), clock())
-            listing = None
-        if listing is None and loop.sync_due(now):
-            loop.sync_started(now)
-            listing = Job(source.list_shards, config.shard_sync_timeout_seconds, consumer.wake)
-        # --- backlog of unowned shards (lag with no worker to report it)
-        if probing is not None and probing.done():
-            try:
-                loop.probes_done(probing.task.result(), clock())
-            except Exception as error:
-                log.info("%s/%s: backlog probe failed: %s", *labels, error)
-            probing = None
-        if probing is None and (probes := loop.probes_due(now)):
-            probing = Job(
-                functools.partial(_measure, source, probes),
-                config.shard_sync_timeout_seconds,
-                consumer.wake,
-            )
-        # --- the engine
-        for action in loop.step(clock()):
-            metrics.count_action(consumer.namespace, consumer.name, action)
-        lag_gauges.update(
-            coordinator.lag_millis(),
-            workers=sum(1 for w in coordinator.workers.values() if not w.draining),
-            open_shards=sum(1 for s in coordinator.shards if not s.closed),
-        )
-        if scale is not None and (decision := loop.autoscale(clock())) is not None:
-            before, after, lag = decision
-            try:
-                await asyncio.to_thread(scale, after)
-            except Exception as error:  # tried again on the next decision
-                log.warning("%s/%s: scaling to %d failed: %s", *labels, after, error)
-            else:
-                assert loop.autoscaler is not None
-                loop.autoscaler.scaled(after)
-                loop.scaled(before, after, lag)
-        # --- the status
-        if writing is not None and writing[0].done():
-            job, write = writing
-            writing = None
-            try:
-                job.task.result()
-            except StaleState as stale:
-                writer.adopt(stale.current)
-                loop.write_stale(durable_from_status(stale.current.get("status")), clock())
-            except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
-                loop.write_failed(write, _describe(error, "writing status", job.timeout), clock())
-            except Exception as error:  # a bug must not stop the loop either: show it, retry
-                log.exception("%s/%s: status write failed", *labels)
-                loop.write_failed(write, _describe(error, "writing status", job.timeout), clock())
-            else:
-                loop.write_succeeded(write, clock())
-                metrics.STATUS_WRITES.labels(*labels).inc()
-                await consumer.mark_persisted()
-        if writing is None and (due := loop.write_due(clock())) is not None:
-            job = Job(
-                functools.partial(writer.write, due.body),
-                config.status_write_timeout_seconds,
-                consumer.wake,
-            )
-            writing = (job, due)
-        for event in loop.take_events():
-            emit(event)
-        await consumer.sleep(min(0.2, config.status_interval_seconds))
-    for job_or_none in (listing, probing, writing[0] if writing else None):
-        if job_or_none is not None:
-            job_or_none.task.cancel()
-
-
-def _measure(
-    source: StreamSource, probes: list[tuple[str, StartPosition]]
-) -> dict[str, int | None]:
-    return {shard_id: source.backlog(shard_id, start) for shard_id, start in probes}
-
-
-def _describe(error: BaseException, doing: str, timeout: float) -> str:
-    if isinstance(error, TimeoutError):
-        return f"{doing} timed out after {timeout:.0f}s"
-    if isinstance(error, ClientError):
-        info = error.response.get("Error", {})
-        return f"{doing}: {info.get('Code', 'error')}: {info.get('Message', error)}"
-    return f"{doing}: {error}"
+    """Until kopf stops the daemon, this replica stops leading, or a newer term fences
+    the status (then `driver.deposed`: the caller ends the process)."""
+    try:
+        while not stopped() and not driver.deposed:
+            driver.tick()
+            await consumer.sleep(TICK_SECONDS)
+    finally:
+        driver.stop()
+        jobs.cancel()

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from kubernetes import client as k8s
 
-from streamconsumer.controller import ca_secret, tls
+from streamconsumer.controller import ca_secret, executors, tls
 from streamconsumer.controller.config import OperatorConfig
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,9 @@ async def keep_fresh(serving: Serving, interval: float = REFRESH_SECONDS) -> Non
     while True:
         await asyncio.sleep(interval)
         try:
-            await asyncio.to_thread(serving.refresh, dt.datetime.now(dt.UTC))
+            await executors.run_in(
+                executors.KUBERNETES, lambda: serving.refresh(dt.datetime.now(dt.UTC))
+            )
         except (OSError, ValueError, ssl.SSLError) as error:  # keep the current one
             log.error("worker API: serving certificate not refreshed: %s", error)
 

@@ -120,6 +120,7 @@ class Coordinator:
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
         self.last_reset = durable.last_reset
         self._reset_waiting: ResetRequest | None = None  # until the first listing
+        self._reset_asked: ResetRequest | None = None  # the last one asked, saved or not
         self.version = 0
         self.persisted_version = 0
         self.desired_replicas: int | None = None  # set by the lag autoscaler
@@ -356,6 +357,7 @@ class Coordinator:
         grant from the new position leaves the operator (durable before visible)."""
         if self.last_reset is not None and self.last_reset.id == request.id:
             return
+        self._reset_asked = request
         if not self.shards_known:
             self._reset_waiting = request  # which shards exist is not known yet
             return
@@ -400,8 +402,12 @@ class Coordinator:
         self.last_reset = durable.last_reset
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
+        self._reset_waiting = None
         if self.shards_known:
             self.set_shards(self.shards)  # drops leases of shards gone since
+        asked = self._reset_asked
+        if asked is not None and (self.last_reset is None or self.last_reset.id != asked.id):
+            self.request_reset(asked)  # asked for, not saved yet: the adopted table lacks it
         self._changed()
 
     # --- views ---------------------------------------------------------------------

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import threading
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from kubernetes import client as k8s
@@ -20,7 +22,7 @@ from streamconsumer.controller.children import label_selector
 from streamconsumer.controller.state import Coordinator, DurableState, durable_fields
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from streamconsumer.models.resource import Condition, StreamConsumerStatus, WorkerSummary
+from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term, WorkerSummary
 
 _DURABLE_LEASE_FIELDS = (
     "owner",
@@ -146,8 +148,10 @@ def render(
 
 
 def durable_part(status: dict[str, Any] | None) -> tuple[Any, ...]:
-    """What tells one lease table from another (lag, conditions and workers are views)."""
+    """What tells one lease table from another (lag, conditions and workers are views);
+    the term that wrote it is part of it."""
     status = status or {}
+    term = status.get("term") or {}
     leases = {
         sid: tuple(body.get(f) for f in _DURABLE_LEASE_FIELDS)
         for sid, body in (status.get("leases") or {}).items()
@@ -157,7 +161,13 @@ def durable_part(status: dict[str, Any] | None) -> tuple[Any, ...]:
         status.get("finishedShards") or [],
         status.get("promisedLeaseSeconds"),
         (status.get("lastReset") or {}).get("id"),
+        (term.get("number"), term.get("holder")),
     )
+
+
+def term_of(status: dict[str, Any] | None) -> Term | None:
+    term = (status or {}).get("term")
+    return Term.model_validate(term) if term else None
 
 
 # --- writing --------------------------------------------------------------------------
@@ -174,6 +184,10 @@ class StatusInvalid(Exception):
 class StatusUnavailable(Exception):
     """5xx, throttling, a timeout or a broken connection: the write may or may not
     have landed."""
+
+
+class Deposed(Exception):
+    """A newer term fenced the status: this writer must never write again."""
 
 
 class StaleState(Exception):
@@ -194,30 +208,77 @@ class StatusApi(Protocol):
         ...
 
 
-class StatusWriter:
-    """Writes under the resourceVersion last seen. A conflict is resolved by reading the
-    object back: if its lease table is the one we last wrote (someone changed spec or
-    metadata), retry; if it is one we tried to write without hearing back (a timeout
-    after the write landed), it is ours; otherwise we are stale (StaleState)."""
+@dataclass
+class Attempt:
+    """One status write, prepared when its job starts: the resourceVersion it is
+    conditional on is the one seen then, not when its thread gets round to it."""
 
-    def __init__(self, api: StatusApi, namespace: str, name: str) -> None:
+    number: int
+    status: dict[str, Any]
+    resource_version: str | None
+
+
+class Superseded(Exception):
+    """A newer write was started: this one, abandoned by its caller, must not re-send."""
+
+
+class StatusWriter:
+    """Writes under the resourceVersion last seen, fenced by a term (docs/design.md#term-fence):
+    its first write that lands raises the status' term number to one past what it read,
+    and from then on a conflict whose stored term is not its own means a newer term took
+    over (Deposed: never write again). Before that, another writer's table (a late write
+    of an older term) is adopted and fenced anew (StaleState).
+
+    A conflict is otherwise resolved by reading the object back: if its lease table is
+    the one we last wrote or one of ours whose answer we have not had (a timeout after
+    the write landed), retry; only the newest attempt ever retries, so an abandoned one
+    can never put an older table back. Attempts run on threads that may outlive their
+    job's timeout: shared state is touched under a lock."""
+
+    def __init__(self, api: StatusApi, namespace: str, name: str, holder: str) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
+        self.holder = holder  # unique per process: two lives never share a term
         self.resource_version: str | None = None
         self.spec: dict[str, Any] = {}
         self.last_written: dict[str, Any] | None = None
-        self._unconfirmed: list[tuple[Any, ...]] = []  # attempts with a lost answer
+        self._unconfirmed: list[tuple[Any, ...]] = []  # attempts that may still land
+        self.term: Term | None = None
+        self.fenced = False
         self.writes = 0
+        self._attempts = 0
+        self._lock = threading.Lock()
 
     def adopt(self, body: dict[str, Any]) -> None:
         """Starts from the object as read (its status is the durable lease table)."""
+        with self._lock:
+            self._adopt(body)
+            self._unconfirmed = []
+
+    def _adopt(self, body: dict[str, Any]) -> None:
         self.resource_version = body["metadata"]["resourceVersion"]
         self.spec = body.get("spec", {})
         self.last_written = body.get("status")
-        self._unconfirmed = []
+        stored = term_of(self.last_written)
+        if stored is not None and stored == self.term:
+            self.fenced = True  # our fence landed although its answer was lost
+        if not self.fenced:
+            self.term = Term(number=stored.number + 1 if stored else 0, holder=self.holder)
+
+    def prepare(self, status: dict[str, Any]) -> Attempt:
+        """A write of `status` under our term, conditional on what we saw last."""
+        with self._lock:
+            assert self.term is not None, "adopt the object before writing"
+            self._attempts += 1
+            status = {**status, "term": self.term.wire()}
+            self._unconfirmed = [*self._unconfirmed[-4:], durable_part(status)]
+            return Attempt(self._attempts, status, self.resource_version)
 
     def write(self, status: dict[str, Any]) -> None:
+        self.send(self.prepare(status))
+
+    def send(self, attempt: Attempt) -> None:
         for _ in range(3):
             body = {
                 "apiVersion": API_VERSION,
@@ -225,30 +286,43 @@ class StatusWriter:
                 "metadata": {
                     "name": self.name,
                     "namespace": self.namespace,
-                    "resourceVersion": self.resource_version,
+                    "resourceVersion": attempt.resource_version,
                 },
                 "spec": self.spec,
-                "status": status,
+                "status": attempt.status,
             }
             try:
                 written = self.api.replace_status(body)
             except Conflict:
                 current = self.api.get()
-                stored = durable_part(current.get("status"))
-                mine = durable_part(self.last_written)
-                if stored != mine and stored not in self._unconfirmed:
-                    raise StaleState(current) from None
-                self.adopt(current)
+                with self._lock:
+                    attempt.resource_version = self._resolve(attempt, current)
                 continue
-            except StatusUnavailable:
-                self._unconfirmed = [*self._unconfirmed[-4:], durable_part(status)]
-                raise
-            self.resource_version = written["metadata"]["resourceVersion"]
-            self.last_written = written.get("status")
-            self._unconfirmed = []
-            self.writes += 1
+            with self._lock:
+                self.fenced = True  # our term is in the status now
+                if attempt.number == self._attempts:
+                    self.resource_version = written["metadata"]["resourceVersion"]
+                    self.last_written = written.get("status")
+                    self._unconfirmed = []
+                # else: an abandoned attempt landed late; the newest one will find it
+                # among the unconfirmed at its conflict and carry on from there
+                self.writes += 1
             return
         raise StatusUnavailable("status write kept conflicting")
+
+    def _resolve(self, attempt: Attempt, current: dict[str, Any]) -> str | None:
+        """After a conflict: the resourceVersion to retry under, or raise."""
+        if attempt.number != self._attempts:
+            raise Superseded(f"status write {attempt.number} was superseded")
+        stored_term = term_of(current.get("status"))
+        if self.fenced and stored_term != self.term:
+            raise Deposed(f"term {stored_term} fenced the status")
+        stored = durable_part(current.get("status"))
+        mine = durable_part(self.last_written)
+        if stored != mine and stored not in self._unconfirmed:
+            raise StaleState(current)
+        self._adopt(current)
+        return self.resource_version
 
 
 class KubeStatusApi:

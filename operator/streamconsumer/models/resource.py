@@ -439,6 +439,15 @@ class ResetRecord(Model):
     shards: list[str] = Field(default_factory=list, description="The shards it reset.")
 
 
+class Term(Model):
+    """Which operator term last fenced the status (docs/design.md, "Term fence"): each
+    term's first write raises `number`; a writer that finds a number other than its
+    own has been superseded and never writes again."""
+
+    number: int = Field(ge=0)
+    holder: str = Field(max_length=253, description="The operator process that fenced.")
+
+
 class WorkerSummary(Model):
     shards: int = Field(ge=0)
     draining: bool = False
@@ -455,6 +464,7 @@ class Condition(Model):
 
 class StreamConsumerStatus(Model):
     observed_generation: int | None = None
+    term: Term | None = None
     finished_shards: list[str] = Field(
         default_factory=list,
         description="Finished shards the stream still lists, compacted as first..last runs "

@@ -1,16 +1,14 @@
-"""kopf handlers — thin by design: each hands over to a domain module. What they share
-(settings, the Kubernetes client, the registry of consumers the worker API serves, whether
-this replica leads) is put in kopf's `memo` by the process entry point, `__main__.py`,
-which runs kopf only on the elected leader:
+"""kopf handlers, and only them: each is a few lines that hand over to typed code. What
+they share is the `OperatorContext` the entry point (`__main__.py`) builds once and puts
+in kopf's memo; kopf runs only on the elected leader:
 
 python -m streamconsumer.controller --all-namespaces
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
-import time
 from typing import Any
 
 import kopf
@@ -18,24 +16,18 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
-from streamconsumer.controller import children, fanout
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
-from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
-from streamconsumer.controller.status import KubeStatusApi, StatusWriter
+from streamconsumer.controller import children, consumers, executors, fanout
+from streamconsumer.controller.context import context_of
+from streamconsumer.controller.state import Coordinator
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     RESET_ANNOTATION,
     ResetRequest,
     StreamConsumerSpec,
 )
-from streamconsumer.sources.factory import make_source
 
 FIELD_MANAGER = "streamconsumer-operator"
-AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
+KUBERNETES_TIMEOUT_SECONDS = 10.0
 
 
 def spec_of(body: kopf.Body) -> StreamConsumerSpec:
@@ -61,7 +53,7 @@ async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.cleanup()
 async def stop_serving(memo: kopf.Memo, **_: Any) -> None:
     """A stopping operator serves workers no more: they retry, and reach the next leader."""
-    await memo.stop_serving()
+    await context_of(memo).stop_serving()
 
 
 def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) -> None:
@@ -71,6 +63,7 @@ def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) 
         "field_manager": FIELD_MANAGER,
         "force": True,
         "_content_type": "application/apply-patch+yaml",
+        "_request_timeout": KUBERNETES_TIMEOUT_SECONDS,
     }
     if manifest["kind"] == "Deployment":
         k8s.AppsV1Api(api_client).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
@@ -98,18 +91,20 @@ async def reconcile_children(
     **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
+    context = context_of(memo)
     spec = spec_of(body)
     manifests = [
         children.service_account(name, spec),
         # The CA before the Deployment: its pods mount it.
-        *([children.ca_bundle(name, memo.tls.ca_pem)] if memo.tls is not None else []),
-        children.deployment(namespace, name, spec, memo.config.api_url),
+        *([children.ca_bundle(name, context.tls.ca_pem)] if context.tls is not None else []),
+        children.deployment(namespace, name, spec, context.config.api_url),
         children.disruption_budget(name),
     ]
     for manifest in manifests:
         kopf.adopt(manifest, owner=body)
-        await asyncio.to_thread(_apply, memo.api_client, manifest, namespace)
-    consumer = memo.registry.get(namespace, name)
+        apply = functools.partial(_apply, context.api_client, manifest, namespace)
+        await executors.run_in(executors.KUBERNETES, apply)
+    consumer = context.registry.get(namespace, name)
     if consumer is not None:
         consumer.coordinator.update_spec(spec)
         consumer.wake()
@@ -155,7 +150,7 @@ async def reset_requested(
     body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    consumer = memo.registry.get(namespace, name)
+    consumer = context_of(memo).registry.get(namespace, name)
     if consumer is not None:
         _request_reset(body, consumer.coordinator)
         consumer.wake()
@@ -172,7 +167,9 @@ def _request_reset(body: kopf.Body, coordinator: Coordinator) -> None:
 
 
 # A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;
-# it is built not to fail (errors are retried in place and shown as conditions).
+# it is built not to fail (errors are retried in place and shown as conditions). A loop
+# that returns by itself is not restarted by kopf: it returns only when this replica's
+# term is over, and then the process ends (docs/design.md, "Lifecycle").
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, backoff=2.0)
 async def consume(
     body: kopf.Body,
@@ -183,68 +180,14 @@ async def consume(
     **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    registry: Registry = memo.registry
-    config: OperatorConfig = memo.config
-    registry.loading(namespace, name)
-    status_api = KubeStatusApi(memo.api_client, namespace, name)
-    current = await asyncio.to_thread(status_api.get)
-    writer = StatusWriter(status_api, namespace, name)
-    writer.adopt(current)
-    spec = spec_of(body)
-    status = current.get("status") or {}
-    coordinator = Coordinator(
-        spec, durable_from_status(status), time.monotonic(), created=creation_time(current)
-    )
-    consumer = ManagedConsumer(namespace, name, coordinator)
-    _request_reset(body, coordinator)  # one asked for while the operator was away
-    # After a restart, carry on from what the autoscaler last asked for.
-    desired = status.get("desiredReplicas")
-    coordinator.desired_replicas = desired
-    loop = ConsumerLoop(
-        name,
-        coordinator,
-        LoopSettings(
-            shard_sync_seconds=config.shard_sync_seconds,
-            status_interval_seconds=config.status_interval_seconds,
-        ),
-        generation=lambda: body.get("metadata", {}).get("generation"),
-        autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
-    )
-
-    def scale(replicas: int) -> None:
-        patch = children.scale_patch(name, replicas)
-        k8s.AppsV1Api(memo.api_client).patch_namespaced_deployment(
-            patch["metadata"]["name"],
-            namespace,
-            patch,
-            field_manager=AUTOSCALER_FIELD_MANAGER,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
-
-    def emit(event: Event) -> None:
-        post = kopf.warn if event.type == "Warning" else kopf.info
-        post(body, reason=event.reason, message=event.message)
-
-    registry.add(consumer)
+    context = context_of(memo)
     try:
-        await run_consumer(
-            consumer,
-            loop,
-            make_source,
-            writer,
-            config,
-            emit,
-            # A leader whose term ran out stops at once, before kopf winds down.
-            stopped=lambda: bool(stopped) or not memo.leading(),
-            scale=scale,
-        )
+        await consumers.consume(context, body, namespace, name, lambda: bool(stopped))
     finally:
-        registry.remove(namespace, name)
         # A stopping leader frees the Lease once no consumer loop can write any more,
         # not after kopf has wound down (it waits 5 s for tasks it did not start).
         exiting = stopped.reason is not None and bool(
             stopped.reason & kopf.DaemonStoppingReason.OPERATOR_EXITING
         )
-        if exiting and registry.idle():
-            await memo.step_down()
+        if exiting and context.registry.idle():
+            await context.step_down()

@@ -1,0 +1,42 @@
+"""What every kopf handler of this process shares, typed and built once at start-up by
+the entry point (`__main__.py`); kopf's untyped memo only carries it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes import client as k8s
+
+from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.serving import Serving
+
+
+@dataclass(frozen=True)
+class OperatorContext:
+    config: OperatorConfig
+    api_client: k8s.ApiClient
+    registry: Registry
+    tls: Serving | None
+    # Unique to this process: the status' term fence names it (two lives never share one).
+    holder: str
+    # Does this replica lead right now (its election term is running)?
+    leading: Callable[[], bool]
+    # Ends this replica's term for good: a newer term fenced a consumer's status.
+    deposed: Callable[[str], None]
+    stop_serving: Callable[[], Awaitable[None]]
+    # Frees the Lease once no consumer loop can write any more (a rolling upgrade).
+    step_down: Callable[[], Awaitable[None]]
+
+
+def context_of(memo: Any) -> OperatorContext:
+    context = memo.context
+    assert isinstance(context, OperatorContext), "built by streamconsumer.controller"
+    return context
+
+
+def memo_for(context: OperatorContext) -> kopf.Memo:
+    return kopf.Memo(context=context)

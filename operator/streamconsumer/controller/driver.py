@@ -1,0 +1,290 @@
+"""One consumer's driver: the single place that turns the ConsumerLoop's decisions into
+jobs (list the shards, probe backlogs, write the status, scale the workers) and feeds
+their outcomes back. It never blocks and never sleeps: the production host
+(`runner.py`, asyncio and thread pools) and the simulation (an event queue) both run
+this class, and only the `Jobs` port and the clock differ between them
+(docs/design.md, "One driver").
+
+Every job may answer late or not at all: a job past its timeout is answered
+`TimeoutError` while its call may still run on and land (a status write included).
+The status writer's term fence makes such a late write harmless, and a driver whose
+writer learns that a newer term fenced the status stops for good (`deposed`)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from streamconsumer.controller import metrics
+from streamconsumer.controller.autoscaler import Autoscaler
+from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
+from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
+from streamconsumer.controller.status import (
+    Deposed,
+    StaleState,
+    StatusInvalid,
+    StatusUnavailable,
+    StatusWriter,
+    Superseded,
+)
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import StartPosition
+from streamconsumer.models.resource import ResetRequest, Source, StreamConsumerSpec
+from streamconsumer.sources.base import StreamSource
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+SourceFactory = Callable[[Source], StreamSource]
+EventSink = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """How a job ended: its value, or the exception it raised (TimeoutError past its
+    timeout, whatever its call goes on to do)."""
+
+    value: T | None = None
+    error: BaseException | None = None
+
+    def result(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+class Jobs(Protocol):
+    def start(
+        self,
+        kind: str,
+        call: Callable[[], T],
+        timeout: float,
+        done: Callable[[Outcome[T]], None],
+    ) -> None:
+        """Runs `call` elsewhere; `done` gets its outcome exactly once, in the driver's
+        context, at the latest `timeout` seconds from now."""
+        ...
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    listing: float = 30.0
+    status_write: float = 10.0
+    scale: float = 10.0
+
+
+class ConsumerDriver:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        loop: ConsumerLoop,
+        make_source: SourceFactory,
+        writer: StatusWriter,
+        jobs: Jobs,
+        clock: Callable[[], float],
+        emit: EventSink,
+        timeouts: Timeouts = Timeouts(),
+        scale: Callable[[int], None] | None = None,
+        saved: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        self.loop = loop
+        self.coordinator = loop.coordinator
+        self._make_source = make_source
+        self._source_spec = self.coordinator.spec.source
+        self._source = make_source(self._source_spec)
+        self._writer = writer
+        self._jobs = jobs
+        self._clock = clock
+        self._emit = emit
+        self._timeouts = timeouts
+        self._scale = scale
+        self._saved = saved  # the status now holds a newer version (checkpoint waiters)
+        self._busy: set[str] = set()  # kinds of job in flight: one of each at a time
+        self.stopped = False
+        self._gauges = metrics.LagGauges(namespace, name)
+
+    @property
+    def deposed(self) -> bool:
+        return self.loop.deposed is not None
+
+    def waiting_for(self, kind: str) -> bool:
+        """Is a job of this kind in flight?"""
+        return kind in self._busy
+
+    def stop(self) -> None:
+        """No new job; outcomes still to come are dropped."""
+        self.stopped = True
+
+    def tick(self) -> None:
+        """Starts what is due and steps the engine once."""
+        if self.stopped or self.deposed:
+            return
+        loop, coordinator = self.loop, self.coordinator
+        now = self._clock()
+        if coordinator.spec.source != self._source_spec:  # e.g. a new endpoint URL
+            self._source_spec = coordinator.spec.source
+            self._source = self._make_source(self._source_spec)
+        if "listing" not in self._busy and loop.sync_due(now):
+            loop.sync_started(now)
+            self._start("listing", self._source.list_shards, self._timeouts.listing, self._listed)
+        if "probe" not in self._busy and (probes := loop.probes_due(now)):
+            call = functools.partial(_measure, self._source, probes)
+            self._start("probe", call, self._timeouts.listing, self._probed)
+        for action in loop.step(self._clock()):
+            metrics.count_action(self.namespace, self.name, action)
+        self._gauges.update(
+            coordinator.lag_millis(),
+            workers=sum(1 for w in coordinator.workers.values() if not w.draining),
+            open_shards=sum(1 for s in coordinator.shards if not s.closed),
+        )
+        if (
+            self._scale is not None
+            and "scale" not in self._busy
+            and (decision := loop.autoscale(self._clock())) is not None
+        ):
+            scale = functools.partial(self._scale, decision[1])
+            self._start(
+                "scale", scale, self._timeouts.scale, functools.partial(self._scaled, decision)
+            )
+        if "status" not in self._busy and (due := loop.write_due(self._clock())) is not None:
+            # Prepared now, so its resourceVersion is the one seen now (docs/design.md#one-driver).
+            write = functools.partial(self._writer.send, self._writer.prepare(due.body))
+            self._start(
+                "status", write, self._timeouts.status_write, functools.partial(self._written, due)
+            )
+        self._flush_events()
+
+    # --- jobs -----------------------------------------------------------------------
+
+    def _start(
+        self,
+        kind: str,
+        call: Callable[[], Any],
+        timeout: float,
+        done: Callable[[Outcome[Any]], None],
+    ) -> None:
+        self._busy.add(kind)
+
+        def finished(outcome: Outcome[Any]) -> None:
+            self._busy.discard(kind)
+            if not self.stopped:
+                done(outcome)
+                self._flush_events()
+
+        self._jobs.start(kind, call, timeout, finished)
+
+    def _listed(self, outcome: Outcome[list[Shard]]) -> None:
+        try:
+            shards = outcome.result()
+        except Exception as error:  # every failure is shown, none stops us
+            self.loop.sync_failed(
+                _describe(error, "listing shards", self._timeouts.listing), self._clock()
+            )
+        else:
+            self.loop.sync_succeeded(shards, self._clock())
+
+    def _probed(self, outcome: Outcome[dict[str, int | None]]) -> None:
+        try:
+            self.loop.probes_done(outcome.result(), self._clock())
+        except Exception as error:
+            log.info("%s/%s: backlog probe failed: %s", self.namespace, self.name, error)
+
+    def _scaled(self, decision: tuple[int, int, float], outcome: Outcome[None]) -> None:
+        before, after, lag = decision
+        try:
+            outcome.result()
+        except Exception as error:  # tried again on the next decision
+            log.warning("%s/%s: scaling to %d failed: %s", self.namespace, self.name, after, error)
+        else:
+            self.loop.scaled(before, after, lag)
+
+    def _written(self, write: StatusWrite, outcome: Outcome[None]) -> None:
+        loop, now = self.loop, self._clock()
+        try:
+            outcome.result()
+        except Superseded:  # cannot happen to the newest attempt: shown as a failure
+            loop.write_failed(write, "status write superseded", now)
+        except Deposed as deposed:
+            log.warning("%s/%s: %s; this replica stops", self.namespace, self.name, deposed)
+            loop.deposed_by(str(deposed))
+        except StaleState as stale:
+            self._writer.adopt(stale.current)
+            loop.write_stale(durable_from_status(stale.current.get("status")), now)
+        except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
+            loop.write_failed(
+                write, _describe(error, "writing status", self._timeouts.status_write), now
+            )
+        except Exception as error:  # a bug must not stop the loop either: show it, retry
+            log.exception("%s/%s: status write failed", self.namespace, self.name)
+            loop.write_failed(
+                write, _describe(error, "writing status", self._timeouts.status_write), now
+            )
+        else:
+            loop.write_succeeded(write, now)
+            metrics.STATUS_WRITES.labels(self.namespace, self.name).inc()
+            self._saved()
+
+    def _flush_events(self) -> None:
+        for event in self.loop.take_events():
+            self._emit(event)
+
+
+def load(
+    body: dict[str, Any],
+    writer: StatusWriter,
+    settings: LoopSettings,
+    now: float,
+    generation: Callable[[], int | None],
+) -> ConsumerLoop:
+    """A consumer's loop as a new term starts it: from the object as read (its status is
+    the only durable state), workers given the restart grace, a reset asked for while no
+    operator ran applied, the autoscaler carrying on from what it last asked for. The
+    loop serves nobody until its first write (the fence) lands."""
+    name = body["metadata"]["name"]
+    writer.adopt(body)
+    spec = StreamConsumerSpec.model_validate(body.get("spec", {}))
+    status = body.get("status") or {}
+    coordinator = Coordinator(spec, durable_from_status(status), now, created=creation_time(body))
+    with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
+        if (reset := ResetRequest.on(body)) is not None:
+            coordinator.request_reset(reset)
+    desired = status.get("desiredReplicas")
+    coordinator.desired_replicas = desired
+    return ConsumerLoop(
+        name,
+        coordinator,
+        settings,
+        generation=generation,
+        autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
+    )
+
+
+def _measure(
+    source: StreamSource, probes: list[tuple[str, StartPosition]]
+) -> dict[str, int | None]:
+    """Each shard on its own: one shard gone (retention) must not blank the others."""
+    measured: dict[str, int | None] = {}
+    for shard_id, start in probes:
+        try:
+            measured[shard_id] = source.backlog(shard_id, start)
+        except Exception as error:
+            log.debug("backlog of %s not measured: %s", shard_id, error)
+    return measured
+
+
+def _describe(error: BaseException, doing: str, timeout: float) -> str:
+    if isinstance(error, TimeoutError):
+        return f"{doing} timed out after {timeout:.0f}s"
+    if isinstance(error, ClientError):
+        info = error.response.get("Error", {})
+        return f"{doing}: {info.get('Code', 'error')}: {info.get('Message', error)}"
+    return f"{doing}: {error}"

@@ -1,0 +1,24 @@
+"""The operator's thread pools, one per kind of blocking work, each bounded.
+
+Sharing asyncio's default pool let a slow Kinesis (listings, backlog probes) or a
+burst of junk tokens (TokenReviews) queue a Lease renewal behind them until the leader
+missed its renew deadline. Every call run here has its own timeout too, so a thread
+abandoned by a timed-out job ends by itself."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+ELECTION = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="election")
+AUTH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="token-review")
+CONSUMERS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="consumer")
+KUBERNETES = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubernetes")
+
+
+async def run_in(executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:
+    return await asyncio.get_running_loop().run_in_executor(executor, call)

@@ -1,0 +1,16 @@
+"""The names of the objects the operator makes for a StreamConsumer, in one place."""
+
+from __future__ import annotations
+
+
+def worker_service_account(consumer: str) -> str:
+    return f"{consumer}-worker"
+
+
+def worker_deployment(consumer: str) -> str:
+    return f"{consumer}-workers"
+
+
+def operator_ca(consumer: str) -> str:
+    """The ConfigMap holding the operator's CA certificate for this consumer's workers."""
+    return f"{consumer}-operator-ca"
