@@ -4,10 +4,15 @@ with short timings so a killed leader is replaced within seconds."""
 
 from __future__ import annotations
 
+import os
+import signal
 import ssl
 import sys
+import urllib.error
 import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.processes import Server, free_port
 
@@ -50,6 +55,7 @@ class OperatorProcess:
         }
         self._workdir = workdir
         self.server: Server | None = None
+        self._paused = False
 
     def start(self) -> OperatorProcess:
         self._workdir.mkdir(parents=True, exist_ok=True)
@@ -57,16 +63,68 @@ class OperatorProcess:
         self.server.wait_until(self._healthy, 60, "serving the worker API")
         return self
 
-    def _healthy(self) -> bool:
-        # Liveness only, as a kubelet probes: trust is what the tests check, elsewhere.
+    def _open(self, path: str, data: bytes | None = None) -> tuple[int, bytes]:
+        """GET (POST with `data`); raises urllib.error.HTTPError on an error status."""
+        # Probes only, as a kubelet or Prometheus would: trust is what tests check elsewhere.
         unverified = ssl.create_default_context()
         unverified.check_hostname, unverified.verify_mode = False, ssl.CERT_NONE
-        with urllib.request.urlopen(
-            f"{self.url}/healthz", timeout=1, context=unverified
-        ) as response:
-            return bool(response.status == 200)
+        request = urllib.request.Request(f"{self.url}{path}", data=data)
+        with urllib.request.urlopen(request, timeout=1, context=unverified) as response:
+            return response.status, response.read()
+
+    def _healthy(self) -> bool:
+        return self._open("/healthz")[0] == 200
+
+    def metric(self, sample: str, **labels: str) -> float | None:
+        """The sum of the samples named `sample` (e.g. "streamconsumer_status_writes_total")
+        whose labels include `labels`; None if the process does not answer."""
+        try:
+            _, body = self._open("/metrics")
+        except OSError:
+            return None
+        return sum(
+            point.value
+            for family in text_string_to_metric_families(body.decode())
+            for point in family.samples
+            if point.name == sample and labels.items() <= point.labels.items()
+        )
+
+    def takes_worker_calls(self, namespace: str, consumer: str) -> bool | None:
+        """Whether its worker API would take a worker's call: a leader answers a call
+        without a token 401, a standby (or a leader whose term ran out) 503 at once.
+        None if the process does not answer."""
+        try:
+            self._open(f"/v1/namespaces/{namespace}/streamconsumers/{consumer}/heartbeat", b"{}")
+            return True
+        except urllib.error.HTTPError as error:
+            return error.code != 503
+        except OSError:
+            return None
+
+    @property
+    def pid(self) -> int:
+        assert self.server is not None, "not running"
+        return self.server.pid
+
+    def exit_code(self) -> int | None:
+        """None while the process runs (or is paused)."""
+        assert self.server is not None, "not running"
+        return self.server.process.poll()
+
+    def pause(self) -> None:
+        """SIGSTOP: the whole process freezes mid-step, as in a long GC pause or a stalled
+        VM, its sockets open and its Lease unrenewed, until `resume`."""
+        os.kill(self.pid, signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT: it carries on from where it froze, its clocks jumped ahead."""
+        os.kill(self.pid, signal.SIGCONT)
+        self._paused = False
 
     def stop(self) -> None:
+        if self._paused and self.exit_code() is None:  # stopped, it would sit on SIGTERM
+            self.resume()
         if self.server is not None:
             self.server.stop()
             self.server = None
