@@ -1,16 +1,16 @@
 """Everything the simulated consumer did to the stream's records, and the invariants of
-DESIGN §3 checked as it happens. A breach raises Violation at the event that caused it.
+docs/design.md#invariants checked as it happens. A breach raises Violation at its event.
 
-- single owner (§3.1/3.2): deliveries of a shard never go back to an older epoch, an
+- single owner: deliveries of a shard never go back to an older epoch, an
   epoch is one worker's, and two workers never run processor calls on a shard at once
   (unless the earlier call outlived its fence in a process pause: a zombie);
-- only what returned is checkpointed (§3.3/3.11): an accepted checkpoint never passes a
+- only what returned is checkpointed: an accepted checkpoint never passes a
   record that is not done; records are first done in shard order (nothing skipped);
 - paused means paused: no batch is delivered once a pause has had time to settle;
-- parents first (§3.4): a shard's first delivery comes after every record of its
+- parents first: a shard's first delivery comes after every record of its
   parents is done;
-- lineage remembered (§3.10): a shard whose SHARD_END was saved is never delivered again;
-- forward-only and durable (§3.3/3.8): saved checkpoints never go back, but for a reset,
+- lineage remembered: a shard whose SHARD_END was saved is never delivered again;
+- forward-only and durable: saved checkpoints never go back, but for a reset,
   after which the next owner's first batch starts exactly at the reset's position;
 - at the end: nothing lost (liveness), and no duplicate when every fault was planned.
 
@@ -180,7 +180,8 @@ class Ledger:
 
     def passed_over(self, shard_id: str, sequences: list[int]) -> None:
         """The failure policy skipped or dead-lettered these records: done, by policy,
-        and only once they failed as often as the policy retries (§3.11)."""
+        and only once they failed as often as the policy retries
+        (docs/design.md#only-what-returned-is-checkpointed)."""
         if self.retries is None:
             raise Violation(f"{shard_id}: records passed over under policy block")
         for sequence in sequences:

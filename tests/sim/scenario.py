@@ -42,8 +42,9 @@ POLICY_RETRIES = 2
 CALL_TIMEOUT = 15.0  # processor.onFailure.timeoutSeconds: some slow calls are hung
 PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to settle
 
-# Faults after which a record may be processed twice (DESIGN: duplicates only in the
-# window since the last checkpoint after a crash); every other fault must cause none.
+# Faults after which a record may be processed twice (duplicates only in the window since
+# the last checkpoint, docs/design.md#hand-off-on-planned-moves); every other fault must
+# cause none.
 UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss", "reset"}
 PLANNED = {
     "split",

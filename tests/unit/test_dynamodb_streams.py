@@ -147,14 +147,15 @@ def test_describe_stream_pages_and_lineage_across_generations() -> None:
     assert by_id[a0].closed
     assert by_id[a0].sequence_range == (q(100), q(199))
 
-    # Parents first (DESIGN §3.4), generation by generation.
+    # Parents first (docs/design.md#parents-first), generation by generation.
     assert assignable_shards(listed, set()) == [a0, b0]
     assert assignable_shards(listed, {a0}) == [b0, a1]
     assert assignable_shards(listed, {a0, b0}) == [a1, b1, b2]
     assert assignable_shards(listed, {a0, b0, a1}) == [b1, b2, a2]
     # Past retention the oldest generation is gone: its children are assignable.
     assert assignable_shards([by_id[a1], by_id[a2]], set()) == [a1]
-    # A finished set of DynamoDB shard ids survives compaction (§3.10).
+    # A finished set of DynamoDB shard ids survives compaction
+    # (docs/design.md#lineage-is-remembered).
     finished = {a0, b0, a1}
     assert expand(compact(finished)) == finished
 

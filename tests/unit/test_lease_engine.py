@@ -1,5 +1,5 @@
-"""The lease engine's invariants (DESIGN §3): single owner, parents first, balance with
-the fewest moves, no move when balanced, no grant before release. Property-tested over
+"""The lease engine's invariants (docs/design.md#invariants): single owner, parents first,
+balance with the fewest moves, no move when balanced, no grant before release. Property-tested over
 random clusters and event sequences, plus DataHub's scenario as an explicit case."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The worker API (DESIGN §2), served by the operator process:
+"""The worker API (docs/design.md#protocol), served by the operator process:
 
     POST /v1/namespaces/{namespace}/streamconsumers/{name}/heartbeat
     POST /v1/namespaces/{namespace}/streamconsumers/{name}/checkpoint

@@ -2,7 +2,7 @@
 heartbeats in, assignments and revocations out; checkpoints fenced by epoch. No I/O:
 the loop and the HTTP API call into it, the status writer persists what it renders.
 
-Two rules shape it (DESIGN §3.9, §3.2):
+Two rules shape it (docs/design.md#durable-before-visible, docs/design.md#self-fencing):
 - **Durable before visible.** The table the status last saved is kept beside the live
   one; a grant reaches its worker only once the saved table holds it, so a restart at
   any instant can never hand a shard to a second worker while the first still runs it.
@@ -125,7 +125,8 @@ class Coordinator:
         self.persisted_version = 0
         self.desired_replicas: int | None = None  # set by the lag autoscaler
         # After a (re)start nobody has been heard yet: every owner in the status keeps its
-        # leases for the longest lease any worker may have been promised (DESIGN §3.8).
+        # leases for the longest lease any worker may have been promised
+        # (docs/design.md#crash-safe-operator).
         promised = durable.promised_lease_seconds or self.lease_duration
         restart_wait = now + promised + expiry_grace(promised)
         self._promises: dict[float, float] = {promised: restart_wait}  # duration -> until
@@ -291,7 +292,7 @@ class Coordinator:
         return {lease.owner for lease in self.leases.values()}
 
     def _saved(self, lease: ShardLease) -> bool:
-        """Is this grant in the status already (DESIGN §3.9)?"""
+        """Is this grant in the status already (docs/design.md#durable-before-visible)?"""
         saved = self.durable.leases.get(lease.shard_id)
         return saved is not None and saved.owner == lease.owner and saved.epoch == lease.epoch
 

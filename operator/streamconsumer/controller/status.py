@@ -1,6 +1,6 @@
 """The status subresource: rendered from the coordinator, written at most about once a
 second per consumer, and guarded by resourceVersion so a stale operator replica cannot
-overwrite a newer lease table (DESIGN §3.7).
+overwrite a newer lease table (docs/design.md#cheap-on-the-apiserver).
 
 The writer talks to the apiserver through a two-call port (`StatusApi`), so the same
 conflict logic runs against Kubernetes (`KubeStatusApi`) and in the simulator."""

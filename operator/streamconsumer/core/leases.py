@@ -1,6 +1,6 @@
 """The lease engine: from shards, leases and worker liveness, the next leases and the
 actions that get there. Pure and deterministic — time is an argument, nothing is read or
-written — so the invariants of DESIGN §3 can be property-tested and benchmarked.
+written — so the invariants (docs/design.md#invariants) can be property-tested and benchmarked.
 
 A lease moves through these states (`LeaseState`):
 
@@ -43,8 +43,8 @@ class ShardLease:
 @dataclass(frozen=True, slots=True)
 class WorkerLiveness:
     """What the operator knows of a worker: until when, on the operator's own monotonic
-    clock, the worker may still hold its leases (its fence plus a grace, DESIGN §3.2), and
-    whether it is draining (shutting down)."""
+    clock, the worker may still hold its leases (its fence plus a grace, see
+    docs/design.md#self-fencing), and whether it is draining (shutting down)."""
 
     name: str
     expires_at: float

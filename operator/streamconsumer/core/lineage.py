@@ -1,6 +1,7 @@
-"""Shard lineage: which shards may be consumed now (parents first, DESIGN §3.4), and the
+"""Shard lineage: which shards may be consumed now (docs/design.md#parents-first), and the
 compact set of finished shards that keeps a finished shard finished for as long as the
-stream lists it (§3.10), however many generations of splits and merges follow."""
+stream lists it, however many generations of splits and merges follow
+(docs/design.md#lineage-is-remembered)."""
 
 from __future__ import annotations
 

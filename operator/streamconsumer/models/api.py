@@ -1,4 +1,4 @@
-"""Worker <-> operator messages (DESIGN §2), shared by both sides.
+"""Worker <-> operator messages (docs/design.md#protocol), shared by both sides.
 
 A worker joins, renews and leaves through heartbeats; it checkpoints through its own call.
 Every lease carries an epoch, bumped on each grant: a message under an older epoch is

@@ -1,8 +1,9 @@
 """The failure policy: what a worker does with a batch whose `process_records` keeps
 raising. Retried with back-off first; then `block` (keep retrying: nothing is ever
 passed over), `skip` (checkpoint past it, with an Event) or `deadLetter` (write its
-records with the error to a target, then checkpoint past it). DESIGN §3.11: no path
-moves a checkpoint past a record that is not done, or explicitly passed over here."""
+records with the error to a target, then checkpoint past it). No path moves a checkpoint
+past a record that is not done, or explicitly passed over here
+(docs/design.md#only-what-returned-is-checkpointed)."""
 
 from __future__ import annotations
 

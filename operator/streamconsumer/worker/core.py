@@ -3,7 +3,7 @@ each), what its heartbeat says, and what an answer changes. `runtime.py` drives 
 threads and HTTP; the simulator drives it with simulated time and network.
 
 Applying an answer keeps this order, all at once: revocations first, then fence
-renewals (never for a shard just lost), then assignments (DESIGN §3.1-3.2). A worker
+renewals (never for a shard just lost), then assignments (docs/design.md#single-owner). A worker
 also remembers, per shard, the epoch it last let go of and its last word: it never
 starts a shard again under that epoch, and if the operator still counts the shard as
 its own (a restart lost the release), it says that last word again.
@@ -11,8 +11,9 @@ its own (a restart lost the release), it says that last word again.
 Processor calls are watched (`watch`), since a thread cannot be interrupted. A call
 still running when its shard's fence closes ends the process at once: the operator may
 grant the shard elsewhere a grace period later, and only the process's end stops the call
-(DESIGN §3.2). A call past the policy's timeout is hung: reported, the other shards are
-handed off, then the process ends and the shard restarts from its checkpoint."""
+(docs/design.md#self-fencing). A call past the policy's timeout is hung: reported, the
+other shards are handed off, then the process ends and the shard restarts from its
+checkpoint."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ class WorkerCore:
     def request_timeout(self) -> float:
         """How long to wait for an answer. A third of the lease at most: after an operator
         restart, this worker's heartbeat must reach it well within lease + grace, even if
-        the heartbeat in flight went to the dead process (DESIGN §3.8)."""
+        the heartbeat in flight went to the dead process (docs/design.md#crash-safe-operator)."""
         if self._lease is None:
             return MAX_REQUEST_SECONDS
         return max(MIN_REQUEST_SECONDS, min(MAX_REQUEST_SECONDS, self._lease / 3))

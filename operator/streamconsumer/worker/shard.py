@@ -5,9 +5,10 @@ the simulator drives it in tests. It never blocks, sleeps or reads a clock.
 
 The rules it keeps:
 - Deliver only while this shard's own fence is open: until `lease duration` after the
-  last heartbeat that confirmed the shard was *sent* (DESIGN §3.2). A loss recorded
-  before a renewal is never undone by it.
-- Checkpoint only what returned (§3.11): see `processor.Progress`.
+  last heartbeat that confirmed the shard was *sent* (docs/design.md#self-fencing). A
+  loss recorded before a renewal is never undone by it.
+- Checkpoint only what returned: see `processor.Progress`
+  (docs/design.md#only-what-returned-is-checkpointed).
 - A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
   (`models.failure`): block (retry on, reported), skip, or dead-letter it first.
@@ -15,7 +16,8 @@ The rules it keeps:
   worker end the process before a call outlives the shard's fence, and `hung` says when
   it has run past the policy's timeout (a thread cannot be interrupted; `core.watch`).
 - The release carries the position and is repeated until the status holds it, so a
-  planned move replays nothing even across an operator restart (§3.5, §3.9)."""
+  planned move replays nothing even across an operator restart
+  (docs/design.md#hand-off-on-planned-moves)."""
 
 from __future__ import annotations
 
