@@ -1,6 +1,6 @@
 """What runs for one StreamConsumer while this replica leads: load it from the object
 (a new term), fence its status, drive it until kopf stops the daemon, the term ends, or
-a newer term fences the status (docs/design.md, "Lifecycle")."""
+a newer term fences the status (docs/design.md#operator-lifecycle)."""
 
 from __future__ import annotations
 

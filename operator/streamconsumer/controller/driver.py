@@ -3,7 +3,7 @@ jobs (list the shards, probe backlogs, write the status, scale the workers) and 
 their outcomes back. It never blocks and never sleeps: the production host
 (`runner.py`, asyncio and thread pools) and the simulation (an event queue) both run
 this class, and only the `Jobs` port and the clock differ between them
-(docs/design.md, "One driver").
+(docs/design.md#one-driver).
 
 Every job may answer late or not at all: a job past its timeout is answered
 `TimeoutError` while its call may still run on and land (a status write included).

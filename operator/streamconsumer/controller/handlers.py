@@ -169,7 +169,7 @@ def _request_reset(body: kopf.Body, coordinator: Coordinator) -> None:
 # A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;
 # it is built not to fail (errors are retried in place and shown as conditions). A loop
 # that returns by itself is not restarted by kopf: it returns only when this replica's
-# term is over, and then the process ends (docs/design.md, "Lifecycle").
+# term is over, and then the process ends (docs/design.md#operator-lifecycle).
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, backoff=2.0)
 async def consume(
     body: kopf.Body,

@@ -8,7 +8,7 @@ is retried with back-off, each shown as an Event and a `Degraded` condition; a n
 that fenced the status ends it (`deposed_by`).
 
 It serves workers only once a status write of its own has landed: that first write is
-the term's fence (docs/design.md, "Term fence"), so nothing it grants or renews can rest
+the term's fence (docs/design.md#term-fence), so nothing it grants or renews can rest
 on a table that a late write from an older term may still replace."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Why two replicas never both lead (given clocks that tick at about the same rate)
   was sent) and may take over only `lease_seconds` later, which is longer.
 So the old leader has stopped, by its own clock, before anyone else can win the swap.
 
-A term ends once, for good (docs/design.md, "Lifecycle"): after a lapse, another holder
+A term ends once, for good (docs/design.md#operator-lifecycle): after a lapse, another holder
 seen, the record deleted or a resignation, `leading` stays false even if a late renewal
 answer comes back. The process then exits and returns as a standby; a replica that
 could flip back to leading would run no consumer (kopf never restarts a daemon that

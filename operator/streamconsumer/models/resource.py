@@ -440,7 +440,7 @@ class ResetRecord(Model):
 
 
 class Term(Model):
-    """Which operator term last fenced the status (docs/design.md, "Term fence"): each
+    """Which operator term last fenced the status (docs/design.md#term-fence): each
     term's first write raises `number`; a writer that finds a number other than its
     own has been superseded and never writes again."""
 
