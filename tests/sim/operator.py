@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 from sim.ledger import Ledger, Violation
 from sim.stream import SimSource
 from sim.world import EPOCH, World
-from streamconsumer.controller.driver import ConsumerDriver, Outcome, Timeouts, load
+from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
+from streamconsumer.controller.jobs import Outcome
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.status import (
     Conflict,

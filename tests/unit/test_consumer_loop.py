@@ -12,9 +12,10 @@ import pytest
 
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.driver import ConsumerDriver, SourceFactory, Timeouts
+from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.runner import ThreadJobs, run_consumer
+from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.state import Coordinator, DurableState
 from streamconsumer.controller.status import (
     Conflict,

@@ -112,7 +112,6 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             with contextlib.suppress(Exception):  # the next leader takes it off anyway
                 await executors.run_in(executors.KUBERNETES, label.drop)
         await elector.resign()
-        log.info("%s: the lease is free", config.identity())
 
     try:
         if elector is not None:

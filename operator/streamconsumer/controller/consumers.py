@@ -15,9 +15,10 @@ from kubernetes import client as k8s
 from streamconsumer.controller import children, executors
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
+from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.loop import Event, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.runner import ThreadJobs, run_consumer
+from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import KubeStatusApi, StatusWriter
 from streamconsumer.sources.factory import make_source
 

@@ -17,13 +17,14 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
 from streamconsumer.controller.autoscaler import Autoscaler
+from streamconsumer.controller.jobs import Jobs, Outcome
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
 from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import (
@@ -40,36 +41,8 @@ from streamconsumer.models.resource import ResetRequest, Source, StreamConsumerS
 from streamconsumer.sources.base import StreamSource
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 SourceFactory = Callable[[Source], StreamSource]
 EventSink = Callable[[Event], None]
-
-
-@dataclass(frozen=True)
-class Outcome(Generic[T]):
-    """How a job ended: its value, or the exception it raised (TimeoutError past its
-    timeout, whatever its call goes on to do)."""
-
-    value: T | None = None
-    error: BaseException | None = None
-
-    def result(self) -> T:
-        if self.error is not None:
-            raise self.error
-        return self.value  # type: ignore[return-value]
-
-
-class Jobs(Protocol):
-    def start(
-        self,
-        kind: str,
-        call: Callable[[], T],
-        timeout: float,
-        done: Callable[[Outcome[T]], None],
-    ) -> None:
-        """Runs `call` elsewhere; `done` gets its outcome exactly once, in the driver's
-        context, at the latest `timeout` seconds from now."""
-        ...
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ pod labelled leader."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import functools
 import logging
@@ -21,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
+from streamconsumer.controller.jobs import Jobs, Outcome, ThreadJobs
 from streamconsumer.core.election import Act, Action, Election, LeaseRecord
 
 log = logging.getLogger(__name__)
@@ -115,8 +117,105 @@ def _resource_version(lease: k8s.V1Lease) -> str:
     return cast(str, lease.metadata.resource_version if lease.metadata else "")
 
 
+class ElectionDriver:
+    """One replica's campaign and renewals: read the record, let the Election decide,
+    swap, report. It never blocks: the lock's calls are jobs (docs/design.md#one-driver),
+    so production (threads) and the simulation (its event queue) run this same code.
+    Never raises on I/O: a failing apiserver just lets the term run out."""
+
+    def __init__(
+        self,
+        lock: LeaseLock,
+        election: Election,
+        jobs: Jobs,
+        clock: Callable[[], float],
+        changed: Callable[[], None],
+        timeout: float,
+    ) -> None:
+        self._lock = lock
+        self.election = election
+        self._jobs = jobs
+        self._clock = clock
+        self._changed = changed  # leading or lost may have changed: look again
+        self._timeout = timeout
+        self._busy = False
+        self._next_round_at = -float("inf")
+
+    @property
+    def identity(self) -> str:
+        return self.election.identity
+
+    def leading(self) -> bool:
+        return self.election.leading(self._clock())
+
+    def lost(self) -> bool:
+        return self.election.lost(self._clock())
+
+    def tick(self) -> None:
+        """Starts the next round if it is due and none is under way."""
+        if self._busy or self.lost() or self._clock() < self._next_round_at:
+            return
+        self._busy = True
+        self._jobs.start("lease-read", self._lock.get, self._timeout, self._read)
+
+    def until_due(self) -> float:
+        """Seconds until `tick` has something to do (a round under way: its timeout)."""
+        if self._busy:
+            return self._timeout
+        return max(0.0, self._next_round_at - self._clock())
+
+    def _read(self, outcome: Outcome[LeaseRecord | None]) -> None:
+        try:
+            record = outcome.result()
+        except Exception as error:  # the apiserver, the network, a timeout
+            self._failed(error)
+            return
+        self.election.observe(record, self._clock())
+        action = self.election.next_action(self._clock())
+        if action.act is Act.WAIT:
+            self._done()
+            return
+        sent_at = self._clock()
+        swap = functools.partial(
+            self._lock.swap, action, self.identity, self.election.timing.lease_seconds
+        )
+        self._jobs.start(
+            "lease-swap", swap, self._timeout, functools.partial(self._swapped, action, sent_at)
+        )
+
+    def _swapped(self, action: Action, sent_at: float, outcome: Outcome[LeaseRecord]) -> None:
+        try:
+            written = outcome.result()
+        except Exception as error:  # a conflict, or no answer: read again to know
+            self._failed(error)
+            return
+        was_leading = self.leading()
+        self.election.swapped(action, written, sent_at, self._clock())
+        if self.leading() and not was_leading:
+            log.warning("%s leads now (term %s)", self.identity, self.election.term)
+        self._done()
+
+    def _failed(self, error: BaseException) -> None:
+        if not isinstance(error, LockConflict):
+            log.info("leader election: %s", error or type(error).__name__)
+        self.election.swap_failed(Action(Act.WAIT))
+        self._done()
+
+    def _done(self) -> None:
+        self._busy = False
+        # The next round after the election's pause; a leader also wakes when its term
+        # would run out, so that `lost` is seen at once.
+        now = self._clock()
+        pause = self.election.wait_seconds(now)
+        if self.election.leading(now):
+            pause = min(pause, self.election.term_left(now))
+        self._next_round_at = now + pause
+        self._changed()
+
+
 class Elector:
-    """Drives an Election against a lock from asyncio; the lock's calls run in threads."""
+    """The production host of an ElectionDriver, on asyncio; its lock calls run on the
+    election's own thread pool, so no other work can delay a renewal."""
 
     def __init__(
         self,
@@ -125,20 +224,28 @@ class Elector:
         clock: Callable[[], float],
     ) -> None:
         self._lock = lock
-        self._election = election
         self._clock = clock
-        self._changed = asyncio.Event()
+        self._changed = asyncio.Event()  # for until_leading / until_lost
+        self._woken = asyncio.Event()  # for run
         self._resigning = False
+        jobs = ThreadJobs(executors.ELECTION, self._notify)
+        timeout = election.timing.retry_seconds + 1.0  # the lock's own timeout, and a margin
+        self.driver = ElectionDriver(lock, election, jobs, clock, self._notify, timeout)
+        self._jobs = jobs
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._woken.set()
 
     @property
     def identity(self) -> str:
-        return self._election.identity
+        return self.driver.identity
 
     def leading(self) -> bool:
-        return self._election.leading(self._clock())
+        return self.driver.leading()
 
     def lost(self) -> bool:
-        return self._election.lost(self._clock())
+        return self.driver.lost()
 
     async def until_leading(self) -> None:
         while not self.leading():
@@ -153,40 +260,16 @@ class Elector:
         await self._changed.wait()
 
     async def run(self) -> None:
-        """Campaigns, then renews, until the term is lost, or resigned, or cancelled.
-        Never raises on I/O: a failing apiserver just lets the term run out."""
-        timing = self._election.timing
-        while not self._resigning and not self.lost():
-            was_leading = self.leading()
-            try:
-                record = await executors.run_in(executors.ELECTION, self._lock.get)
-                self._election.observe(record, self._clock())
-                action = self._election.next_action(self._clock())
-                if action.act is not Act.WAIT:
-                    sent_at = self._clock()
-                    written = await executors.run_in(
-                        executors.ELECTION,
-                        functools.partial(
-                            self._lock.swap, action, self.identity, timing.lease_seconds
-                        ),
-                    )
-                    self._election.swapped(action, written, sent_at, self._clock())
-                    if action.act is not Act.RENEW:
-                        log.warning("%s leads now (lease %s)", self.identity, written.version)
-            except LockConflict:
-                self._election.swap_failed(Action(Act.WAIT))
-            except (ApiException, HTTPError, OSError) as error:
-                log.info("leader election: %s", error)
-                self._election.swap_failed(Action(Act.WAIT))
-            if was_leading != self.leading() or self.lost():
-                self._changed.set()
-            # Wake exactly when the term would run out, so `lost` is seen at once.
-            pause = self._election.wait_seconds(self._clock())
-            if self.leading():
-                pause = min(pause, self._election.term_left(self._clock()))
-            await asyncio.sleep(pause)
-            if self.lost():
-                self._changed.set()
+        """Campaigns, then renews, until the term is over, or resigned, or cancelled."""
+        try:
+            while not self._resigning and not self.lost():
+                self.driver.tick()
+                self._woken.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._woken.wait(), self.driver.until_due())
+            self._notify()  # wake until_lost
+        finally:
+            self._jobs.cancel()
 
     async def resign(self) -> None:
         """Steps down now (a rolling upgrade): frees the Lease so a standby takes over at
@@ -194,14 +277,14 @@ class Elector:
         self._resigning = True
         if not self.leading():
             return
-        self._election.resigned()
+        self.driver.election.resigned()
         try:
             record = await executors.run_in(executors.ELECTION, self._lock.get)
             if record is not None and record.holder == self.identity:
                 action = Action(Act.ACQUIRE, record.version, record.transitions)
-                await executors.run_in(
-                    executors.ELECTION, lambda: self._lock.swap(action, None, 1.0)
-                )
+                free = functools.partial(self._lock.swap, action, None, 1.0)
+                await executors.run_in(executors.ELECTION, free)
+                log.info("%s: the lease is free", self.identity)
         except (LockConflict, ApiException, HTTPError, OSError) as error:
             log.info("leader election: could not free the lease: %s", error)
         self._changed.set()

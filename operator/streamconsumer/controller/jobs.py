@@ -1,0 +1,82 @@
+"""Jobs: blocking calls run elsewhere, each with a timeout, their outcomes delivered back
+to a driver that never blocks. The drivers (`driver.py`, `leadership.py`) see only the
+`Jobs` port; production runs jobs on thread pools (`ThreadJobs`), the simulation on its
+event queue (tests/sim), so both run the same drivers (docs/design.md#one-driver).
+
+Each kind of blocking work has its own pool (`executors.py`), so a slow or throttled
+Kinesis can fill the consumers' pool but never delay a Lease renewal or a TokenReview."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """How a job ended: its value, or the exception it raised (TimeoutError past its
+    timeout, whatever its call goes on to do)."""
+
+    value: T | None = None
+    error: BaseException | None = None
+
+    def result(self) -> T:
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
+
+
+class Jobs(Protocol):
+    def start(
+        self,
+        kind: str,
+        call: Callable[[], T],
+        timeout: float,
+        done: Callable[[Outcome[T]], None],
+    ) -> None:
+        """Runs `call` elsewhere; `done` gets its outcome exactly once, in the driver's
+        context, at the latest `timeout` seconds from now."""
+        ...
+
+
+class ThreadJobs:
+    """The driver's Jobs on a thread pool. A job past its timeout is answered
+    TimeoutError at once; its thread runs on until the call's own timeout ends it (every
+    call the driver makes has one) and holds one of the pool's threads meanwhile, so
+    abandoned threads are bounded by the pool's size. A job still queued when its
+    timeout comes never runs."""
+
+    def __init__(self, executor: concurrent.futures.Executor, wake: Callable[[], None]) -> None:
+        self._executor = executor
+        self._wake = wake
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def start(
+        self,
+        kind: str,
+        call: Callable[[], T],
+        timeout: float,
+        done: Callable[[Outcome[T]], None],
+    ) -> None:
+        running = asyncio.get_running_loop().run_in_executor(self._executor, call)
+        task = asyncio.create_task(asyncio.wait_for(running, timeout), name=f"job-{kind}")
+        self._tasks.add(task)
+
+        def finished(task: asyncio.Task[T]) -> None:
+            self._tasks.discard(task)
+            if task.cancelled():
+                return
+            error = task.exception()
+            done(Outcome(error=error) if error is not None else Outcome(value=task.result()))
+            self._wake()
+
+        task.add_done_callback(finished)
+
+    def cancel(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
