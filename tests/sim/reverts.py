@@ -329,3 +329,11 @@ def hung_calls_wait_forever(patch: pytest.MonkeyPatch) -> None:
         return None if check_at is not None and check_at <= now else check_at
 
     patch.setattr(WorkerCore, "watch", unhurried)
+
+
+def unwritable_letters_retried_as_target_failures(patch: pytest.MonkeyPatch) -> None:
+    """22.7: a dead letter too large for its target is written again and again, as if the
+    target were down: the shard stalls, reported as failing, never as blocked."""
+    patch.setattr(
+        ShardMachine, "cannot_dead_letter", lambda self, now, reason: self.raised(now, reason)
+    )
