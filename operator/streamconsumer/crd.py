@@ -5,6 +5,7 @@ and a test fails when the file and the models drift apart."""
 
 from __future__ import annotations
 
+import copy
 import sys
 from typing import Any
 
@@ -68,8 +69,8 @@ def structural_schema(model: type[Any]) -> dict[str, Any]:
                 out[key] = True
             elif key == "const":
                 out["enum"] = [value]
-            else:
-                out[key] = value
+            else:  # a copy: a model used twice must not come out as a YAML alias
+                out[key] = copy.deepcopy(value)
         return out
 
     return convert(schema)

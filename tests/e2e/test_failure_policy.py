@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from testbed.kinesis import create_stream, list_all_shards
+from testbed.kinesis import create_stream, list_all_shards, put_records
 from testbed.scenario import Scenario, wait_for
 
 POISON = "r-7"
@@ -80,3 +80,37 @@ def test_a_poison_record_under_each_policy(scenario: Scenario, then: str) -> Non
         assert "cannot process r-7" in letter["error"]
         assert letter["attempts"] >= 1
     assert "blocked" not in degraded(scenario)
+
+
+def test_a_poison_record_too_large_to_dead_letter_blocks_its_shard(scenario: Scenario) -> None:
+    """Issue 22.7: 800 KiB of data is over Kinesis' 1 MiB as a dead letter. The shard
+    blocks and Degraded names it, the record and why, instead of retrying the write for
+    ever under a 'failing' that no condition shows."""
+    client = scenario.kinesis.client
+    dlq = f"{scenario.stream}-dlq"
+    create_stream(client, dlq, 1)
+    policy = {
+        "retries": 1,
+        "initialBackoffSeconds": 0.05,
+        "maxBackoffSeconds": 0.5,
+        "then": "deadLetter",
+        "deadLetter": {
+            "kinesis": {
+                "streamName": dlq,
+                "region": "us-east-1",
+                "endpointURL": scenario.kinesis.endpoint_url,
+            }
+        },
+    }
+    env = {"RECORD_POISON_OVER_BYTES": str(100 * 1024)}
+    scenario.start(shards=1, replicas=1, processor_env=env, on_failure=policy)
+    scenario.produce(5)
+    ((shard, sequence),) = put_records(client, scenario.stream, [("large", b"L" * 800 * 1024)])
+    wait_for(lambda: "blocked" in degraded(scenario), 90, "Degraded to name the shard")
+    message = degraded(scenario)
+    assert f"{shard} blocked" in message
+    assert f"record {sequence} is" in message
+    assert "over the Kinesis record limit of 1048576 bytes" in message
+    assert "cannot process over" in message
+    assert dead_letters(scenario, dlq) == [], "nothing written that cannot fit"
+    assert scenario.report().lost == set(), "the records before it were processed"

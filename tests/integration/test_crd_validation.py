@@ -136,6 +136,16 @@ REFUSED = [
         id="two-targets",
     ),
     pytest.param(
+        variant(
+            processor__onFailure={
+                "then": "deadLetter",
+                "deadLetter": {"s3": {"bucket": "failures"}, "overflowS3": {"bucket": "large"}},
+            }
+        ),
+        "overflowS3 goes with a kinesis or sqs target",
+        id="overflow-of-s3",
+    ),
+    pytest.param(
         variant(processor__onFailure={"then": "retry"}),
         'supported values: "block", "skip", "deadLetter"',
         id="bad-policy",
@@ -185,6 +195,15 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
                     "deadLetter": {"s3": {"bucket": "failures", "prefix": "clicks/"}},
                 },
                 paused=True,
+            ),
+            variant(
+                processor__onFailure={
+                    "then": "deadLetter",
+                    "deadLetter": {
+                        "sqs": {"queueURL": SQS},
+                        "overflowS3": {"bucket": "large-letters", "prefix": "clicks/"},
+                    },
+                }
             ),
         )
     ):

@@ -310,4 +310,16 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.abandoned_writes_resend,
         "saved checkpoint went back",
     ),
+    "22.7 a poison record too large to dead-letter blocks its shard, reported": Regression(
+        Run(
+            seed=22,
+            shards=2,
+            replicas=2,
+            on_failure="deadLetter",
+            faults=(F(5.0, "large_poison", 0, 20.0), F(12.0, "scale", 3)),
+            duration=40,
+        ),
+        reverts.unwritable_letters_retried_as_target_failures,
+        "does not report itself blocked",
+    ),
 }

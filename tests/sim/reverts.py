@@ -353,3 +353,11 @@ def abandoned_writes_resend(patch: pytest.MonkeyPatch) -> None:
         return resolve(self, attempt, current)
 
     patch.setattr(status.StatusWriter, "_resolve", resend)
+
+
+def unwritable_letters_retried_as_target_failures(patch: pytest.MonkeyPatch) -> None:
+    """22.7: a dead letter too large for its target is written again and again, as if the
+    target were down: the shard stalls, reported as failing, never as blocked."""
+    patch.setattr(
+        ShardMachine, "cannot_dead_letter", lambda self, now, reason: self.raised(now, reason)
+    )

@@ -41,6 +41,7 @@ LEASES = (3.0, 4.0, 6.0, 10.0)
 POLICY_RETRIES = 2
 CALL_TIMEOUT = 15.0  # processor.onFailure.timeoutSeconds: some slow calls are hung
 PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to settle
+LARGE_RECORD = 200 * 1024  # over QUEUE_LIMIT as a dead letter (base64 in JSON)
 
 # Faults after which a record may be processed twice (duplicates only in the window since
 # the last checkpoint, docs/design.md#hand-off-on-planned-moves); every other fault must
@@ -64,6 +65,7 @@ PLANNED = {
     "net_slow",
     "retention",
     "pause",
+    "large_poison",
 }
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
@@ -306,6 +308,13 @@ class Simulation:
                     shard = open_shards[fault.arg % len(open_shards)]
                     done = [s for s in shard.sequences if self.ledger.done_times[s]]
                     self.trouble.poison[shard.id] = done[-1] if done else 0
+                    self.trouble.poison_until = max(self.trouble.poison_until, until)
+            case "large_poison":  # a record too large to dead-letter, failing until `until`
+                open_shards = self.stream.open_shards()
+                if open_shards:
+                    shard = open_shards[fault.arg % len(open_shards)]
+                    sequence = self.stream.put_large(shard, LARGE_RECORD)
+                    self.trouble.poison[shard.id] = sequence - 1
                     self.trouble.poison_until = max(self.trouble.poison_until, until)
             case "sink_errors":
                 self.trouble.sink_failing_until = until

@@ -68,6 +68,14 @@ class SimStream:
             shard.arrivals.append(self.world.now if arrival is None else arrival)
             self.values[sequence] = f"v{sequence}"
 
+    def put_large(self, shard: SimShard, size: int) -> int:
+        """One record of `size` bytes into `shard`, arriving now; its sequence."""
+        sequence = next(self._sequence)
+        shard.sequences.append(sequence)
+        shard.arrivals.append(self.world.now)
+        self.values[sequence] = "x" * size
+        return sequence
+
     def split(self, pick: int) -> bool:
         candidates = [s for s in self.open_shards() if s.high - s.low >= 2]
         if not candidates:

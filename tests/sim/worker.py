@@ -2,7 +2,9 @@
 `worker/runtime.py` drives them, on a clock of their own (an offset monotonic clock:
 no two processes agree on the time), over the simulated network. A worker can be
 paused (its events wait), killed (they vanish) or drained (SIGTERM). Its watchdog ends
-it (`crashed`) when a processor call outlives its fence, or after a hung call's drain."""
+it (`crashed`) when a processor call outlives its fence, or after a hung call's drain.
+Dead letters go through the real size check to a queue with a size limit; a shard whose
+letter cannot fit must say so in every heartbeat (blocked, naming the record)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperator
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World
-from streamconsumer.models import HeartbeatResponse
+from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
+from streamconsumer.deadletter.base import Letter
+from streamconsumer.models import HeartbeatRequest, HeartbeatResponse
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, RecordProcessor
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
@@ -41,6 +45,7 @@ IDLE_READ = 0.5
 DRAIN_SECONDS = 25.0
 SLOW_CALL_SECONDS = 30.0  # the longest a slow processor call takes
 NEVER = 1e9  # a hung call's duration: it returns after every run has ended
+QUEUE_LIMIT = 256 * 1024  # the dead-letter queue's MaximumMessageSize
 
 
 @dataclass
@@ -113,6 +118,28 @@ class Sink(BatchingProcessor):
         self.ledger.done(batch.shard_id, [int(r.sequence_number) for r in records])
 
 
+class SimQueue:
+    """The dead-letter queue: refuses a letter over its limit, as SQS does, and fails
+    with the sink (`sink_errors`)."""
+
+    name = "SQS message"
+
+    def __init__(self, fails: Callable[[], bool]) -> None:
+        self.fails = fails
+
+    def limit(self) -> int:
+        return QUEUE_LIMIT
+
+    def size(self, letter: Letter) -> int:
+        return len(letter.body)
+
+    def send(self, batch: FailedBatch, letters: list[Letter]) -> None:
+        if any(self.size(letter) > QUEUE_LIMIT for letter in letters):
+            raise ValueError(f"InvalidParameterValue: longer than {QUEUE_LIMIT} bytes")
+        if self.fails():
+            raise OSError("injected dead-letter target failure")
+
+
 @dataclass
 class Running:
     """The driver's side of one ShardMachine."""
@@ -124,6 +151,7 @@ class Running:
     stepping: bool = False
     reading: bool = False
     read_failures: int = 0
+    unwritable: str | None = None  # the record whose dead letter the queue cannot hold
 
 
 class SimWorker:
@@ -157,6 +185,9 @@ class SimWorker:
             drain_seconds=DRAIN_SECONDS,
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
+        self.dead_letters = DeadLetters(
+            SimQueue(lambda: self.trouble is not None and self.trouble.sink_fails())
+        )
         self.offset = world.rng.uniform(-1000.0, 1000.0)
         self.alive = True
         self.paused_until = -1.0
@@ -225,12 +256,30 @@ class SimWorker:
         self._planned = None
         self._beating = True
         request = self.core.heartbeat(self.clock())
+        self._check_blocked_reported(request)
         sent_at = self.clock()
         self._request(
             self.core.request_timeout,
             lambda respond: respond(self.operator.heartbeat(request)),
             lambda response: self._answered_heartbeat(response, sent_at),
         )
+
+    def _check_blocked_reported(self, request: HeartbeatRequest) -> None:
+        """A shard held up by a dead letter that cannot be written is blocked: the
+        operator's Degraded must name it and the record, never a silent stall."""
+        now = self.clock()
+        for held in request.held:
+            running = self.running.get(held.shard_id)
+            if running is None or running.unwritable is None or running.machine.hung(now):
+                continue  # (a hung call is reported blocked as such)
+            failing = held.failing
+            named = f"record {running.unwritable} "
+            if failing is None or not failing.blocked or named not in failing.error:
+                raise Violation(
+                    f"{self.name}: {held.shard_id} stalls on a dead letter too large for its "
+                    f"target (record {running.unwritable}) and does not report itself blocked "
+                    f"({failing})"
+                )
 
     def _answered_heartbeat(self, response: HeartbeatResponse | None, sent_at: float) -> None:
         self._beating = False
@@ -341,9 +390,11 @@ class SimWorker:
         machine = running.machine
         shard_id = machine.shard_id
         try:
+            if isinstance(step, DeadLetter):
+                records = list(step.batch.records)
+                batch = FailedBatch("sim", shard_id, records, step.error, step.attempts)
+                self.dead_letters.write(batch)
             if isinstance(step, (Skip, DeadLetter)):
-                if isinstance(step, DeadLetter) and self.trouble and self.trouble.sink_fails():
-                    raise OSError("injected dead-letter target failure")
                 sequences = [int(r.sequence_number) for r in step.batch.records]
                 self.ledger.passed_over(shard_id, sequences)
             else:
@@ -352,12 +403,18 @@ class SimWorker:
                 )
         except Violation:
             raise  # the ledger's, raised inside a call: never mistaken for a failure
+        except LetterTooLarge as refused:
+            assert isinstance(step, DeadLetter)
+            running.unwritable = step.batch.records[0].sequence_number
+            machine.cannot_dead_letter(self.clock(), str(refused))
         except Exception as error:
             if isinstance(step, Deliver):
                 self.ledger.raised([int(r.sequence_number) for r in step.batch.records])
             machine.raised(self.clock(), str(error))
         else:
             machine.returned(self.clock())
+            if not isinstance(step, (Skip, DeadLetter)):
+                running.unwritable = None  # the processor returned: no longer held up
         if running.delivery is not None:
             self.ledger.end(running.delivery)
             running.delivery = None

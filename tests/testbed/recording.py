@@ -44,6 +44,8 @@ class RecordingProcessor(BaseRecordProcessor):
         self.down_while = os.environ.get("RECORD_DOWN_WHILE")
         # A record whose data is this value makes every batch holding it fail (a poison).
         self.poison = os.environ.get("RECORD_POISON")
+        # A record larger than this many bytes is a poison too (one too large for an env).
+        self.poison_over = int(os.environ.get("RECORD_POISON_OVER_BYTES", "0"))
         # The first batch holding this value hangs (sleeps RECORD_HANG_SECONDS) before
         # recording anything; RECORD_HANG_MARK (a file) says it has happened.
         self.hang = os.environ.get("RECORD_HANG")
@@ -58,6 +60,8 @@ class RecordingProcessor(BaseRecordProcessor):
                 time.sleep(float(os.environ.get("RECORD_HANG_SECONDS", "3600")))
         if self.poison and any(r.data.decode() == self.poison for r in records):
             raise ValueError(f"injected failure: cannot process {self.poison}")
+        if self.poison_over and any(len(r.data) > self.poison_over for r in records):
+            raise ValueError(f"injected failure: cannot process over {self.poison_over} bytes")
         if self.down_while and os.path.exists(self.down_while):
             raise RuntimeError("injected failure: the sink is down until the test says so")
         if self.fail_every and not self.failed and self.batches % self.fail_every == 0:

@@ -5,6 +5,7 @@ end-to-end tests and by `make demo`."""
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections import Counter
@@ -28,6 +29,10 @@ from testbed.proxy import CuttableProxy
 from testbed.recording import Report, read_report
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
+
+
+def python_path() -> str:
+    return os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
 
 
 class Scenario:
@@ -145,7 +150,9 @@ class Scenario:
             self.namespace,
             label_selector(self.name),
             self.workdir / "pods",
-            extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
+            # The caller's PYTHONPATH after the tests: a worktree's workers run its code,
+            # not the checkout the virtualenv was installed from.
+            extra_env={"PYTHONPATH": python_path(), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
             pod_env=lambda pod: {
                 # Worker pods share this host's ports: metrics only where a test asks.
                 "STREAMCONSUMER_METRICS_PORT": "0",

@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable
 
 from streamconsumer.core.backoff import Backoff
+from streamconsumer.deadletter import DeadLetterWriter, FailedBatch, LetterTooLarge
 from streamconsumer.models import (
     Assignment,
     CheckpointRequest,
@@ -46,6 +47,7 @@ class Drive:
         wants_empty_batches: bool = False,
         policy: FailurePolicy | None = None,
         dead_letter_failures: int = 0,
+        dead_letter_writer: DeadLetterWriter | None = None,
     ) -> None:
         self.now = 0.0
         self.processor = processor
@@ -54,6 +56,7 @@ class Drive:
         self.skipped: list[Skip] = []
         self.dead_letters: list[DeadLetter] = []
         self.dead_letter_failures = dead_letter_failures  # writes that fail first
+        self.writer = dead_letter_writer  # writes each letter, as worker/runtime.py does
         self.machine = ShardMachine(
             "w",
             Assignment(
@@ -83,6 +86,8 @@ class Drive:
             elif isinstance(step, Skip):
                 self.skipped.append(step)
                 machine.returned(self.now)
+            elif isinstance(step, DeadLetter) and self.writer is not None:
+                self.write(step)
             elif isinstance(step, DeadLetter):
                 if self.dead_letter_failures:
                     self.dead_letter_failures -= 1
@@ -98,6 +103,19 @@ class Drive:
                 else:
                     machine.returned(self.now)
             self.now += 0.01
+
+    def write(self, step: DeadLetter) -> None:
+        assert self.writer is not None
+        records = list(step.batch.records)
+        try:
+            self.writer.write(FailedBatch("ns/c", "s", records, step.error, step.attempts))
+        except LetterTooLarge as refused:
+            self.machine.cannot_dead_letter(self.now, str(refused))
+        except Exception as error:
+            self.machine.raised(self.now, str(error))
+        else:
+            self.dead_letters.append(step)
+            self.machine.returned(self.now)
 
     def call_processor(self, step: ProcessorCall) -> None:
         call_processor(step, self.machine, self.processor, lambda: self.processor)

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import pytest
 
+from streamconsumer.deadletter import DeadLetters
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
+from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.shard import Stop
 
+from .letter_targets import StubTarget
 from .shard_drive import Drive, batch
+
+SQS_LIMIT = 256 * 1024
 
 
 class Poisoned(BaseRecordProcessor):
@@ -128,3 +133,58 @@ def test_a_handoff_interrupts_the_retries(then: str) -> None:
     assert drive.sent[-1].sequence_number == "1"
     assert not drive.skipped
     assert not drive.dead_letters
+
+
+def large(sequence: int, size: int) -> ReadResult:
+    """One record of `size` bytes: its dead letter, base64 in JSON, is a third larger."""
+    record = Record(b"x" * size, "k", str(sequence), checkpoint_sequence=str(sequence))
+    return ReadResult([record], millis_behind_latest=0)
+
+
+def test_a_dead_letter_that_can_never_fit_blocks_the_shard_and_says_why() -> None:
+    """A 200 KiB record is over 256 KiB as a dead letter: retrying the write cannot help,
+    so the shard blocks as under `block` (reported, the processor retried), never
+    retrying the write for ever unreported."""
+    processor = Poisoned({"2"})
+    queue = StubTarget("SQS message", SQS_LIMIT)
+    writer = DeadLetters(queue)
+    drive = Drive(processor, policy=policy("deadLetter"), dead_letter_writer=writer)
+    for result in (batch(1), large(2, 200 * 1024), batch(3)):
+        drive.machine.read(result)
+    drive.run(until=120)
+    assert queue.requests == 0, "nothing sent that cannot fit"
+    assert processor.done == ["1"]
+    assert drive.stored() == ["1"], "nothing passed over"
+    failing = drive.machine.held(drive.now).failing
+    assert failing is not None
+    assert failing.blocked, "the heartbeat reports it, so Degraded names it"
+    assert "record 2 " in failing.error
+    assert f"over the SQS message limit of {SQS_LIMIT} bytes" in failing.error
+    assert "cannot parse" in failing.error
+    attempts = failing.attempts
+    drive.run(until=240)
+    held = drive.machine.held(drive.now).failing
+    assert held is not None
+    assert held.attempts > attempts, "the processor is retried, as under block"
+
+    processor.poison.clear()  # fixed (a new version of its dependency, say)
+    drive.run(until=400)
+    assert processor.done == ["1", "2", "3"]
+    assert drive.machine.held(drive.now).failing is None
+    assert drive.stored()[-1] == "3"
+
+
+def test_a_dead_letter_too_large_for_its_target_goes_to_the_overflow() -> None:
+    processor = Poisoned({"2", "3"})
+    queue = StubTarget("SQS message", SQS_LIMIT)
+    bucket = StubTarget("S3 object", 5 * 1024**3)
+    writer = DeadLetters(queue, overflow=DeadLetters(bucket))
+    drive = Drive(processor, policy=policy("deadLetter"), dead_letter_writer=writer)
+    for result in (batch(1), large(2, 200 * 1024), batch(3), batch(4)):
+        drive.machine.read(result)
+    drive.run(until=120)
+    assert [letter.record.sequence_number for letter in bucket.sent] == ["2"]
+    assert [letter.record.sequence_number for letter in queue.sent] == ["3"]
+    assert processor.done == ["1", "4"]
+    assert drive.stored()[-1] == "4"
+    assert drive.machine.held(drive.now).failing is None

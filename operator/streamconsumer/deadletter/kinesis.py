@@ -6,16 +6,22 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, encode
+from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, Letter, chunks
 from streamconsumer.models.failure import KinesisDeadLetters as Target
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
+RECORD_BYTES = 1024 * 1024
+"""A record's data and partition key together: every stream's limit unless raised (a
+stream raised to larger records is still written as if it had this one)."""
 PUT_RECORDS_LIMIT = 500
+PUT_RECORDS_BYTES = 5 * 1024 * 1024  # one request's data and partition keys
 
 
 class KinesisDeadLetters:
+    name = "Kinesis record"
+
     def __init__(self, target: Target) -> None:
         self._client = boto3.client(
             "kinesis",
@@ -27,19 +33,21 @@ class KinesisDeadLetters:
             {"StreamARN": target.stream_arn} if target.stream_arn else {}
         ) or {"StreamName": target.stream_name}
 
-    def write(self, batch: FailedBatch) -> None:
-        entries: list[PutRecordsRequestEntryTypeDef] = [
-            {"Data": encode(batch, r).encode(), "PartitionKey": r.partition_key}
-            for r in batch.records
-        ]
-        for start in range(0, len(entries), PUT_RECORDS_LIMIT):
-            pending = entries[start : start + PUT_RECORDS_LIMIT]
+    def limit(self) -> int:
+        return RECORD_BYTES
+
+    def size(self, letter: Letter) -> int:
+        return len(letter.body) + len(letter.record.partition_key.encode())
+
+    def send(self, batch: FailedBatch, letters: list[Letter]) -> None:
+        for request in chunks(letters, self.size, PUT_RECORDS_LIMIT, PUT_RECORDS_BYTES):
+            pending: list[PutRecordsRequestEntryTypeDef] = [
+                {"Data": letter.body, "PartitionKey": letter.record.partition_key}
+                for letter in request
+            ]
             response = self._client.put_records(Records=pending, **self._stream)
             if response.get("FailedRecordCount"):
-                failed = [
-                    entry
-                    for entry, result in zip(pending, response["Records"], strict=True)
-                    if "ErrorCode" in result
-                ]
-                codes = {r["ErrorCode"] for r in response["Records"] if "ErrorCode" in r}
-                raise RuntimeError(f"{len(failed)} dead letters not written: {sorted(codes)}")
+                results = response["Records"]
+                codes = sorted({r["ErrorCode"] for r in results if "ErrorCode" in r})
+                failed = sum("ErrorCode" in r for r in results)
+                raise RuntimeError(f"{failed} dead letters not written: {codes}")

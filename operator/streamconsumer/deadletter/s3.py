@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import boto3
 
-from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, encode
+from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, Letter
 from streamconsumer.models.failure import S3DeadLetters as Target
+
+OBJECT_BYTES = 5 * 1024**3  # one PutObject
 
 
 class S3DeadLetters:
+    name = "S3 object"
+
     def __init__(self, target: Target) -> None:
         self._client = boto3.client(
             "s3", region_name=target.region, endpoint_url=target.endpoint_url, config=CLIENT_CONFIG
@@ -17,16 +21,21 @@ class S3DeadLetters:
         self._bucket = target.bucket
         self._prefix = target.prefix
 
-    def key(self, batch: FailedBatch) -> str:
-        first, last = batch.records[0], batch.records[-1]
+    def limit(self) -> int:
+        return OBJECT_BYTES
+
+    def size(self, letter: Letter) -> int:
+        return len(letter.body) + 1  # one line of the object
+
+    def key(self, batch: FailedBatch, letters: list[Letter]) -> str:
+        first, last = letters[0].record, letters[-1].record
         name = f"{first.sequence_number}-{last.sequence_number}.jsonl"
         return f"{self._prefix}{batch.consumer}/{batch.shard_id}/{name}"
 
-    def write(self, batch: FailedBatch) -> None:
-        body = "".join(encode(batch, record) + "\n" for record in batch.records)
+    def send(self, batch: FailedBatch, letters: list[Letter]) -> None:
         self._client.put_object(
             Bucket=self._bucket,
-            Key=self.key(batch),
-            Body=body.encode(),
+            Key=self.key(batch, letters),
+            Body=b"".join(letter.body + b"\n" for letter in letters),
             ContentType="application/x-ndjson",
         )

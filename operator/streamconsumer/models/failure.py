@@ -65,11 +65,21 @@ class DeadLetterTarget(Model):
             "[has(self.kinesis), has(self.sqs), has(self.s3)].filter(x, x).size() == 1",
             "set exactly one dead-letter target: kinesis, sqs or s3",
         ),
+        (
+            "!has(self.overflowS3) || !has(self.s3)",
+            "overflowS3 goes with a kinesis or sqs target (an S3 object has room enough)",
+        ),
     )
 
     kinesis: KinesisDeadLetters | None = None
     sqs: SqsDeadLetters | None = None
     s3: S3DeadLetters | None = None
+    overflow_s3: S3DeadLetters | None = Field(
+        default=None,
+        description="Where a letter too large for the kinesis (1 MiB) or sqs (the queue's "
+        "MaximumMessageSize) target goes instead. Without it such a record blocks its "
+        "shard (Degraded names it), as under `block`.",
+    )
 
 
 class AfterRetries(StrEnum):

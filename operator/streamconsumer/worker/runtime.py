@@ -14,7 +14,7 @@ import threading
 import time
 
 from streamconsumer.core.backoff import Backoff
-from streamconsumer.deadletter import DeadLetterWriter, FailedBatch
+from streamconsumer.deadletter import DeadLetterWriter, FailedBatch, LetterTooLarge
 from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
@@ -289,6 +289,11 @@ class Worker:
             if self._dead_letters is None:
                 raise RuntimeError("no dead-letter target configured")
             self._dead_letters.write(batch)
+        except LetterTooLarge as refused:
+            log.error("%s: blocked: %s", machine.shard_id, refused)
+            with changed:
+                machine.cannot_dead_letter(time.monotonic(), str(refused))
+            return
         except Exception as error:
             log.warning("%s: dead letters not written, retried: %s", machine.shard_id, error)
             with changed:

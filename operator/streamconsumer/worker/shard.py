@@ -11,7 +11,9 @@ The rules it keeps:
   (docs/design.md#only-what-returned-is-checkpointed).
 - A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
-  (`models.failure`): block (retry on, reported), skip, or dead-letter it first.
+  (`models.failure`): block (retry on, reported), skip, or dead-letter it first. A
+  dead letter its target can never hold blocks the shard as `block` does: a write that
+  cannot succeed is not retried as if the target were down.
 - A call is watched, not trusted to return: `call_started` and `fence_deadline` let the
   worker end the process before a call outlives the shard's fence, and `hung` says when
   it has run past the policy's timeout (a thread cannot be interrupted; `core.watch`).
@@ -187,6 +189,7 @@ class ShardMachine:
         self._retry_call_at = -float("inf")  # a processor call that raised, after back-off
         self._passed_over: list[PassedOver] = []  # for the next heartbeat (Events)
         self._dead_letter_failures = 0
+        self._unwritable = ""  # why the head batch's dead letters never can be written
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
@@ -260,11 +263,15 @@ class ShardMachine:
                 blocked=True,
             )
         elif self._failing_since is not None:
+            error = self._error
+            if self._unwritable:  # the reason first: it names the record
+                error = f"{self._unwritable}; the processor raised {error}"
             failing = Failing(
                 attempts=self._call_failures,
                 seconds=now - self._failing_since,
-                error=self._error[:2048],
-                blocked=self._exhausted(now) and self._policy.then is AfterRetries.BLOCK,
+                error=error[:2048],
+                blocked=bool(self._unwritable)
+                or (self._exhausted(now) and self._policy.then is AfterRetries.BLOCK),
             )
         return HeldShard(
             shard_id=self.shard_id,
@@ -322,7 +329,7 @@ class ShardMachine:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
-            if batch.records and self._exhausted(now, batch):
+            if batch.records and not self._unwritable and self._exhausted(now, batch):
                 then = self._policy.then
                 if then is not AfterRetries.BLOCK and len(batch.records) > 1:
                     self._bisect()  # find the records that fail, pass over only those
@@ -388,7 +395,7 @@ class ShardMachine:
     def _recovered(self) -> None:
         self._call_failures = self._dead_letter_failures = 0
         self._failing_since = None
-        self._error = ""
+        self._error = self._unwritable = ""
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
         self._in_flight = request
@@ -469,6 +476,15 @@ class ShardMachine:
             self._error = error
             if self._failing_since is None:
                 self._failing_since = now
+
+    def cannot_dead_letter(self, now: float, reason: str) -> None:
+        """The DeadLetter call found a letter its target can never hold (`reason` names
+        the record): the batch blocks the shard as under `block`, reported and retried
+        by the processor until it returns, or a hand-off or loss comes."""
+        call, self._call, self._call_started = self._call, None, None
+        assert isinstance(call, DeadLetter), "only a dead-letter write is refused so"
+        self._unwritable = reason
+        self._retry_call_at = now + self._retry.delay(self._call_failures)
 
     def answered(self, answer: Answer, now: float) -> None:
         """The operator's answer to the request from the last SendCheckpoint."""
