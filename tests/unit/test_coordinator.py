@@ -257,3 +257,16 @@ def test_no_worker_is_granted_more_shards_than_a_heartbeat_may_list() -> None:
     owning(coordinator)
     held = [lease for lease in coordinator.leases.values() if lease.owner == "a"]
     assert len(held) == MAX_HELD_SHARDS
+
+
+def test_a_heartbeat_is_judged_before_it_changes_anything() -> None:
+    """Issue 22.11: a claim the answer cannot echo (epoch 0, past the model's own check)
+    failed after the worker's expiry had been extended."""
+    coordinator = fresh()
+    version = coordinator.version
+    claim = HeldShard.model_construct(shard_id="s0", epoch=0, passed_over=[], failing=None)
+    request = HeartbeatRequest.model_construct(worker="a", held=[claim], draining=False)
+    with pytest.raises(ValueError, match="epoch"):
+        coordinator.heartbeat(request, 0.0)
+    assert "a" not in coordinator.workers
+    assert coordinator.version == version
