@@ -62,6 +62,7 @@ PLANNED = {
     "net_slow",
     "retention",
     "pause",
+    "early_end",
 }
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
