@@ -9,6 +9,7 @@ import httpx
 from kubernetes import client as k8s
 
 from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.scenario import Scenario, wait_for
 
 
@@ -37,7 +38,9 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
     )
     base = f"{scenario.operator.url}/v1/namespaces/{namespace}/streamconsumers/{scenario.name}"
 
-    def checkpoint(token: str | None, **body: object) -> httpx.Response:
+    def checkpoint(
+        token: str | None, headers: dict[str, str] | None = None, **body: object
+    ) -> httpx.Response:
         payload = {
             "worker": worker,
             "shardId": shard,
@@ -45,8 +48,10 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
             "sequenceNumber": "1",
             **body,
         }
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.post(f"{base}/checkpoint", json=payload, headers=headers, timeout=10)
+        auth = {"Authorization": f"Bearer {token}"} if token else {}
+        return httpx.post(
+            f"{base}/checkpoint", json=payload, headers=auth | (headers or {}), timeout=10
+        )
 
     cases = {
         "no token": (checkpoint(None), 401),
@@ -62,7 +67,9 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
         ),
         "speaks for another worker": (checkpoint(pod_token, worker="someone-else"), 403),
         "malformed": (checkpoint(pod_token, sequenceNumber="12abc"), 400),
-        "unknown field": (checkpoint(pod_token, shard="x"), 400),
+        "a wire version not served": (checkpoint(pod_token, {WIRE_VERSION_HEADER: "0"}), 400),
+        "larger than any checkpoint": (checkpoint(pod_token, padding="x" * 5000), 413),
+        "SHARD_END on an open shard": (checkpoint(pod_token, sequenceNumber="SHARD_END"), 400),
         "stale epoch": (checkpoint(pod_token, epoch=epoch + 5), 409),
         "unknown shard": (checkpoint(pod_token, shardId="shardId-999"), 400),
     }
@@ -70,6 +77,7 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
         assert response.status_code == expected, (case, response.status_code, response.text)
         body = response.json()
         assert body["message"], case
+        assert response.headers[WIRE_VERSION_HEADER] == str(WIRE_VERSION), case
         assert "Traceback" not in response.text
     garbage = httpx.post(
         f"{base}/heartbeat",

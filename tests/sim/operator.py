@@ -24,7 +24,7 @@ from streamconsumer.controller.status import (
     StatusUnavailable,
     StatusWriter,
 )
-from streamconsumer.core.leases import CheckpointRefused
+from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeartbeatResponse
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
 from streamconsumer.sources.base import StreamSource
@@ -288,6 +288,9 @@ class SimOperator:
             lease = self.coordinator.checkpoint(request)
         except CheckpointRefused as refused:
             answer(Answer.LOST if refused.lease_lost else Answer.INVALID)
+            return
+        except CheckpointDeferred:
+            answer(Answer.UNREACHABLE)  # as the API's 503: asked again soon
             return
         self.ledger.accepted(request.shard_id, lease.checkpoint)
         self.wake()

@@ -322,4 +322,14 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.unwritable_letters_retried_as_target_failures,
         "does not report itself blocked",
     ),
+    "22.12 a worker's reader ends an open shard": Regression(
+        Run(seed=12, shards=2, replicas=1, faults=(F(10.0, "early_end"),), duration=40),
+        reverts.shard_end_taken_for_open_shards,
+        "SHARD_END with records not done",
+    ),
+    "22.12 a refused SHARD_END hands the shard back": Regression(
+        Run(seed=12, shards=2, replicas=1, faults=(F(10.0, "early_end"),), duration=40),
+        reverts.refused_shard_end_let_go,
+        "never processed",
+    ),
 }

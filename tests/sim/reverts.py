@@ -19,7 +19,7 @@ from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker.core import WorkerCore
-from streamconsumer.worker.shard import ShardMachine, Step, Stop
+from streamconsumer.worker.shard import Answer, ShardMachine, Step, Stop
 
 Revert = Callable[[pytest.MonkeyPatch], None]
 
@@ -361,3 +361,29 @@ def unwritable_letters_retried_as_target_failures(patch: pytest.MonkeyPatch) -> 
     patch.setattr(
         ShardMachine, "cannot_dead_letter", lambda self, now, reason: self.raised(now, reason)
     )
+
+
+def shard_end_taken_for_open_shards(patch: pytest.MonkeyPatch) -> None:
+    """22.12: SHARD_END finishes a shard whatever the listing says: a worker that sends it
+    early (a buggy reader) makes the operator skip every record left in the shard."""
+    from streamconsumer.core import leases
+
+    apply_checkpoint = leases.apply_checkpoint
+
+    def trusting(lease: Any, *args: Any, **kwargs: Any) -> Any:
+        return apply_checkpoint(lease, *args, **{**kwargs, "shard_closed": True})
+
+    patch.setattr("streamconsumer.controller.state.apply_checkpoint", trusting)
+
+
+def refused_shard_end_let_go(patch: pytest.MonkeyPatch) -> None:
+    """22.12: a worker whose SHARD_END is refused lets the shard go as if it had ended:
+    nobody reads the rest of it (the worker repeats its SHARD_END whenever asked)."""
+    answered = ShardMachine.answered
+
+    def letting_go(self: ShardMachine, answer: Answer, now: float) -> None:
+        if answer is Answer.INVALID and self._in_flight is self._final:
+            answer = Answer.SAVED
+        answered(self, answer, now)
+
+    patch.setattr(ShardMachine, "answered", letting_go)

@@ -66,6 +66,7 @@ PLANNED = {
     "retention",
     "pause",
     "large_poison",
+    "early_end",
 }
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
@@ -322,6 +323,8 @@ class Simulation:
                 self.trouble.slow_until = until
             case "hang":  # the next call never returns (the shard's next owner is spared)
                 self.trouble.hangs += 1
+            case "early_end":  # a worker's reader ends an open shard: it sends SHARD_END
+                self.trouble.early_ends += 1
             case "net_slow":
                 self.network.slow_until = until
                 self.network.slow_delay = 0.5
@@ -357,7 +360,7 @@ class Simulation:
         self.operator.listing_failing_until = self.operator.listing_slow_until = now
         self.trouble.flaky_until = self.trouble.poison_until = now
         self.trouble.sink_failing_until = self.trouble.slow_until = now
-        self.trouble.hangs = 0
+        self.trouble.hangs = self.trouble.early_ends = 0
         for link in self.network.links.values():
             link.cut_until = now
         if self.api.spec.get("paused"):

@@ -23,6 +23,7 @@ from streamconsumer.deadletter.base import Letter
 from streamconsumer.models import HeartbeatRequest, HeartbeatResponse
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, RecordProcessor
+from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.worker.calls import call_processor
 from streamconsumer.worker.core import WorkerCore
@@ -62,6 +63,7 @@ class Trouble:
     sink_rate: float = 0.5
     slow_until: float = -1.0  # processor calls started before then take seconds, not ms
     hangs: int = 0  # the next n calls with records never return
+    early_ends: int = 0  # the next n reads of an open shard say it ended (a buggy reader)
 
     def call_seconds(self, records: int) -> float:
         rng = self.world.rng
@@ -468,6 +470,10 @@ class SimWorker:
             self.schedule(delay, lambda: self._got(running))
             return
         running.read_failures = 0
+        assert self.trouble is not None
+        if self.trouble.early_ends and not result.shard_end:
+            self.trouble.early_ends -= 1
+            result = ReadResult(result.records, 0, shard_end=True)
         machine.read(result)
         self._poke(running)
         if result.records:

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.state import Coordinator, DurableState, durable_from_status
-from streamconsumer.core.leases import ACTIVE, RELEASED, CheckpointRefused
-from streamconsumer.core.lineage import Shard
+from streamconsumer.controller.state import (
+    MAX_PENDING_NOTES,
+    Coordinator,
+    DurableState,
+    durable_from_status,
+)
+from streamconsumer.core.leases import (
+    ACTIVE,
+    FINISHED,
+    RELEASED,
+    CheckpointDeferred,
+    CheckpointRefused,
+    ShardLease,
+)
+from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import (
     CheckpointRequest,
     HeartbeatRequest,
@@ -15,6 +27,7 @@ from streamconsumer.models import (
     RevocationReason,
     StartPositionType,
 )
+from streamconsumer.models.api import MAX_HELD_SHARDS, Failing, PassedOver
 from streamconsumer.models.resource import StreamConsumerSpec
 
 from .moments import CREATED
@@ -139,3 +152,121 @@ def test_restart_waits_a_lease_before_expiring_owners_from_status() -> None:
     assert coordinator.leases["s0"].state is ACTIVE
     coordinator.step(113.5 + 14.0)
     assert coordinator.leases["s0"].owner != "a", "silent too long after the restart"
+
+
+# --- worker input (issue 22) --------------------------------------------------------------
+
+
+def owning(coordinator: Coordinator, worker: str = "a") -> list[tuple[str, int]]:
+    beat(coordinator, worker, 0.0)
+    coordinator.step(0.0)
+    saved(coordinator)
+    response = beat(coordinator, worker, 0.1)
+    return [(a.shard_id, a.epoch) for a in response.assignments]
+
+
+def shard_end(coordinator: Coordinator, shard_id: str = "s0", epoch: int = 1) -> ShardLease:
+    return coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id=shard_id, epoch=epoch, sequence_number=SHARD_END)
+    )
+
+
+def test_shard_end_is_taken_only_for_a_shard_the_listing_shows_closed() -> None:
+    coordinator = fresh()
+    owning(coordinator)
+    with pytest.raises(CheckpointRefused) as refused:
+        shard_end(coordinator)
+    assert not refused.value.lease_lost
+    assert coordinator.leases["s0"].state is ACTIVE, "still to be read, and granted"
+    coordinator.set_shards([Shard("s0", closed=True), *(Shard(f"s{i}") for i in range(1, 4))])
+    assert shard_end(coordinator).state is FINISHED
+
+
+def test_shard_end_waits_for_the_first_listing_after_a_restart() -> None:
+    status = {"leases": {"s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"}}}
+    coordinator = Coordinator(SPEC, durable_from_status(status), now=100.0, created=CREATED)
+    version = coordinator.version
+    with pytest.raises(CheckpointDeferred):
+        shard_end(coordinator, epoch=3)
+    assert coordinator.leases["s0"].state is ACTIVE
+    assert coordinator.version == version
+    coordinator.set_shards([Shard("s0", closed=True)])
+    assert shard_end(coordinator, epoch=3).state is FINISHED
+
+
+def note(first: str, last: str, count: int, action: str = "skip") -> PassedOver:
+    return PassedOver.model_validate(
+        {
+            "action": action,
+            "firstSequence": first,
+            "lastSequence": last,
+            "count": count,
+            "error": "bad",
+        }
+    )
+
+
+def test_passed_over_notes_count_only_for_owned_shards_added_up_and_capped() -> None:
+    """Issue 22.13: one heartbeat of notes for shards the worker did not own queued
+    30,000 Warning Events."""
+    coordinator = fresh()
+    held = owning(coordinator)
+    (shard_id, epoch), *_ = held
+    flood = [note(str(i), str(i), 1) for i in range(1, 101)]
+    request = HeartbeatRequest(
+        worker="a",
+        held=[
+            HeldShard(shard_id=shard_id, epoch=epoch, passed_over=flood),
+            HeldShard(shard_id="s9", epoch=1, passed_over=flood),  # not a shard of a
+            HeldShard(shard_id=held[1][0], epoch=epoch + 1, passed_over=flood),  # stale
+        ],
+    )
+    coordinator.heartbeat(request, 0.2)
+    coordinator.heartbeat(request, 0.3)
+    (queued,) = coordinator.passed_over
+    assert (queued.shard_id, queued.note.count) == (shard_id, 200)
+    assert (queued.note.first_sequence, queued.note.last_sequence) == ("1", "100")
+    for worker in (f"w{i}" for i in range(2 * MAX_PENDING_NOTES)):  # many owners, many notes
+        coordinator.leases[f"x-{worker}"] = ShardLease(f"x-{worker}", worker, 1, None, ACTIVE)
+        coordinator.heartbeat(
+            HeartbeatRequest(
+                worker=worker,
+                held=[HeldShard(shard_id=f"x-{worker}", epoch=1, passed_over=[note("1", "1", 1)])],
+            ),
+            0.4,
+        )
+    assert len(coordinator.passed_over) == MAX_PENDING_NOTES
+
+
+def test_reports_for_shards_not_owned_count_for_nothing() -> None:
+    coordinator = fresh()
+    owning(coordinator)
+    failing = Failing(attempts=3, seconds=10.0, error="down", blocked=True)
+    request = HeartbeatRequest(
+        worker="a",
+        held=[HeldShard(shard_id="s0", epoch=7, millis_behind_latest=5000, failing=failing)],
+    )
+    coordinator.heartbeat(request, 0.2)
+    assert coordinator.lag_millis() == {}
+    assert coordinator.blocked_shards() == []
+
+
+def test_no_worker_is_granted_more_shards_than_a_heartbeat_may_list() -> None:
+    coordinator = Coordinator(SPEC, DurableState(), now=0.0, created=CREATED)
+    coordinator.set_shards([Shard(f"s{i}") for i in range(MAX_HELD_SHARDS + 5)])
+    owning(coordinator)
+    held = [lease for lease in coordinator.leases.values() if lease.owner == "a"]
+    assert len(held) == MAX_HELD_SHARDS
+
+
+def test_a_heartbeat_is_judged_before_it_changes_anything() -> None:
+    """Issue 22.11: a claim the answer cannot echo (epoch 0, past the model's own check)
+    failed after the worker's expiry had been extended."""
+    coordinator = fresh()
+    version = coordinator.version
+    claim = HeldShard.model_construct(shard_id="s0", epoch=0, passed_over=[], failing=None)
+    request = HeartbeatRequest.model_construct(worker="a", held=[claim], draining=False)
+    with pytest.raises(ValueError, match="epoch"):
+        coordinator.heartbeat(request, 0.0)
+    assert "a" not in coordinator.workers
+    assert coordinator.version == version

@@ -188,3 +188,22 @@ def test_a_dead_letter_too_large_for_its_target_goes_to_the_overflow() -> None:
     assert processor.done == ["1", "4"]
     assert drive.stored()[-1] == "4"
     assert drive.machine.held(drive.now).failing is None
+
+
+def test_a_poison_batch_bisected_to_its_records_is_one_note_per_heartbeat() -> None:
+    """Issue 22.13: a note per passed-over piece made heartbeats of thousands of notes."""
+    drive = Drive(Poisoned({"1", "2", "3", "4", "5"}), policy=policy("skip"))
+    drive.machine.read(batch(1, 2, 3, 4, 5))
+    drive.run(until=300)
+    assert len(drive.skipped) > 1, "bisected"
+    held = drive.machine.held(drive.now)
+    (note,) = held.passed_over
+    assert (note.first_sequence, note.last_sequence, note.count) == ("1", "5", 5)
+    drive.machine.read(batch(6))
+    drive.processor.poison.add("6")  # type: ignore[attr-defined]
+    drive.run(until=600)
+    sent, later = drive.machine.held(drive.now).passed_over
+    assert sent == note, "a note in flight is not added to"
+    assert later.count == 1
+    drive.machine.reported(held)
+    assert drive.machine.held(drive.now).passed_over == [later]

@@ -18,6 +18,7 @@ from streamconsumer.core.leases import (
     HANDOFF,
     RELEASED,
     Action,
+    CheckpointDeferred,
     CheckpointRefused,
     EngineSettings,
     Expire,
@@ -137,7 +138,7 @@ def test_datahub_scenario() -> None:
     # One of A's shards splits; A reads it to the end and checkpoints SHARD_END.
     parent = sorted(s for s, lease in leases.items() if lease.owner == "A")[0]
     lease = leases[parent]
-    leases[parent] = apply_checkpoint(lease, "A", lease.epoch, SHARD_END)
+    leases[parent] = apply_checkpoint(lease, "A", lease.epoch, SHARD_END, shard_closed=True)
     children = [Shard(f"{parent}-a", (parent,)), Shard(f"{parent}-b", (parent,))]
     shards = [replace(s, closed=True) if s.id == parent else s for s in shards] + children
     leases = settle(shards, leases, live("A", "B", "C"))
@@ -158,12 +159,14 @@ def test_children_wait_for_every_parent_of_a_merge() -> None:
     assert leases.get("child") is None or leases["child"].owner is None
     first = leases["p1"]
     assert first.owner is not None
-    leases["p1"] = apply_checkpoint(first, first.owner, first.epoch, SHARD_END)
+    leases["p1"] = apply_checkpoint(first, first.owner, first.epoch, SHARD_END, shard_closed=True)
     leases = settle(shards, leases, live("A", "B"))
     assert leases.get("child") is None or leases["child"].owner is None, "second parent not done"
     second = leases["p2"]
     assert second.owner is not None
-    leases["p2"] = apply_checkpoint(second, second.owner, second.epoch, SHARD_END)
+    leases["p2"] = apply_checkpoint(
+        second, second.owner, second.epoch, SHARD_END, shard_closed=True
+    )
     leases = settle(shards, leases, live("A", "B"))
     assert leases["child"].owner in {"A", "B"}
 
@@ -223,7 +226,7 @@ def test_checkpoints_are_fenced_and_forward_only() -> None:
     with pytest.raises(CheckpointRefused) as backwards:
         apply_checkpoint(lease, "A", 3, "99")
     assert not backwards.value.lease_lost
-    finished = apply_checkpoint(lease, "A", 3, SHARD_END)
+    finished = apply_checkpoint(lease, "A", 3, SHARD_END, shard_closed=True)
     assert finished.state is FINISHED
     assert finished.owner is None
     # Sequence numbers are compared as integers: "100" follows "99".
@@ -340,7 +343,9 @@ def test_random_histories_keep_every_invariant(
                 shard_id = held[arg % len(held)]
                 lease = leases[shard_id]
                 assert lease.owner is not None
-                leases[shard_id] = apply_checkpoint(lease, lease.owner, lease.epoch, SHARD_END)
+                leases[shard_id] = apply_checkpoint(
+                    lease, lease.owner, lease.epoch, SHARD_END, shard_closed=True
+                )
                 ever_finished.add(shard_id)
         elif kind == "collect":
             for shard_id in collectable(shards, leases):
@@ -368,7 +373,7 @@ def test_finished_parents_leave_status_once_children_started() -> None:
     leases = settle(shards, {}, live("A"))
     assert collectable(shards, leases) == []
     parent = leases["p"]
-    leases["p"] = apply_checkpoint(parent, "A", parent.epoch, SHARD_END)
+    leases["p"] = apply_checkpoint(parent, "A", parent.epoch, SHARD_END, shard_closed=True)
     assert collectable(shards, leases) == [], "children have not started yet"
     leases = settle(shards, leases, live("A"))
     assert collectable(shards, leases) == ["p"]
@@ -378,3 +383,22 @@ def test_finished_parents_leave_status_once_children_started() -> None:
     leases = settle(shards, leases, live("B"))
     assert "p" not in leases
     assert owners(leases) == {"B": 2}
+
+
+def test_shard_end_only_ends_a_shard_the_listing_shows_closed() -> None:
+    """Issue 22.12: a finished shard is never granted again, so a SHARD_END on an open
+    shard would skip every record left in it. Fencing is judged first."""
+    lease = ShardLease("s", owner="A", epoch=3, checkpoint="100", state=ACTIVE)
+    with pytest.raises(CheckpointRefused) as open_shard:
+        apply_checkpoint(lease, "A", 3, SHARD_END, shard_closed=False)
+    assert not open_shard.value.lease_lost
+    with pytest.raises(CheckpointDeferred):
+        apply_checkpoint(lease, "A", 3, SHARD_END, shard_closed=None)
+    with pytest.raises(CheckpointRefused) as fenced:
+        apply_checkpoint(lease, "B", 3, SHARD_END, shard_closed=False)
+    assert fenced.value.lease_lost, "not its lease: 409 whatever the listing says"
+    assert apply_checkpoint(lease, "A", 3, "150", shard_closed=False).checkpoint == "150"
+    finished = apply_checkpoint(lease, "A", 3, SHARD_END, shard_closed=True)
+    assert apply_checkpoint(finished, "A", 3, SHARD_END, shard_closed=None) == finished, (
+        "a repeated SHARD_END is taken as it was, listing or not"
+    )

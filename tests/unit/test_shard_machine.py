@@ -301,3 +301,38 @@ def test_the_threaded_runtime_reads_parents_first_and_drains_on_request() -> Non
     assert leases["child"].checkpoint == "5", "with its position"
     assert "parent" in operator.coordinator.finished or leases["parent"].checkpoint == SHARD_END
     assert "w" not in operator.coordinator.workers, "gone from the status once it left"
+
+
+# --- a SHARD_END the operator does not take (issue 22.12) ----------------------------------
+
+
+def test_a_shard_end_waiting_for_the_listing_is_sent_again(events: list[str]) -> None:
+    """503 (no listing since the operator started): the same SHARD_END, until taken."""
+    answers = [Answer.UNREACHABLE, Answer.UNREACHABLE]
+    drive = Drive(
+        Journal(events),
+        answer=lambda r: (
+            answers.pop(0) if r.sequence_number == SHARD_END and answers else Answer.SAVED
+        ),
+    )
+    drive.machine.read(batch(1, 2, end=True))
+    drive.run(until=10)
+    assert drive.stored() == ["2", SHARD_END, SHARD_END, SHARD_END]
+    assert drive.machine.outcome is Outcome.ENDED
+
+
+def test_a_refused_shard_end_hands_the_shard_back_at_the_last_record_done(
+    events: list[str],
+) -> None:
+    """400 (the listing shows the shard open): the shard is released where processing
+    stands, so the next owner reads on from there; nothing is skipped or replayed."""
+    drive = Drive(
+        Journal(events),
+        answer=lambda r: Answer.INVALID if r.sequence_number == SHARD_END else Answer.SAVED,
+    )
+    drive.machine.read(batch(1, 2, end=True))
+    drive.run(until=10)
+    assert drive.stored() == ["2", SHARD_END, "2"]
+    assert drive.sent[-1].release
+    assert drive.machine.outcome is Outcome.RELEASED
+    assert drive.machine.last_request() == drive.sent[-1], "said again if asked again"

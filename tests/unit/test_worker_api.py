@@ -1,19 +1,39 @@
 """The worker API's answers where the apiserver or the operator is not ready: 503 with
-Retry-After (come back) versus 4xx (stop), TokenReview's audience and cache."""
+Retry-After (come back) versus 4xx (stop), TokenReview's audience and cache; and bad
+input from a worker, refused in JSON before anything changes (issue 22)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client as k8s
+from multidict import CIMultiDictProxy
 
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import AUDIENCE, Caller, TokenReviewer
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.registry import ManagedConsumer, Registry
+from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.core.leases import ACTIVE, ShardLease
+from streamconsumer.core.lineage import SHARD_END, Shard
+from streamconsumer.models import HeartbeatRequest
+from streamconsumer.models.api import (
+    MAX_MILLIS_BEHIND,
+    MIN_HEARTBEAT_BYTES,
+    WIRE_VERSION,
+    WIRE_VERSION_HEADER,
+    heartbeat_body_limit,
+)
+from streamconsumer.models.resource import StreamConsumerSpec
+
+from .fenced import fenced_consumer
+from .moments import CREATED
 
 WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w")
+NOTE = {"action": "skip", "firstSequence": "1", "lastSequence": "2", "count": 2, "error": "e"}
 
 
 class Accepting:
@@ -81,7 +101,6 @@ def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
 def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     """Issue 22.1: a new term answers nobody from the status it only read."""
     from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-    from streamconsumer.controller.registry import ManagedConsumer
     from streamconsumer.controller.state import Coordinator, DurableState
     from streamconsumer.models.resource import StreamConsumerSpec
 
@@ -182,3 +201,147 @@ def test_a_token_not_meant_for_us_is_refused() -> None:
     tokens, _ = reviewer([reviewed(["https://kubernetes.default.svc"]), reviewed([])])
     assert asyncio.run(tokens.review("t1")) is None
     assert asyncio.run(tokens.review("t2")) is None
+
+
+# --- bad input from a worker: judged before anything changes, answered in JSON ------------
+
+SPEC = StreamConsumerSpec.model_validate(
+    {
+        "source": {"kinesis": {"streamName": "s"}},
+        "processor": {"image": "i", "entrypoint": "m:f"},
+        "leases": {"durationSeconds": 10},
+    }
+)
+BASE = "/v1/namespaces/n/streamconsumers/c"
+
+
+def managed(listed: bool = True) -> tuple[WorkerApi, Coordinator]:
+    clock = Clock()
+    coordinator = Coordinator(SPEC, DurableState(), now=clock.now, created=CREATED)
+    if listed:
+        coordinator.set_shards([Shard("s0"), Shard("s1")])
+    registry = Registry(clock, startup_grace=0.0)
+    registry.add(fenced_consumer("n", "c", coordinator))
+    return WorkerApi(registry, Accepting(), clock), coordinator
+
+
+def granted(api: WorkerApi, coordinator: Coordinator) -> None:
+    """Worker w holds s0 and s1 under epoch 1, saved."""
+    coordinator.heartbeat(HeartbeatRequest(worker="w"), api.clock())
+    coordinator.step(api.clock())
+    coordinator.persisted(coordinator.snapshot(api.clock()), coordinator.version)
+
+
+def call(
+    api: WorkerApi,
+    path: str,
+    body: object = None,
+    *,
+    raw: bytes | None = None,
+    method: str = "POST",
+    headers: dict[str, str] | None = None,
+) -> tuple[int, Any, CIMultiDictProxy[str]]:
+    async def run() -> tuple[int, Any, CIMultiDictProxy[str]]:
+        async with TestClient(TestServer(api.app())) as client:
+            response = await client.request(
+                method,
+                path,
+                data=raw if raw is not None else json.dumps(body).encode(),
+                headers={"Authorization": "Bearer t", "Content-Type": "application/json"}
+                | (headers or {}),
+            )
+            text = await response.text()
+            try:
+                answer = json.loads(text)
+            except ValueError:
+                answer = text
+            return response.status, answer, response.headers
+
+    return asyncio.run(run())
+
+
+def test_a_claim_under_epoch_0_is_400_and_changes_nothing() -> None:
+    """Issue 22.11: it was a 500, after the heartbeat had extended the worker's expiry."""
+    api, coordinator = managed()
+    version = coordinator.version
+    status, answer, _ = call(
+        api, f"{BASE}/heartbeat", {"worker": "w", "held": [{"shardId": "s0", "epoch": 0}]}
+    )
+    assert status == 400
+    assert answer["error"] == "bad_request"
+    assert "epoch" in answer["message"]
+    assert "w" not in coordinator.workers, "no worker joined, no expiry extended"
+    assert coordinator.version == version
+
+
+@pytest.mark.parametrize(
+    ("held", "field"),
+    [
+        ({"millisBehindLatest": 2**63}, "millisBehindLatest"),
+        ({"millisBehindLatest": MAX_MILLIS_BEHIND + 1}, "millisBehindLatest"),
+        ({"epoch": 2**64}, "epoch"),
+        ({"failing": {"attempts": 1, "seconds": 1e300, "error": "x", "blocked": True}}, "seconds"),
+        ({"passedOver": [{**NOTE, "count": 2**63}]}, "count"),
+        ({"shardId": "s0\n"}, "shardId"),
+    ],
+)
+def test_numbers_and_ids_past_their_bounds_are_400(held: dict[str, Any], field: str) -> None:
+    api, coordinator = managed()
+    granted(api, coordinator)
+    claim = {"shardId": "s0", "epoch": 1} | held
+    status, answer, _ = call(api, f"{BASE}/heartbeat", {"worker": "w", "held": [claim]})
+    assert status == 400
+    assert field in answer["message"]
+    assert coordinator.lag_millis() == {}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "error"),
+    [
+        ("POST", "/v1/nowhere", 404, "not_found"),
+        ("GET", f"{BASE}/heartbeat", 405, "method_not_allowed"),
+    ],
+)
+def test_every_4xx_is_json_and_says_our_wire_version(
+    method: str, path: str, status: int, error: str
+) -> None:
+    api, _ = managed()
+    got, answer, headers = call(api, path, {"worker": "w"}, method=method)
+    assert (got, answer["error"]) == (status, error)
+    assert headers[WIRE_VERSION_HEADER] == str(WIRE_VERSION)
+
+
+def test_a_body_past_the_consumers_limit_is_413_in_json_before_it_is_parsed() -> None:
+    api, coordinator = managed()
+    limit = heartbeat_body_limit(coordinator.claimable_shards())
+    assert limit == MIN_HEARTBEAT_BYTES, "two shards: the floor"
+    padding = {"worker": "w", "padding": "x" * limit}  # an unknown field: ignored if read
+    status, answer, headers = call(api, f"{BASE}/heartbeat", padding)
+    assert (status, answer["error"]) == (413, "too_large")
+    assert headers[WIRE_VERSION_HEADER] == str(WIRE_VERSION)
+    assert "w" not in coordinator.workers
+    status, answer, _ = call(api, f"{BASE}/checkpoint", {"padding": "x" * 5000})
+    assert (status, answer["error"]) == (413, "too_large")
+    just_under = {"worker": "w", "padding": "x" * (limit - 100)}
+    assert call(api, f"{BASE}/heartbeat", just_under)[0] == 200
+
+
+def test_a_shard_end_before_the_first_listing_is_503_and_changes_nothing() -> None:
+    """Issue 22.12: after a restart the operator cannot tell an open shard from a closed
+    one; the worker is told to come back, and its lease stays as it was."""
+    api, coordinator = managed(listed=False)
+    coordinator.leases["s0"] = ShardLease("s0", "w", 1, "5", ACTIVE)
+    request = {"worker": "w", "shardId": "s0", "epoch": 1, "sequenceNumber": SHARD_END}
+    status, answer, headers = call(api, f"{BASE}/checkpoint", request)
+    assert (status, answer["error"], headers["Retry-After"]) == (503, "unavailable", "1")
+    assert coordinator.leases["s0"] == ShardLease("s0", "w", 1, "5", ACTIVE)
+
+
+def test_a_shard_end_on_a_listed_open_shard_is_400() -> None:
+    api, coordinator = managed()
+    granted(api, coordinator)
+    request = {"worker": "w", "shardId": "s0", "epoch": 1, "sequenceNumber": SHARD_END}
+    status, answer, _ = call(api, f"{BASE}/checkpoint", request)
+    assert (status, answer["error"]) == (400, "bad_request")
+    assert "open" in answer["message"]
+    assert coordinator.leases["s0"].state is ACTIVE

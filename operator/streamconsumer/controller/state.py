@@ -48,7 +48,7 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
-from streamconsumer.models.api import Failing, PassedOver
+from streamconsumer.models.api import MAX_HELD_SHARDS, Failing, HeldShard, PassedOver
 from streamconsumer.models.resource import (
     InitialPosition,
     ResetRecord,
@@ -58,6 +58,8 @@ from streamconsumer.models.resource import (
 
 PENDING_GRANT_HEARTBEAT_MS = 250
 """How soon a worker should come back while grants for it are being saved."""
+MAX_PENDING_NOTES = 50
+"""Passed-over notes waiting to be told as Events (each its worker, shard and action)."""
 
 
 def expiry_grace(lease_seconds: float) -> float:
@@ -195,7 +197,9 @@ class Coordinator:
             WorkerLiveness(name, progress.expires_at, progress.draining or paused)
             for name, progress in self.workers.items()
         ]
-        settings = EngineSettings(max_per_worker=self.spec.leases.max_per_worker)
+        # No worker holds more than a heartbeat may list.
+        wanted = self.spec.leases.max_per_worker or MAX_HELD_SHARDS
+        settings = EngineSettings(max_per_worker=min(wanted, MAX_HELD_SHARDS))
         result = plan(shards, self.leases, liveness, now, settings, self.finished)
         self.leases = result.leases
         if self.shards_known:  # collecting needs the stream's view of lineage
@@ -219,7 +223,21 @@ class Coordinator:
     # --- the protocol --------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest, now: float) -> HeartbeatResponse:
+        """Renews the worker and answers it. What the request claims is judged before
+        anything changes; what it reports (lag, failures, passed-over records) counts only
+        for the shards it owns under the epochs it claims."""
         name = request.worker
+        held = {h.shard_id: h for h in request.held}
+        revocations = []
+        owned: list[HeldShard] = []
+        for shard_id, claim in held.items():
+            lease = self.leases.get(shard_id)
+            if lease is None or lease.owner != name or lease.epoch != claim.epoch:
+                revocations.append(
+                    Revocation(shard_id=shard_id, epoch=claim.epoch, reason=RevocationReason.LOST)
+                )
+            else:
+                owned.append(claim)
         progress = self.workers.get(name)
         if progress is None:
             progress = self.workers[name] = WorkerProgress(expires_at=now)
@@ -230,26 +248,14 @@ class Coordinator:
         promise = self._promise()
         progress.expires_at = max(progress.expires_at, now + promise + expiry_grace(promise))
         self._promises[promise] = max(self._promises.get(promise, now), progress.expires_at)
-        held = {h.shard_id: h for h in request.held}
         progress.millis_behind = {
-            h.shard_id: h.millis_behind_latest
-            for h in request.held
-            if h.millis_behind_latest is not None
+            h.shard_id: h.millis_behind_latest for h in owned if h.millis_behind_latest is not None
         }
-        blocked = {h.shard_id: h.failing for h in request.held if h.failing and h.failing.blocked}
+        blocked = {h.shard_id: h.failing for h in owned if h.failing and h.failing.blocked}
         if blocked.keys() != progress.blocked.keys():
             self._changed()  # Degraded names the blocked shards
         progress.blocked = blocked
-        self.passed_over.extend(
-            PassedOverNote(name, h.shard_id, note) for h in request.held for note in h.passed_over
-        )
-        revocations = []
-        for shard_id, claim in held.items():
-            lease = self.leases.get(shard_id)
-            if lease is None or lease.owner != name or lease.epoch != claim.epoch:
-                revocations.append(
-                    Revocation(shard_id=shard_id, epoch=claim.epoch, reason=RevocationReason.LOST)
-                )
+        self._note_passed_over(name, owned)
         assignments = []
         pending = False
         for lease in self.leases.values():
@@ -280,6 +286,21 @@ class Coordinator:
             revocations=revocations,
             next_heartbeat_ms=PENDING_GRANT_HEARTBEAT_MS if pending else None,
         )
+
+    def _note_passed_over(self, worker: str, owned: Sequence[HeldShard]) -> None:
+        """Queues the notes for Events: one per worker, shard and action, adding up what
+        arrives before the loop tells them, and at most MAX_PENDING_NOTES of them (the
+        rest are dropped: Events are notices, the worker's metrics and log keep count)."""
+        index = {(n.worker, n.shard_id, n.note.action): i for i, n in enumerate(self.passed_over)}
+        for claim in owned:
+            for note in claim.passed_over:
+                key = (worker, claim.shard_id, note.action)
+                if key in index:
+                    pending = self.passed_over[index[key]]
+                    self.passed_over[index[key]] = replace(pending, note=pending.note.merged(note))
+                elif len(self.passed_over) < MAX_PENDING_NOTES:
+                    index[key] = len(self.passed_over)
+                    self.passed_over.append(PassedOverNote(worker, claim.shard_id, note))
 
     def _started_shards(self) -> list[Shard]:
         return [
@@ -333,7 +354,8 @@ class Coordinator:
         return StartPosition(type=StartPositionType.TRIM_HORIZON)
 
     def checkpoint(self, request: CheckpointRequest) -> ShardLease:
-        """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid)."""
+        """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid),
+        or CheckpointDeferred (a SHARD_END before the first listing: asked again later)."""
         lease = self.leases.get(request.shard_id)
         if (
             lease is None
@@ -342,8 +364,15 @@ class Coordinator:
         ):
             # Finished, and its lease already collected: a repeated SHARD_END is a no-op.
             return ShardLease(request.shard_id, None, request.epoch, SHARD_END, FINISHED)
+        shard = self._by_id.get(request.shard_id)
+        closed = (shard is not None and shard.closed) if self.shards_known else None
         updated = apply_checkpoint(
-            lease, request.worker, request.epoch, request.sequence_number, request.release
+            lease,
+            request.worker,
+            request.epoch,
+            request.sequence_number,
+            request.release,
+            shard_closed=closed,
         )
         if updated != lease:
             self.leases[request.shard_id] = updated
@@ -412,6 +441,10 @@ class Coordinator:
         self._changed()
 
     # --- views ---------------------------------------------------------------------
+
+    def claimable_shards(self) -> int:
+        """How many shards a worker's heartbeat may list: at most every shard known."""
+        return max(len(self.leases), len(self.shards))
 
     def assignable(self) -> list[str]:
         """Shards a worker may hold now (not finished, parents done)."""

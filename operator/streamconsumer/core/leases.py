@@ -7,7 +7,7 @@ A lease moves through these states (`LeaseState`):
     Released --grant (epoch+1)--> Active --revoke--> HandOff --owner releases--> Released
         ^                           |                                       |
         +------- owner expires -----+---------------------------------------+
-    Active --checkpoint SHARD_END--> Finished
+    Active --checkpoint SHARD_END--> Finished    (only once the listing shows it closed)
 
 A shard is only ever granted from Released, so it never has two owners; a planned move
 waits for the old owner to finish its batch, checkpoint and release (hand-off)."""
@@ -293,19 +293,31 @@ class CheckpointRefused(Exception):
         self.lease_lost = lease_lost
 
 
+class CheckpointDeferred(Exception):
+    """A checkpoint that cannot be judged yet: ask again soon (a SHARD_END before the
+    operator has listed the stream since it started)."""
+
+
 def apply_checkpoint(
     lease: ShardLease | None,
     worker: str,
     epoch: int,
     sequence_number: str | None,
     release: bool = False,
+    *,
+    shard_closed: bool | None = None,
 ) -> ShardLease:
     """The lease after `worker` checkpoints `sequence_number` (or SHARD_END) under `epoch`;
-    `release` gives the lease up (with or without a new position).
+    `release` gives the lease up (with or without a new position). `shard_closed` is what
+    the stream's listing says of the shard (None: not listed yet).
 
-    Refused if the worker does not hold the lease under that epoch (fencing) or if the
-    checkpoint would go backwards. A release or SHARD_END repeated after it took effect
-    (its answer was lost, or the worker waits for it to be saved) is accepted as is."""
+    Refused if the worker does not hold the lease under that epoch (fencing), if the
+    checkpoint would go backwards, or if it is SHARD_END while the listing shows the
+    shard open: a finished shard is never granted again, so a wrong SHARD_END would skip
+    every record left in it (docs/design.md#one-bad-client-hurts-only-itself). Deferred
+    (CheckpointDeferred) if it is SHARD_END and the shard is not listed yet. A release
+    or SHARD_END repeated after it took effect (its answer was lost, or the worker waits
+    for it to be saved) is accepted as is."""
     if lease is None:
         raise CheckpointRefused("unknown shard", lease_lost=False)
     if _repeats(lease, epoch, sequence_number, release):
@@ -331,6 +343,18 @@ def apply_checkpoint(
             f"checkpoint {sequence_number} is behind {lease.checkpoint}", lease_lost=False
         )
     if sequence_number == SHARD_END:
+        if shard_closed is None:
+            raise CheckpointDeferred(
+                f"{lease.shard_id}: the stream has not been listed since the operator started; "
+                "SHARD_END is taken once it is (retry)"
+            )
+        if not shard_closed:
+            raise CheckpointRefused(
+                f"{lease.shard_id} is open as the stream lists it: SHARD_END is taken only "
+                "for a closed shard (a listing older than a reshard is refreshed within "
+                "the shard sync period)",
+                lease_lost=False,
+            )
         return replace(lease, checkpoint=SHARD_END, owner=None, state=FINISHED, handoff_to=None)
     start = lease.start if lease.resetting else None  # a checkpoint outranks a reset's start
     if release:

@@ -2,61 +2,145 @@
 
 A worker joins, renews and leaves through heartbeats; it checkpoints through its own call.
 Every lease carries an epoch, bumped on each grant: a message under an older epoch is
-refused (fencing)."""
+refused (fencing).
+
+Versions (docs/design.md#versions-differ): workers run in users' images, so the two sides
+are often of different releases. Every message ignores fields it does not know
+(`WireModel`), and every call carries the sender's wire version in a header, answered
+with the operator's own. A header rather than a body field: it is read before the body
+(a 413 or a 400 still says which wire the operator speaks), one place on each side sets
+it for every call and every answer, errors included, and the messages stay free of
+transport matters. A request without it is version 1, the wire before versions.
+
+Bounds (docs/design.md#one-bad-client-hurts-only-itself): every number has one, so no
+worker can make the operator hold or write what the status cannot (an int64), and the
+body limits below are sized from the largest message a current worker can legally send."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from streamconsumer.models.base import Model
+from streamconsumer.models.base import WireModel
 from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
 
 SHARD_END = "SHARD_END"
 """The checkpoint of a closed shard whose every record has been processed."""
 
+WIRE_VERSION = 2
+"""This release's wire. 2: unknown fields ignored, bounded numbers, the version header."""
+OLDEST_WIRE_VERSION = 1
+"""The oldest a worker may speak to this operator: version N serves N and N-1."""
+WIRE_VERSION_HEADER = "StreamConsumer-Wire-Version"
+
+MAX_WIRE_INT = 2**53 - 1
+"""The largest integer every JSON reader holds exactly (and far inside an int64)."""
+MAX_MILLIS_BEHIND = 366 * 24 * 3600 * 1000
+"""A year: Kinesis' longest retention (DynamoDB Streams keeps 24 hours). A record cannot
+be further behind than the stream keeps it; a worker reports more as this."""
+MAX_HELD_SHARDS = 1000
+"""Shards one worker may hold: the status' budget of open shards, so a single worker can
+still hold them all. The lease engine never grants a worker more."""
+MAX_REPORT_CHARS = 256
+"""The length of an error text in a report (failing, passedOver): enough to say what
+failed; longer texts are cut, by the worker before sending and by the operator on reading
+(a report is informative, so a longer one from an older worker is shortened, not refused)."""
+
+HELD_SHARD_BYTES = 5 * 1024
+"""The largest held shard a current worker sends, as JSON: ids and numbers at their
+bounds, a failing report and one passed-over note per action, report texts of
+MAX_REPORT_CHARS characters of 4 UTF-8 bytes each (measured in tests/unit/test_wire_versions.py)."""
+HEARTBEAT_ENVELOPE_BYTES = 2 * 1024
+"""A heartbeat without its held shards (the worker name at 253 characters, 4 bytes each)."""
+MIN_HEARTBEAT_BYTES = 256 * 1024
+"""No heartbeat limit is below this: a worker of the previous wire sends one passed-over
+note per skipped batch (up to 100 per shard, texts up to 2048 characters), not one per
+action; 256 KiB lets a small consumer's older workers report a hundred of them."""
+CHECKPOINT_BODY_BYTES = 4 * 1024
+"""A checkpoint request at its bounds is about 700 bytes."""
+
+
+def heartbeat_body_limit(max_held: int) -> int:
+    """The largest heartbeat body accepted from a worker that may hold `max_held` shards:
+    about 5 MiB for MAX_HELD_SHARDS, 256 KiB for small consumers (messages are usually
+    under 10 KiB)."""
+    held = min(max(max_held, 0), MAX_HELD_SHARDS)
+    return max(MIN_HEARTBEAT_BYTES, HEARTBEAT_ENVELOPE_BYTES + held * HELD_SHARD_BYTES)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def report_text(value: object) -> object:
+    """An error text fit for a report: one line, valid UTF-8 (a lone surrogate from a
+    decoded file name cannot be sent), at most MAX_REPORT_CHARS characters."""
+    if not isinstance(value, str):
+        return value  # not text: the field's own validation says so
+    text = value.encode("utf-8", "replace").decode("utf-8")
+    return _CONTROL.sub(" ", text)[:MAX_REPORT_CHARS]
+
+
+ReportText = Annotated[str, BeforeValidator(report_text)]
 WorkerName = Annotated[str, Field(min_length=1, max_length=253)]
-ShardId = Annotated[str, Field(min_length=1, max_length=128)]
+ShardId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
+"""Kinesis and DynamoDB Streams shard ids: letters, digits, `_.:-`, up to 128."""
+Epoch = Annotated[int, Field(ge=1, le=MAX_WIRE_INT)]
+"""A lease's epoch: 1 from the first grant on (a claim under epoch 0 claims nothing)."""
 
 
-class Failing(Model):
+class Failing(WireModel):
     """A batch of the shard keeps raising."""
 
-    attempts: int = Field(ge=1)
-    seconds: float = Field(ge=0, description="Since its first failure.")
-    error: str = Field(max_length=2048)
+    attempts: int = Field(ge=1, le=MAX_WIRE_INT)
+    seconds: float = Field(
+        ge=0, le=1e9, allow_inf_nan=False, description="Since its first failure."
+    )
+    error: ReportText
     blocked: bool = Field(
         description="Retries are used up and the policy is block, or a call is hung."
     )
 
 
-class PassedOver(Model):
-    """Records the failure policy skipped or dead-lettered (reported once, for an Event)."""
+class PassedOver(WireModel):
+    """Records the failure policy skipped or dead-lettered (reported once, for an Event).
+    A current worker sends one note per action, adding up the batches since the last
+    heartbeat: `count` records between `firstSequence` and `lastSequence`."""
 
     action: Literal["skip", "deadLetter"]
     first_sequence: SequenceNumber
     last_sequence: SequenceNumber
-    count: int = Field(ge=1)
-    error: str = Field(max_length=2048)
+    count: int = Field(ge=1, le=MAX_WIRE_INT)
+    error: ReportText
+
+    def merged(self, later: PassedOver) -> PassedOver:
+        """This note and a later one of the same action, as one."""
+        return PassedOver(
+            action=self.action,
+            first_sequence=min(self.first_sequence, later.first_sequence, key=int),
+            last_sequence=max(self.last_sequence, later.last_sequence, key=int),
+            count=min(self.count + later.count, MAX_WIRE_INT),
+            error=later.error,
+        )
 
 
-class HeldShard(Model):
+class HeldShard(WireModel):
     shard_id: ShardId
-    epoch: int = Field(ge=0)
+    epoch: Epoch
     sequence_number: SequenceNumber | None = Field(
         default=None, description="Last record processed (not necessarily checkpointed)."
     )
-    millis_behind_latest: int | None = Field(default=None, ge=0)
+    millis_behind_latest: int | None = Field(default=None, ge=0, le=MAX_MILLIS_BEHIND)
     failing: Failing | None = None
     passed_over: list[PassedOver] = Field(default_factory=list, max_length=100)
 
 
-class HeartbeatRequest(Model):
+class HeartbeatRequest(WireModel):
     worker: WorkerName
-    held: list[HeldShard] = Field(default_factory=list, max_length=10000)
+    held: list[HeldShard] = Field(default_factory=list, max_length=MAX_HELD_SHARDS)
     draining: bool = Field(default=False, description="True from SIGTERM on: take nothing new.")
 
 
@@ -67,7 +151,7 @@ class StartPositionType(StrEnum):
     AFTER_SEQUENCE_NUMBER = "AFTER_SEQUENCE_NUMBER"
 
 
-class StartPosition(Model):
+class StartPosition(WireModel):
     type: StartPositionType
     sequence_number: SequenceNumber | None = None
     timestamp: datetime | None = None
@@ -83,9 +167,9 @@ class StartPosition(Model):
         return self
 
 
-class Assignment(Model):
+class Assignment(WireModel):
     shard_id: ShardId
-    epoch: int = Field(ge=1)
+    epoch: Epoch
     start: StartPosition
     parents: list[ShardId] = Field(default_factory=list, max_length=2)
 
@@ -95,31 +179,32 @@ class RevocationReason(StrEnum):
     LOST = "lost"  # the lease is gone (expired or fenced): stop at once, no checkpoint
 
 
-class Revocation(Model):
+class Revocation(WireModel):
     """Sent for a shard the operator counts as the worker's. A hand-off of a shard the
     worker does not run (the grant never reached it) is answered with a release of that
     epoch: the worker then never starts the shard under it."""
 
     shard_id: ShardId
-    epoch: int = Field(ge=1)
+    epoch: Epoch
     reason: RevocationReason
 
 
-class HeartbeatResponse(Model):
-    lease_duration_ms: int = Field(ge=1)
+class HeartbeatResponse(WireModel):
+    lease_duration_ms: int = Field(ge=1, le=MAX_WIRE_INT)
     assignments: list[Assignment] = Field(default_factory=list)
     revocations: list[Revocation] = Field(default_factory=list)
     next_heartbeat_ms: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_WIRE_INT,
         description="Heartbeat again this soon: grants for this worker are being saved.",
     )
 
 
-class CheckpointRequest(Model):
+class CheckpointRequest(WireModel):
     worker: WorkerName
     shard_id: ShardId
-    epoch: int = Field(ge=1)
+    epoch: Epoch
     sequence_number: ShardCheckpoint | None = Field(
         default=None, description="None releases without a new checkpoint (needs release)."
     )
@@ -133,15 +218,22 @@ class CheckpointRequest(Model):
         return self
 
 
-class CheckpointResponse(Model):
+class CheckpointResponse(WireModel):
     shard_id: ShardId
-    epoch: int
+    epoch: int = Field(ge=0, le=MAX_WIRE_INT)
     checkpoint: ShardCheckpoint | None
     persisted: bool
 
 
-class ErrorResponse(Model):
+class ErrorResponse(WireModel):
     error: Literal[
-        "bad_request", "unauthorized", "forbidden", "lease_lost", "not_found", "unavailable"
+        "bad_request",
+        "unauthorized",
+        "forbidden",
+        "lease_lost",
+        "not_found",
+        "method_not_allowed",
+        "too_large",
+        "unavailable",
     ]
     message: str

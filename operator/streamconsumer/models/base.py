@@ -1,4 +1,11 @@
-"""The shared pydantic base: camelCase on the wire (Kubernetes style), snake_case in Python."""
+"""The shared pydantic bases: camelCase on the wire (Kubernetes style), snake_case in Python.
+
+Two kinds of model, two attitudes to fields they do not know:
+- `Model` (the custom resource: spec, status) refuses them. The CRD schema is generated
+  from these models and a typo in a spec must be an error, not silently ignored.
+- `WireModel` (the worker <-> operator messages) ignores them. Workers run in users'
+  images, so an operator and its workers are often of different versions; a field added
+  by a newer side must not break an older one (docs/design.md#versions-differ)."""
 
 from __future__ import annotations
 
@@ -19,6 +26,13 @@ class Model(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The JSON-ready, camelCase form, without unset optional fields."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class WireModel(Model):
+    """A message between worker and operator: unknown fields are ignored (and dropped),
+    so either side may be the newer one."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 def with_rules(*rules: tuple[str, str]) -> ConfigDict:

@@ -1,13 +1,20 @@
 """The worker's side of the worker API: heartbeat and checkpoint over HTTPS (httpx),
-or plain HTTP for local development."""
+or plain HTTP for local development.
+
+Every call says our wire version (a header); every answer says the operator's. An
+answer that does not parse (a newer operator's changed field, a proxy's error page) is a
+failed call, retried like an outage: it never ends the thread that made the call."""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import ssl
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from streamconsumer.models import (
     CheckpointRequest,
@@ -15,6 +22,10 @@ from streamconsumer.models import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
+from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
+
+log = logging.getLogger(__name__)
+Answer = TypeVar("Answer", bound=BaseModel)
 
 
 class OperatorUnavailable(RuntimeError):
@@ -52,6 +63,7 @@ class OperatorClient:
         self._ca_path = ca_path
         # Verify against the operator's CA only when given one; else httpx's default CAs.
         self._tls = ssl.create_default_context(cafile=ca_path) if ca_path else None
+        self.operator_wire_version: int | None = None  # as its last answer said
         # A wait=true checkpoint may be held until the status is written (up to 10 s).
         self._http = httpx.Client(
             base_url=base_url,
@@ -68,7 +80,10 @@ class OperatorClient:
             response = self._http.post(
                 self._prefix + path,
                 json=body,
-                headers={"Authorization": f"Bearer {token}"},
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    WIRE_VERSION_HEADER: str(WIRE_VERSION),
+                },
                 timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
             )
         except (httpx.HTTPError, OSError) as error:
@@ -80,6 +95,7 @@ class OperatorClient:
                     "nothing was sent, not even the token"
                 ) from error
             raise OperatorUnavailable(f"{path}: {error}") from error
+        self._heard(response)
         if response.status_code >= 500:
             raise OperatorUnavailable(f"{path}: HTTP {response.status_code}: {_message(response)}")
         return response
@@ -92,20 +108,29 @@ class OperatorClient:
             raise OperatorRefused(
                 f"heartbeat refused ({response.status_code}): {_message(response)}"
             )
-        return HeartbeatResponse.model_validate_json(response.content)
+        return _parsed(HeartbeatResponse, response, "heartbeat")
 
     def checkpoint(
         self, request: CheckpointRequest, timeout: float | None = None
     ) -> CheckpointResponse:
         response = self._post("/checkpoint", request.wire(), timeout)
         if response.status_code == 200:
-            return CheckpointResponse.model_validate_json(response.content)
+            return _parsed(CheckpointResponse, response, "checkpoint")
         if response.status_code in (400, 409):
             raise OperatorRefused(_message(response), lease_lost=response.status_code == 409)
         # 401/403/404: this worker's standing is the heartbeat's business; retry.
         raise OperatorUnavailable(
             f"checkpoint refused ({response.status_code}): {_message(response)}"
         )
+
+    def _heard(self, response: httpx.Response) -> None:
+        """Notes the operator's wire version (none: version 1, before versions)."""
+        raw = response.headers.get(WIRE_VERSION_HEADER, "1")
+        version = int(raw) if raw.isdigit() else None
+        if version != self.operator_wire_version:
+            self.operator_wire_version = version
+            if version != WIRE_VERSION:
+                log.info("the operator speaks wire version %s, this worker %d", raw, WIRE_VERSION)
 
     def _reload_ca(self) -> None:
         # Adds the file's CA (a rotated one) to those trusted; new connections use it.
@@ -128,8 +153,20 @@ def _untrusted(error: BaseException) -> bool:
     return False
 
 
+def _parsed(model: type[Answer], response: httpx.Response, call: str) -> Answer:
+    try:
+        return model.model_validate_json(response.content)
+    except ValidationError as error:
+        raise OperatorUnavailable(
+            f"{call}: the operator's answer does not parse ({error.error_count()} errors, "
+            f"first: {error.errors()[0]['msg']}); retried"
+        ) from error
+
+
 def _message(response: httpx.Response) -> str:
     try:
-        return str(response.json().get("message", response.text))
+        body = response.json()
     except ValueError:
-        return response.text
+        return response.text[:500]
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message) if message is not None else response.text[:500]

@@ -30,12 +30,13 @@ from typing import Literal
 
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
-from streamconsumer.models.api import Failing, PassedOver
+from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, Progress
 from streamconsumer.sources.base import ReadResult
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
+MAX_UNREPORTED_NOTES = 8  # passed-over notes kept apart while heartbeats go unanswered
 
 
 class Stop(Enum):
@@ -188,6 +189,7 @@ class ShardMachine:
         self._error = ""  # what it raised last
         self._retry_call_at = -float("inf")  # a processor call that raised, after back-off
         self._passed_over: list[PassedOver] = []  # for the next heartbeat (Events)
+        self._notes_sent = 0  # the first n of them went with the heartbeat in flight
         self._dead_letter_failures = 0
         self._unwritable = ""  # why the head batch's dead letters never can be written
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
@@ -269,7 +271,7 @@ class ShardMachine:
             failing = Failing(
                 attempts=self._call_failures,
                 seconds=now - self._failing_since,
-                error=error[:2048],
+                error=error,
                 blocked=bool(self._unwritable)
                 or (self._exhausted(now) and self._policy.then is AfterRetries.BLOCK),
             )
@@ -279,14 +281,19 @@ class ShardMachine:
             sequence_number=done.sequence_number if done else self.progress.stored,
             millis_behind_latest=self.millis_behind,
             failing=failing,
-            passed_over=list(self._passed_over),
+            passed_over=self._notes_to_send(),
         )
+
+    def _notes_to_send(self) -> list[PassedOver]:
+        self._notes_sent = len(self._passed_over)
+        return list(self._passed_over)
 
     def reported(self, held: HeldShard) -> None:
         """A heartbeat carrying `held` was answered: its passed-over notes arrived."""
         for note in held.passed_over:
             if note in self._passed_over:
                 self._passed_over.remove(note)
+                self._notes_sent = max(0, self._notes_sent - 1)
 
     # --- what to do next ---------------------------------------------------------------
 
@@ -380,15 +387,24 @@ class ShardMachine:
     def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
         records = batch.records
         self.progress.passed_over(records)
-        self._passed_over.append(
-            PassedOver(
-                action=action,
-                first_sequence=records[0].sequence_number,
-                last_sequence=records[-1].sequence_number,
-                count=len(records),
-                error=self._error[:2048],
-            )
+        note = PassedOver(
+            action=action,
+            first_sequence=records[0].sequence_number,
+            last_sequence=records[-1].sequence_number,
+            count=len(records),
+            error=self._error,
         )
+        # One note per action until a heartbeat takes it (a poison batch bisected into
+        # single records is one note, not one per record). A note already sent is not
+        # added to (its answer removes it), unless heartbeats keep failing: then the
+        # notes stop growing in number, at the risk of an Event counting some twice.
+        notes = self._passed_over
+        last = notes[-1] if notes else None
+        unsent = len(notes) > self._notes_sent or len(notes) >= MAX_UNREPORTED_NOTES
+        if last is not None and last.action == action and unsent:
+            notes[-1] = last.merged(note)
+        else:
+            notes.append(note)
         self._took_head()
         self._recovered()
 
@@ -421,6 +437,18 @@ class ShardMachine:
             )
         return self._final
 
+    def _release_at_done(self) -> CheckpointRequest:
+        done = self.progress.done
+        position = done.checkpoint_sequence if done is not None else None
+        return CheckpointRequest(
+            worker=self.worker,
+            shard_id=self.shard_id,
+            epoch=self.epoch,
+            sequence_number=position or self.progress.stored,
+            release=True,
+            wait=True,
+        )
+
     def _finish(self, outcome: Outcome) -> Finished:
         self.outcome = outcome
         return Finished(outcome)
@@ -431,7 +459,8 @@ class ShardMachine:
 
     def _took(self, batch: ReadResult) -> None:
         if batch.millis_behind_latest is not None:
-            self.millis_behind = batch.millis_behind_latest
+            # Beyond the wire's bound only a broken clock or reader: report the bound.
+            self.millis_behind = min(batch.millis_behind_latest, MAX_MILLIS_BEHIND)
 
     # --- what happened -------------------------------------------------------------------
 
@@ -499,6 +528,11 @@ class ShardMachine:
         if request is self._final:
             if answer is Answer.ACCEPTED:  # not saved yet: a restart would lose it
                 self._retry_send_at = now + RESEND_UNSAVED_SECONDS
+            elif answer is Answer.INVALID and request.sequence_number == SHARD_END:
+                # The operator's listing shows the shard open (a reshard it has not
+                # listed yet, or our reader ended too soon): hand the shard back at the
+                # last record done instead, so it is read on from there, never skipped.
+                self._final = self._release_at_done()
             else:  # saved, or refused because it is no longer ours: let go either way
                 self._finish(Outcome.RELEASED if request.release else Outcome.ENDED)
         elif answer in (Answer.ACCEPTED, Answer.SAVED):

@@ -1,0 +1,16 @@
+"""A managed consumer as the API sees it once its term's fence has landed."""
+
+from __future__ import annotations
+
+from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.controller.state import Coordinator
+
+
+def fenced_consumer(namespace: str, name: str, coordinator: Coordinator) -> ManagedConsumer:
+    """`coordinator` served from a loop whose first write (the fence) has landed."""
+    loop = ConsumerLoop(name, coordinator, LoopSettings(), lambda: 1)
+    fence = loop.write_due(0.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
+    return ManagedConsumer(namespace, name, loop)
