@@ -119,8 +119,12 @@ def main() -> None:
     malformed = [c for c in extra if c.count(":") != 2]
     if malformed:
         sys.exit(f"not Maven coordinates (group:artifact:version): {', '.join(malformed)}")
-    fetched = fetch(directory, extra)
-    print(f"{len(fetched)} jars for {', '.join([DELTA_PACKAGE, *extra])} in {directory}")
+    packages = ", ".join([DELTA_PACKAGE, *extra])
+    try:
+        fetched = fetch(directory, extra)
+    except RuntimeError as error:  # Spark's own output above (Ivy's report) says why
+        sys.exit(f"fetching {packages} failed: {error}")
+    print(f"{len(fetched)} jars for {packages} in {directory}")
 
 
 if __name__ == "__main__":
