@@ -37,6 +37,16 @@ def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def delta_jars() -> Path:
+    """The Delta jars a session without STREAMCONSUMER_SPARK_JARS uses, fetched once per
+    machine before any worker needs them: on a fresh machine a failed fetch is this
+    fixture's error, with Ivy's report, and the download is no part of a test's deadline."""
+    from streamconsumer.spark import jars  # the Spark package, only for tests that ask
+
+    return jars.cached()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:

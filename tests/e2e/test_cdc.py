@@ -14,6 +14,7 @@ import pytest
 from cdc.pipeline import read_mirror
 
 from streamconsumer.sources.dynamodb_streams import partition_key
+from streamconsumer.spark.session import JARS_DIR_ENV
 from testbed.dynamodb import scan_all
 from testbed.scenario import TESTS_DIR, wait_for
 from testbed.table_scenario import TableScenario
@@ -29,7 +30,7 @@ def table_rows(scenario: TableScenario) -> dict[str, dict[str, Any]]:
 
 
 def test_the_delta_mirror_equals_the_table_across_a_worker_kill(
-    table_scenario: TableScenario, tmp_path: Path
+    table_scenario: TableScenario, delta_jars: Path, tmp_path: Path
 ) -> None:
     scenario = table_scenario
     mirror = str(tmp_path / "mirror")
@@ -43,6 +44,7 @@ def test_the_delta_mirror_equals_the_table_across_a_worker_kill(
             "CDC_OUTPUT": mirror,
             "CDC_BATCH_SECONDS": "2",
             "SPARK_DRIVER_MEMORY": "512m",
+            JARS_DIR_ENV: str(delta_jars),  # as the Spark worker image sets it
         },
     )
 

@@ -11,13 +11,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from streamconsumer.spark import jars
 from streamconsumer.spark.session import JARS_DIR_ENV, delta_conf, spark_session
-
-
-@pytest.fixture(scope="session")
-def delta_jars() -> Path:
-    return jars.cached()  # what a session without STREAMCONSUMER_SPARK_JARS uses
 
 
 @pytest.fixture(scope="session", params=["local", "connect"])

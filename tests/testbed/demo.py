@@ -36,6 +36,8 @@ from rich.live import Live
 from rich.table import Table
 
 from streamconsumer.sources.dynamodb_streams import partition_key
+from streamconsumer.spark import jars
+from streamconsumer.spark.session import JARS_DIR_ENV
 from testbed.clickstream import PYTHONPATH, ClickstreamRun
 from testbed.controlplane import ControlPlane
 from testbed.dynamodb import DynamoDBLocal, scan_all
@@ -164,6 +166,8 @@ class CdcPipeline:
         self.mirror = str(workdir / "mirror")
 
     def start(self) -> None:
+        # Fetched here, once (the first time on a machine), not by every worker at once.
+        delta_jars = jars.cached()
         self.scenario.start(
             shards=1,
             replicas=self.replicas,
@@ -174,6 +178,7 @@ class CdcPipeline:
                 "CDC_OUTPUT": self.mirror,
                 "CDC_BATCH_SECONDS": "2",
                 "SPARK_DRIVER_MEMORY": "512m",
+                JARS_DIR_ENV: str(delta_jars),  # as the Spark worker image sets it
             },
         )
 

@@ -14,11 +14,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from xml.etree import ElementTree
 
 log = logging.getLogger(__name__)
 
 # Delta Lake 4.4 is built for Spark 4.2 (hence pyspark 4.2.x in the `spark` extra).
 DELTA_PACKAGE = "io.delta:delta-spark_2.13:4.4.0"
+# Where Spark's own resolver looks too; DEFAULT_ARTIFACT_REPOSITORY (a mirror) wins, as there.
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2/"
 FETCH_LAYOUT = 2  # bump when fetch() keeps different jars, so caches are refilled
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "streamconsumer"
 
@@ -49,7 +52,7 @@ def cached() -> Path:
 
 def fetch(directory: Path, extra_packages: Sequence[str] = ()) -> list[Path]:
     """Resolves DELTA_PACKAGE (and `extra_packages`) with Spark's own Ivy and keeps the
-    jars Spark does not already ship."""
+    jars Spark does not already ship. Nothing the user has cached takes part."""
     from pyspark.sql import SparkSession
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -58,6 +61,7 @@ def fetch(directory: Path, extra_packages: Sequence[str] = ()) -> list[Path]:
             SparkSession.builder.master("local[1]")
             .config("spark.jars.packages", ",".join([DELTA_PACKAGE, *extra_packages]))
             .config("spark.jars.ivy", ivy)
+            .config("spark.jars.ivySettings", str(_ivy_settings(Path(ivy))))
             .config("spark.ui.enabled", "false")
             .getOrCreate()
         )
@@ -70,6 +74,31 @@ def fetch(directory: Path, extra_packages: Sequence[str] = ()) -> list[Path]:
         bundled = {_artifact(jar.name) for jar in spark_jars().glob("*.jar")}
         kept = [jar for jar in resolved if _artifact(jar.name.split("_", 1)[-1]) not in bundled]
         return [Path(shutil.copy2(jar, directory / jar.name)) for jar in kept]
+
+
+def _ivy_settings(ivy: Path) -> Path:
+    """Ivy settings whose only resolver is Maven Central. Spark's default chain asks the
+    user's ~/.m2 first, and Ivy takes a module found there even when Maven left only its
+    POM (as it does for a dependency it only read): the jar is then "not found" and the
+    whole fetch fails, on exactly the machines that never fetched that jar."""
+    settings = ElementTree.Element("ivysettings")
+    ElementTree.SubElement(settings, "settings", defaultResolver="central")
+    for lookup in ("sources", "javadoc"):  # as Spark's own settings: jars only
+        ElementTree.SubElement(
+            settings, "property", name=f"ivy.maven.lookup.{lookup}", value="false"
+        )
+    resolvers = ElementTree.SubElement(settings, "resolvers")
+    ElementTree.SubElement(
+        resolvers,
+        "ibiblio",
+        name="central",
+        m2compatible="true",
+        usepoms="true",
+        root=os.environ.get("DEFAULT_ARTIFACT_REPOSITORY", MAVEN_CENTRAL),
+    )
+    path = ivy / "ivysettings.xml"
+    ElementTree.ElementTree(settings).write(path, encoding="utf-8", xml_declaration=True)
+    return path
 
 
 def spark_jars() -> Path:
@@ -90,8 +119,12 @@ def main() -> None:
     malformed = [c for c in extra if c.count(":") != 2]
     if malformed:
         sys.exit(f"not Maven coordinates (group:artifact:version): {', '.join(malformed)}")
-    fetched = fetch(directory, extra)
-    print(f"{len(fetched)} jars for {', '.join([DELTA_PACKAGE, *extra])} in {directory}")
+    packages = ", ".join([DELTA_PACKAGE, *extra])
+    try:
+        fetched = fetch(directory, extra)
+    except RuntimeError as error:  # Spark's own output above (Ivy's report) says why
+        sys.exit(f"fetching {packages} failed: {error}")
+    print(f"{len(fetched)} jars for {packages} in {directory}")
 
 
 if __name__ == "__main__":
