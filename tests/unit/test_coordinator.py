@@ -172,12 +172,28 @@ def shard_end(coordinator: Coordinator, shard_id: str = "s0", epoch: int = 1) ->
 
 
 def test_shard_end_is_taken_only_for_a_shard_the_listing_shows_closed() -> None:
+    """A SHARD_END on a shard the last listing shows open waits for a listing made after
+    it (asked for at once); refused only if that listing still shows the shard open."""
     coordinator = fresh()
     owning(coordinator)
+    open_shards = [Shard(f"s{i}") for i in range(4)]
+    with pytest.raises(CheckpointDeferred):
+        shard_end(coordinator)
+    assert coordinator.relist_wanted, "a fresher listing is asked for"
+    coordinator.set_shards(open_shards)
     with pytest.raises(CheckpointRefused) as refused:
         shard_end(coordinator)
     assert not refused.value.lease_lost
     assert coordinator.leases["s0"].state is ACTIVE, "still to be read, and granted"
+
+
+def test_a_shard_end_read_before_the_operator_lists_the_reshard_is_taken_after_it() -> None:
+    """Workers read a split shard's end before the operator's next listing: deferred,
+    not refused (a refusal made the worker let the shard go and read it again)."""
+    coordinator = fresh()
+    owning(coordinator)
+    with pytest.raises(CheckpointDeferred):
+        shard_end(coordinator)
     coordinator.set_shards([Shard("s0", closed=True), *(Shard(f"s{i}") for i in range(1, 4))])
     assert shard_end(coordinator).state is FINISHED
 

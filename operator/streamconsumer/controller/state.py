@@ -117,6 +117,9 @@ class Coordinator:
         self.shards: list[Shard] = []
         self._by_id: dict[str, Shard] = {}
         self.shards_known = False
+        self.listings = 0  # complete listings taken so far
+        self.relist_wanted = False  # a SHARD_END waits for a listing newer than itself
+        self._shard_end_claims: dict[str, int] = {}  # shard -> listings when first claimed
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
@@ -177,6 +180,8 @@ class Coordinator:
         self.shards = shards
         self._by_id = {shard.id: shard for shard in shards}
         self.shards_known = True
+        self.listings += 1
+        self.relist_wanted = False
         if changed:
             self._changed()
         if self._reset_waiting is not None:
@@ -364,8 +369,7 @@ class Coordinator:
         ):
             # Finished, and its lease already collected: a repeated SHARD_END is a no-op.
             return ShardLease(request.shard_id, None, request.epoch, SHARD_END, FINISHED)
-        shard = self._by_id.get(request.shard_id)
-        closed = (shard is not None and shard.closed) if self.shards_known else None
+        closed = self._closed(request)
         updated = apply_checkpoint(
             lease,
             request.worker,
@@ -378,6 +382,23 @@ class Coordinator:
             self.leases[request.shard_id] = updated
             self._changed()
         return updated
+
+    def _closed(self, request: CheckpointRequest) -> bool | None:
+        """What the listing says of a shard a SHARD_END names; None: not known yet. A
+        worker usually reads a shard's end before the operator lists again after a
+        reshard: an open shard in the listing is taken as "not known yet" (deferred, and a
+        listing asked for) until a listing made after the claim still shows it open."""
+        if request.sequence_number != SHARD_END or not self.shards_known:
+            return None if not self.shards_known else False
+        shard = self._by_id.get(request.shard_id)
+        if shard is not None and shard.closed:
+            self._shard_end_claims.pop(request.shard_id, None)
+            return True
+        claimed = self._shard_end_claims.setdefault(request.shard_id, self.listings)
+        if self.listings > claimed:
+            return False  # listed again since the claim, and still open: refused
+        self.relist_wanted = True
+        return None
 
     # --- resets --------------------------------------------------------------------
 
