@@ -1,9 +1,12 @@
-"""The simulated operator process: the production ConsumerDriver, loaded by the
-production `load`, its jobs run on the event queue (`SimJobs`) against a simulated
-apiserver and stream. A job's call lands when its latency has passed, whether or not
-its caller still waits (timeouts do not stop threads); a crash loses everything but
-what the apiserver holds, and the calls already sent still land; a restart is a new
-term that must fence the status before it serves."""
+"""The simulated operator: replicas (processes in pods) that campaign with the
+production Election and ElectionDriver against a simulated Lease, follow the production
+Lifecycle, and, while they lead, run the production ConsumerDriver (loaded by the
+production `load`) the way kopf runs a daemon (a daemon that returned is not restarted).
+Every job (Lease reads and swaps, listings, status writes) runs on the event queue
+(`SimJobs`): its call lands when its latency has passed, whether or not its caller still
+waits, and a crashed or frozen process does not stop what it already sent. A crash loses
+everything but what the apiserver holds; a restart is a standby again. Workers reach a
+replica through a Service that follows the leader label, over keep-alive connections."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from sim.stream import SimSource
 from sim.world import EPOCH, World
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import Outcome
+from streamconsumer.controller.leadership import ElectionDriver, LockConflict
+from streamconsumer.controller.lifecycle import Lifecycle, Phase
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.status import (
     Conflict,
@@ -24,10 +29,10 @@ from streamconsumer.controller.status import (
     StatusUnavailable,
     StatusWriter,
 )
+from streamconsumer.core.election import Action, Election, ElectionTiming, LeaseRecord
 from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
-from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeartbeatResponse
+from streamconsumer.models import CheckpointRequest, HeartbeatRequest
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
-from streamconsumer.sources.base import StreamSource
 from streamconsumer.worker.shard import Answer
 
 T = TypeVar("T")
@@ -96,20 +101,21 @@ class SimApiServer:
 
 
 class SimJobs:
-    """The driver's Jobs on the event queue. `alive` is the process that started them:
-    a dead process hears of nothing, but what it sent still lands."""
+    """The drivers' Jobs on the event queue. `alive` is the process that started them:
+    a dead process hears of nothing, but what it sent still lands; `deliver` runs an
+    outcome in that process (later, if it is frozen)."""
 
     def __init__(
         self,
         world: World,
         latency: Callable[[str], float],
         alive: Callable[[], bool],
-        wake: Callable[[], None],
+        deliver: Callable[[Callable[[], None]], None],
     ) -> None:
         self._world = world
         self._latency = latency
         self._alive = alive
-        self._wake = wake
+        self._deliver = deliver
 
     def start(
         self,
@@ -125,8 +131,7 @@ class SimJobs:
             if settled or not self._alive():
                 return
             settled = True
-            done(outcome)
-            self._wake()
+            self._deliver(lambda: done(outcome))
 
         def land() -> None:
             try:
@@ -141,15 +146,49 @@ class SimJobs:
         self._world.after(timeout, lambda: settle(Outcome(error=TimeoutError())))
 
 
-class FlakySource:
-    """The stream as the operator's Kinesis client sees it: listings can fail or be slow."""
+class SimLease:
+    """The operators' coordination.k8s.io Lease: a compare-and-swap record (the
+    production LeaseLock protocol). It can be deleted, and its calls made slow."""
 
-    def __init__(self, source: SimSource, operator: SimOperator) -> None:
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.record: LeaseRecord | None = None
+        self.versions = 0
+        self.slow_until = -1.0
+
+    def get(self) -> LeaseRecord | None:
+        return self.record
+
+    def swap(self, action: Action, holder: str | None, lease_seconds: float) -> LeaseRecord:
+        current = None if self.record is None else self.record.version
+        if current != (action.expected_version or None):
+            raise LockConflict("the Lease was changed")
+        self.versions += 1
+        self.record = LeaseRecord(holder, lease_seconds, action.transitions, str(self.versions))
+        return self.record
+
+    def delete(self) -> None:
+        self.record = None
+
+
+class StreamFaults:
+    """What the operator's Kinesis client meets: listings that fail or are slow."""
+
+    def __init__(self) -> None:
+        self.listing_failing_until = -1.0
+        self.listing_slow_until = -1.0
+
+
+class FlakySource:
+    """The stream as the operator's Kinesis client sees it."""
+
+    def __init__(self, source: SimSource, faults: StreamFaults, world: World) -> None:
         self._source = source
-        self._operator = operator
+        self._faults = faults
+        self._world = world
 
     def list_shards(self) -> Any:
-        if self._operator.world.now < self._operator.listing_failing_until:
+        if self._world.now < self._faults.listing_failing_until:
             raise RuntimeError("ListShards: LimitExceededException")
         return self._source.list_shards()
 
@@ -157,7 +196,232 @@ class FlakySource:
         return self._source.backlog(shard_id, start)
 
 
-class SimOperator:
+Respond = Callable[[Any, bool], None]  # (answer or None for a 503, close the connection?)
+
+
+class SimReplica:
+    """One operator pod. Its process campaigns and, once it leads, claims the leader
+    label and runs the consumer's daemon; whenever its term ends the process exits and
+    the pod starts it again as a standby. It can crash, or freeze (a process pause: its
+    own events wait, what it sent still lands)."""
+
+    def __init__(self, operators: SimOperators, index: int) -> None:
+        self.operators = operators
+        self.world = operators.world
+        self.pod = f"operator-{index}"
+        self.offset = self.world.rng.uniform(-1000.0, 1000.0)  # its own monotonic clock
+        self.up = False
+        self.incarnation = 0
+        self.paused_until = -1.0
+        self.restarts = 0
+        self.driver: ConsumerDriver | None = None
+
+    def clock(self) -> float:
+        return self.world.now + self.offset
+
+    # --- the process, with pauses and death ----------------------------------------------
+
+    def schedule(self, delay: float, callback: Callable[[], None]) -> None:
+        incarnation = self.incarnation
+
+        def run() -> None:
+            if not self._alive(incarnation):
+                return
+            if self.world.now < self.paused_until:
+                self.world.at(self.paused_until, run)
+                return
+            callback()
+
+        self.world.after(delay, run)
+
+    def _alive(self, incarnation: int) -> bool:
+        return self.up and self.incarnation == incarnation
+
+    def start(self) -> None:
+        """A new process in this pod: a standby until elected."""
+        self.incarnation += 1
+        incarnation = self.incarnation
+        self.up = True
+        self.driver = None
+        self.loop: ConsumerLoop | None = None
+        self.lifecycle = Lifecycle()
+        self.holder = f"{self.pod}/{incarnation}"  # unique per process, as in production
+        self._waiters: list[tuple[int, Callable[[Answer], None]]] = []
+        self._tick_at: float | None = None
+        self._plan = 0
+        self.elector = ElectionDriver(
+            self.operators.lease,
+            Election(self.pod, self.operators.timing, self.clock()),
+            self._jobs(incarnation, self.operators.lease_latency),
+            self.clock,
+            self._look,
+            timeout=self.operators.timing.retry_seconds + 1.0,
+        )
+        self._campaign()
+
+    def _jobs(self, incarnation: int, latency: Callable[[str], float]) -> SimJobs:
+        return SimJobs(
+            self.world,
+            latency,
+            lambda: self._alive(incarnation),
+            lambda outcome: self.schedule(0.0, outcome),
+        )
+
+    def crash(self, downtime: float) -> None:
+        if self.up:
+            self._exit()
+            self.world.after(downtime, self.start)
+
+    def freeze(self, seconds: float) -> None:
+        self.paused_until = max(self.paused_until, self.world.now + seconds)
+
+    def _exit(self) -> None:
+        self.up = False
+        self.restarts += 1
+        if self.driver is not None:
+            self.driver.stop()
+
+    # --- elect ----------------------------------------------------------------------------
+
+    def _campaign(self) -> None:
+        self.elector.tick()
+        self._look()
+        if self.up and self.lifecycle.phase is not Phase.ENDED:
+            self.schedule(self.elector.until_due() + 1e-3, self._campaign)
+
+    def _look(self) -> None:
+        """As __main__: act on what the election says now."""
+        was = self.lifecycle.phase
+        phase = self.lifecycle.observe(self.elector.leading())
+        if phase is Phase.LEADING and was is Phase.STANDBY:
+            self.operators.label = self  # LeaderLabel.claim: the Service follows it
+            self.schedule(self.world.rng.uniform(0.05, 0.5), self._load)  # kopf starts
+        elif phase is Phase.ENDED and self.up:
+            self._exit()  # exit 1: the pod starts it again as a standby
+            self.world.after(self.world.rng.uniform(0.5, 2.0), self.start)
+
+    # --- kopf's daemon for the one StreamConsumer -----------------------------------------
+
+    def _load(self) -> None:
+        if not self.lifecycle.leading:
+            return
+        api = self.operators.api
+        writer = StatusWriter(api, NAMESPACE, NAME, holder=self.holder)
+        self.loop = loop = load(
+            api.get(), writer, LoopSettings(shard_sync_seconds=1.0), self.clock(), lambda: 1
+        )
+        self.coordinator = loop.coordinator
+        self.driver = ConsumerDriver(
+            NAMESPACE,
+            NAME,
+            loop,
+            lambda _: self.operators.flaky_source,  # type: ignore[arg-type,return-value]
+            writer,
+            self._jobs(self.incarnation, self.operators.consumer_latency),
+            self.clock,
+            lambda event: None,
+            TIMEOUTS,
+            scale=self.operators.scale,
+            saved=self._saved,
+        )
+        self._tick_at = None
+        self.wake(0.0)
+
+    def wake(self, delay: float = 0.001) -> None:
+        """Tick within `delay` (one pending tick at a time: the soonest)."""
+        when = self.world.now + delay
+        if self.driver is None or (self._tick_at is not None and self._tick_at <= when):
+            return
+        self._tick_at = when
+        self._plan += 1
+        plan = self._plan
+        self.schedule(delay, lambda: self._tick(plan))
+
+    def _tick(self, plan: int) -> None:
+        """As runner.run_consumer: the daemon returns once the term is over or a newer
+        term fenced the status, and is never started again in this process."""
+        if plan != self._plan or self.driver is None:
+            return
+        self._tick_at = None
+        self._look()
+        if not self.lifecycle.leading or self.driver.deposed:
+            if self.driver.deposed:
+                self.lifecycle.deposed(str(self.driver.loop.deposed))
+                self._look()
+            return
+        self.driver.tick()
+        self.wake(TICK)
+
+    def _saved(self) -> None:
+        assert self.loop is not None
+        saved = self.loop.coordinator.persisted_version
+        for waiter in [w for w in self._waiters if w[0] <= saved]:
+            self._waiters.remove(waiter)
+            waiter[1](Answer.SAVED)
+
+    def spec_changed(self, spec: StreamConsumerSpec) -> None:
+        if self.loop is not None:
+            self.loop.coordinator.update_spec(spec)
+            self.wake()
+
+    def reset_requested(self, request: ResetRequest) -> None:
+        if self.loop is not None:
+            self.loop.coordinator.request_reset(request)
+            self.wake()
+
+    # --- the worker API ------------------------------------------------------------------
+
+    def _serving(self) -> ConsumerLoop | None:
+        """As WorkerApi: a replica that does not lead answers 503 and closes; a consumer
+        not loaded or not fenced yet, 503."""
+        if not (self.lifecycle.leading and self.elector.leading()):
+            return None
+        return self.loop if self.loop is not None and self.loop.serving else None
+
+    def heartbeat(self, request: HeartbeatRequest, respond: Respond) -> None:
+        loop = self._serving()
+        if loop is None:
+            respond(None, not self.lifecycle.leading)
+            return
+        response = loop.coordinator.heartbeat(request, self.clock())
+        self.wake()
+        respond(response, False)
+
+    def checkpoint(self, request: CheckpointRequest, respond: Respond) -> None:
+        loop = self._serving()
+        if loop is None:
+            respond(Answer.UNREACHABLE, not self.lifecycle.leading)
+            return
+        try:
+            lease = loop.coordinator.checkpoint(request)
+        except CheckpointDeferred:
+            respond(Answer.UNREACHABLE, False)
+            self.wake()
+            return
+        except CheckpointRefused as refused:
+            respond(Answer.LOST if refused.lease_lost else Answer.INVALID, False)
+            return
+        self.operators.ledger.accepted(request.shard_id, lease.checkpoint)
+        self.wake()
+        if not request.wait:
+            respond(Answer.ACCEPTED, False)
+            return
+        waiter = (loop.coordinator.version, lambda answer: respond(answer, False))
+        self._waiters.append(waiter)
+
+        def give_up() -> None:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+                respond(Answer.ACCEPTED, False)
+
+        self.schedule(WAIT_SECONDS, give_up)
+
+
+class SimOperators:
+    """The operator Deployment: its replicas, their Lease, and the worker API's Service,
+    which selects the pod labelled leader. A worker keeps its connection to one replica
+    process until that process dies or answers with `Connection: close`."""
+
     def __init__(
         self,
         world: World,
@@ -165,145 +429,104 @@ class SimOperator:
         source: SimSource,
         ledger: Ledger,
         scale: Callable[[int], None],
+        replicas: int = 1,
     ) -> None:
         self.world = world
-        self.scale = scale
         self.api = api
-        self.source = source
         self.ledger = ledger
-        self.up = False
-        self.incarnation = 0
-        self.listing_failing_until = -1.0
-        self.listing_slow_until = -1.0
-        self.restarts = 0
-        self._tick_at: float | None = None
-        self._plan = 0
-
-    # --- life ------------------------------------------------------------------------
+        self.scale = scale
+        self.timing = ElectionTiming(
+            lease_seconds=4.0, renew_deadline_seconds=3.0, retry_seconds=1.0
+        )
+        self.lease = SimLease(world)
+        self.faults = StreamFaults()
+        self.flaky_source = FlakySource(source, self.faults, world)
+        self.replicas = [SimReplica(self, index) for index in range(replicas)]
+        self.label: SimReplica | None = None  # the pod the Service selects
+        self._connections: dict[str, tuple[SimReplica, int]] = {}
 
     def start(self) -> None:
-        self.incarnation += 1
-        incarnation = self.incarnation
-        self.up = True
-        writer = StatusWriter(self.api, NAMESPACE, NAME, holder=f"operator/{incarnation}")
-        self.loop: ConsumerLoop = load(
-            self.api.get(),
-            writer,
-            LoopSettings(shard_sync_seconds=1.0),
-            self.world.now,
-            generation=lambda: 1,
-        )
-        self.coordinator = self.loop.coordinator
-        jobs = SimJobs(self.world, self._latency, lambda: self._alive(incarnation), self.wake)
-        self._waiters: list[tuple[int, Callable[[Answer], None]]] = []
-        self.driver = ConsumerDriver(
-            NAMESPACE,
-            NAME,
-            self.loop,
-            self._source,
-            writer,
-            jobs,
-            lambda: self.world.now,
-            lambda event: None,
-            TIMEOUTS,
-            scale=self.scale,
-            saved=self._saved,
-        )
-        self._tick_at = None
-        self.wake(0.0)
+        for replica in self.replicas:
+            replica.start()
 
-    def _source(self, _: Any) -> StreamSource:
-        return FlakySource(self.source, self)  # type: ignore[return-value]
+    @property
+    def restarts(self) -> int:
+        return sum(replica.restarts for replica in self.replicas)
 
-    def _alive(self, incarnation: int) -> bool:
-        return self.up and self.incarnation == incarnation
+    def leader(self) -> SimReplica | None:
+        leading = [r for r in self.replicas if r.up and r.lifecycle.leading]
+        return leading[0] if leading else None
 
-    def crash(self, downtime: float) -> None:
-        if not self.up:
-            return
-        self.up = False
-        self.driver.stop()
-        self.incarnation += 1
-        self.restarts += 1
-        self.world.after(downtime, self.start)
+    def target(self, arg: int) -> SimReplica:
+        """The replica a fault hits: the leader for arg 0, else any."""
+        leader = self.leader()
+        if arg % 2 == 0 and leader is not None:
+            return leader
+        return self.replicas[arg % len(self.replicas)]
 
-    def reset_requested(self) -> None:
-        """As handlers.reset_requested: the annotation changed."""
-        if self.up and (request := ResetRequest.on(self.api.get())) is not None:
-            self.coordinator.request_reset(request)
-            self.wake()
+    # --- latencies ------------------------------------------------------------------------
 
-    def spec_changed(self) -> None:
-        if self.up:
-            self.coordinator.update_spec(StreamConsumerSpec.model_validate(self.api.spec))
-            self.wake()
-
-    def _latency(self, kind: str) -> float:
+    def lease_latency(self, kind: str) -> float:
         rng, now = self.world.rng, self.world.now
-        if kind == "listing" and now < self.listing_slow_until:
+        if now < self.lease.slow_until:
+            return rng.uniform(0.5, 4.0)  # some renewals come back after the deadline
+        return rng.uniform(0.002, 0.03)
+
+    def consumer_latency(self, kind: str) -> float:
+        rng, now = self.world.rng, self.world.now
+        if kind == "listing" and now < self.faults.listing_slow_until:
             return rng.uniform(40.0, 60.0)
         if kind == "status":
             slow = now < self.api.slow_until
             return rng.uniform(*(SLOW_WRITE_LATENCY if slow else WRITE_LATENCY))
         return 0.01
 
-    def wake(self, delay: float = 0.001) -> None:
-        """Tick within `delay` (one pending tick at a time: the soonest)."""
-        when = self.world.now + delay
-        if self._tick_at is not None and self._tick_at <= when:
+    # --- kopf's handlers run on the leader -------------------------------------------------
+
+    def spec_changed(self) -> None:
+        spec = StreamConsumerSpec.model_validate(self.api.spec)
+        for replica in self.replicas:
+            if replica.up:
+                replica.spec_changed(spec)
+
+    def reset_requested(self) -> None:
+        if (request := ResetRequest.on(self.api.get())) is not None:
+            for replica in self.replicas:
+                if replica.up:
+                    replica.reset_requested(request)
+
+    # --- the Service ----------------------------------------------------------------------
+
+    up = True  # the Service itself: what answers is decided per request
+
+    def _route(self, worker: str) -> SimReplica | None:
+        replica, incarnation = self._connections.get(worker, (None, 0))
+        if replica is None or not replica._alive(incarnation):
+            replica = self.label
+            if replica is None or not replica.up:
+                return None  # no endpoint: the connection is refused
+            self._connections[worker] = (replica, replica.incarnation)
+        return replica
+
+    def _call(
+        self,
+        worker: str,
+        handle: Callable[[SimReplica, Respond], None],
+        answer: Callable[[Any], None],
+    ) -> None:
+        replica = self._route(worker)
+        if replica is None:
             return
-        self._tick_at = when
-        self._plan += 1
-        plan, incarnation = self._plan, self.incarnation
-        self.world.at(when, lambda: self._tick(plan, incarnation))
 
-    def _tick(self, plan: int, incarnation: int) -> None:
-        if plan != self._plan or not self._alive(incarnation):
-            return  # a sooner tick ran instead, or the process is gone
-        self._tick_at = None
-        self.driver.tick()
-        self.wake(TICK)
+        def respond(result: Any, close: bool) -> None:
+            if close:
+                self._connections.pop(worker, None)
+            answer(result)
 
-    def _saved(self) -> None:
-        saved = self.coordinator.persisted_version
-        for waiter in [w for w in self._waiters if w[0] <= saved]:
-            self._waiters.remove(waiter)
-            waiter[1](Answer.SAVED)
+        replica.schedule(0.0, lambda: handle(replica, respond))
 
-    # --- the worker API ------------------------------------------------------------------
-
-    def heartbeat(self, request: HeartbeatRequest) -> HeartbeatResponse | None:
-        """None: 503, come back later (not serving this consumer yet)."""
-        if not self.loop.serving:
-            return None
-        response = self.coordinator.heartbeat(request, self.world.now)
-        self.wake()
-        return response
+    def heartbeat(self, request: HeartbeatRequest, answer: Callable[[Any], None]) -> None:
+        self._call(request.worker, lambda r, respond: r.heartbeat(request, respond), answer)
 
     def checkpoint(self, request: CheckpointRequest, answer: Callable[[Answer], None]) -> None:
-        if not self.loop.serving:
-            answer(Answer.UNREACHABLE)
-            return
-        try:
-            lease = self.coordinator.checkpoint(request)
-        except CheckpointRefused as refused:
-            answer(Answer.LOST if refused.lease_lost else Answer.INVALID)
-            return
-        except CheckpointDeferred:
-            answer(Answer.UNREACHABLE)  # as the API's 503: asked again soon
-            return
-        self.ledger.accepted(request.shard_id, lease.checkpoint)
-        self.wake()
-        if not request.wait:
-            answer(Answer.ACCEPTED)
-            return
-        waiter = (self.coordinator.version, answer)
-        self._waiters.append(waiter)
-        incarnation = self.incarnation
-
-        def give_up() -> None:
-            if self._alive(incarnation) and waiter in self._waiters:
-                self._waiters.remove(waiter)
-                answer(Answer.ACCEPTED)
-
-        self.world.after(WAIT_SECONDS, give_up)
+        self._call(request.worker, lambda r, respond: r.checkpoint(request, respond), answer)

@@ -75,14 +75,14 @@ def grants_visible_before_saved(patch: pytest.MonkeyPatch) -> None:
 def write_errors_restart_the_loop(patch: pytest.MonkeyPatch) -> None:
     """11.6: a failed status write ends the loop; kopf restarts it 2 s later from the
     saved status, dropping what was not saved."""
-    from sim.operator import SimOperator
+    from sim.operator import SimReplica
 
-    operators: dict[int, SimOperator] = {}  # by driver
-    start = SimOperator.start
+    replicas: dict[int, SimReplica] = {}  # by driver
+    load = SimReplica._load
 
-    def remembering(self: SimOperator) -> None:
-        start(self)
-        operators[id(self.driver)] = self
+    def remembering(self: SimReplica) -> None:
+        load(self)
+        replicas[id(self.driver)] = self
 
     def failed(self: ConsumerLoop, write: Any, error: str, now: float) -> None:
         raise _LoopDied(error)
@@ -93,9 +93,9 @@ def write_errors_restart_the_loop(patch: pytest.MonkeyPatch) -> None:
         try:
             written(self, write, outcome)
         except _LoopDied:
-            operators[id(self)].crash(downtime=2.0)
+            replicas[id(self)].crash(downtime=2.0)
 
-    patch.setattr(SimOperator, "start", remembering)
+    patch.setattr(SimReplica, "_load", remembering)
     patch.setattr(ConsumerLoop, "write_failed", failed)
     patch.setattr(ConsumerDriver, "_written", restart_on_death)
 

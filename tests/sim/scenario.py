@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sim.ledger import Ledger, Violation
-from sim.operator import SimApiServer, SimOperator
+from sim.operator import SimApiServer, SimOperators
 from sim.stream import SimSource, SimStream
 from sim.worker import (
     SLOW_CALL_SECONDS,
@@ -53,6 +53,9 @@ PLANNED = {
     "scale",
     "lease",
     "operator_crash",
+    "operator_pause",
+    "lease_slow",
+    "lease_deleted",
     "status_errors",
     "status_slow",
     "listing_errors",
@@ -73,6 +76,9 @@ KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # or the worker cannot reach it (and slow processor calls, below).
 OUTAGES = {
     "operator_crash",
+    "operator_pause",
+    "lease_slow",
+    "lease_deleted",
     "status_errors",
     "status_slow",
     "worker_pause",
@@ -106,6 +112,7 @@ class Run:
     initial_position: str = "TRIM_HORIZON"  # TRIM_HORIZON | LATEST
     on_failure: str = "block"  # block | skip | deadLetter, after POLICY_RETRIES
     history: int = 0  # records in the stream before the consumer is created
+    operators: int = 1  # operator replicas, one leading at a time
 
 
 @dataclass
@@ -204,7 +211,9 @@ class Simulation:
             }
         self.api = SimApiServer(world, self.ledger, spec)
         self.source = SimSource(self.stream)
-        self.operator = SimOperator(world, self.api, self.source, self.ledger, self._autoscaled)
+        self.operator = SimOperators(
+            world, self.api, self.source, self.ledger, self._autoscaled, run.operators
+        )
         self.network = Network(world)
         self.trouble = Trouble(world)
         self.deployment = Deployment(world, self._spawn, run.replicas)
@@ -291,16 +300,22 @@ class Simulation:
                 resume = functools.partial(self._set_paused, False)
                 self.world.after(fault.seconds * PAUSE_STRETCH, resume)
             case "operator_crash":
-                self.operator.crash(downtime=fault.seconds)
+                self.operator.target(fault.arg).crash(downtime=fault.seconds)
+            case "operator_pause":  # a process pause: SIGSTOP, a long GC, a starved node
+                self.operator.target(fault.arg).freeze(fault.seconds)
+            case "lease_slow":  # Lease calls come back late, renewals past their deadline
+                self.operator.lease.slow_until = until
+            case "lease_deleted":
+                self.operator.lease.delete()
             case "status_errors":
                 self.api.failing_until = until
                 self.api.failure = ("unavailable", "lost_answer", "invalid")[fault.arg % 3]
             case "status_slow":  # an apiserver under load: writes land late, or after a crash
                 self.api.slow_until = until
             case "listing_errors":
-                self.operator.listing_failing_until = until
+                self.operator.faults.listing_failing_until = until
             case "listing_slow":
-                self.operator.listing_slow_until = until
+                self.operator.faults.listing_slow_until = until
             case "flaky":
                 self.trouble.flaky_until = until
             case "poison":  # the shard's first record not yet done, or its next one
@@ -357,7 +372,9 @@ class Simulation:
         now = self.world.now
         self.api.failing_until = self.network.slow_until = self.network.lossy_until = now
         self.api.slow_until = now
-        self.operator.listing_failing_until = self.operator.listing_slow_until = now
+        faults = self.operator.faults
+        faults.listing_failing_until = faults.listing_slow_until = now
+        self.operator.lease.slow_until = now
         self.trouble.flaky_until = self.trouble.poison_until = now
         self.trouble.sink_failing_until = self.trouble.slow_until = now
         self.trouble.hangs = self.trouble.early_ends = 0

@@ -36,4 +36,5 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         initial_position=draw(st.sampled_from(("TRIM_HORIZON", "LATEST"))),
         history=draw(st.sampled_from((0, 20))),
         on_failure=draw(st.sampled_from(("block", "skip", "deadLetter"))),
+        operators=draw(st.integers(1, 3)),
     )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sim.ledger import Delivery, Ledger, Violation
-from sim.operator import SimOperator
+from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
@@ -162,7 +162,7 @@ class SimWorker:
         world: World,
         name: str,
         network: Network,
-        operator: SimOperator,
+        operator: SimOperators,
         source: SimSource,
         ledger: Ledger,
         make_processor: Callable[[SimWorker], RecordProcessor],
@@ -262,7 +262,7 @@ class SimWorker:
         sent_at = self.clock()
         self._request(
             self.core.request_timeout,
-            lambda respond: respond(self.operator.heartbeat(request)),
+            lambda respond: self.operator.heartbeat(request, respond),
             lambda response: self._answered_heartbeat(response, sent_at),
         )
 

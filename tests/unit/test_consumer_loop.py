@@ -16,13 +16,14 @@ from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.controller.state import Coordinator, DurableState, durable_from_status
 from streamconsumer.controller.status import (
     Conflict,
     StatusInvalid,
     StatusUnavailable,
     StatusWriter,
 )
+from streamconsumer.core.leases import Expire
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import (
     CheckpointRequest,
@@ -56,6 +57,24 @@ def make_loop(**extra: Any) -> ConsumerLoop:
 def condition(loop: ConsumerLoop, kind: str) -> tuple[str, str]:
     by_type = {c.type: c for c in loop.conditions}
     return by_type[kind].status, by_type[kind].message
+
+
+def test_nothing_is_decided_before_the_fence_and_the_restart_wait_starts_when_it_lands() -> None:
+    """Found by the simulation (two replicas, Lease renewals late, status writes failing):
+    a new term whose fence took longer than a lease expired every worker at its first
+    step, although none could have renewed: a replay of everything since the checkpoints."""
+    status = {"leases": {"s0": {"owner": "w", "epoch": 2, "state": "Active", "checkpoint": "5"}}}
+    coordinator = Coordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
+    loop = ConsumerLoop("c", coordinator, LoopSettings(), lambda: 1)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    assert loop.step(60.0) == [], "no expiry while the fence has not landed"
+    fence = loop.write_due(60.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 60.0)
+    assert loop.step(61.0) == [], "the restart wait counts from the fence"
+    assert coordinator.leases["s0"].owner == "w"
+    assert any(isinstance(a, Expire) for a in loop.step(60.0 + 40.0)), "silent, then expired"
 
 
 def test_status_write_errors_are_retried_with_back_off_and_shown() -> None:
@@ -346,11 +365,14 @@ def test_a_blocked_shard_is_degraded_and_passed_over_records_are_events() -> Non
     loop.sync_started(0.0)
     loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0)
     coordinator = loop.coordinator
+    fence = loop.write_due(0.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
     coordinator.heartbeat(HeartbeatRequest(worker="w"), 0.0)
     loop.step(0.0)
-    write = loop.write_due(0.0)
+    write = loop.write_due(1.0)
     assert write is not None
-    loop.write_succeeded(write, 0.0)
+    loop.write_succeeded(write, 1.0)
     epochs = {sid: lease.epoch for sid, lease in coordinator.leases.items()}
     failing = {"attempts": 7, "seconds": 42.0, "error": "ValueError: bad", "blocked": True}
     skipped = {

@@ -31,6 +31,7 @@ from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
+from streamconsumer.controller.lifecycle import Lifecycle
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import keep_fresh, serving_for
 from streamconsumer.core.election import Election
@@ -58,6 +59,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     api_client = handlers.kube_client()
     registry = Registry(time.monotonic, config.startup_grace_seconds)
     elector: Elector | None = None
+    lifecycle = Lifecycle()
     leading: Callable[[], bool] = _always
     if config.leader_election:
         lock = KubeLeaseLock(
@@ -68,7 +70,8 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         )
         election = Election(config.identity(), config.election_timing(), time.monotonic())
         elector = Elector(lock, election, time.monotonic)
-        leading = elector.leading
+        # Both: the election's view now, and the process' (an ended term never resumes).
+        leading = lambda: lifecycle.leading and elector.leading()  # noqa: E731
     api = WorkerApi(
         registry, TokenReviewer(k8s.AuthenticationV1Api(api_client)), time.monotonic, leading
     )
@@ -90,24 +93,22 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         asyncio.get_running_loop().add_signal_handler(signum, terminating.set)
     campaign = asyncio.create_task(elector.run()) if elector is not None else None
     watch: asyncio.Task[None] | None = None
-    lost = False
     stepped_down = False
     stop = asyncio.Event()
-    deposed_reason: str | None = None
 
     def deposed(reason: str) -> None:
         """A newer term fenced a consumer's status: ours is over, whatever the Lease says."""
-        nonlocal deposed_reason
-        deposed_reason = reason
+        lifecycle.deposed(reason)
         stop.set()
 
     async def step_down() -> None:
         """Takes the leader label off and frees the Lease, once."""
-        nonlocal lost, stepped_down
+        nonlocal stepped_down
         if elector is None or stepped_down:
             return
         stepped_down = True
-        lost = elector.lost() or deposed_reason is not None
+        if elector.lost():
+            lifecycle.observe(leading=False)
         if label is not None:
             with contextlib.suppress(Exception):  # the next leader takes it off anyway
                 await executors.run_in(executors.KUBERNETES, label.drop)
@@ -123,6 +124,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
                 return 0
             if label is not None:
                 await executors.run_in(executors.KUBERNETES, label.claim)
+        lifecycle.observe(leading=True)
         registry.leading()
         if elector is not None:
             watch = asyncio.create_task(_stop_when(elector.until_lost(), stop))
@@ -155,14 +157,13 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             assert campaign is not None
             campaign.cancel()
         await runner.cleanup()
-    if lost:
+    if lifecycle.exit_code:
         log.error(
             "%s: no longer leads (%s); stopped, exiting to come back as a standby",
             config.identity(),
-            deposed_reason or "the lease is lost",
+            lifecycle.reason,
         )
-        return 1
-    return 0
+    return lifecycle.exit_code
 
 
 async def _first(*waits: Awaitable[object]) -> None:

@@ -209,6 +209,8 @@ class ConsumerLoop:
     # --- the engine -------------------------------------------------------------------
 
     def step(self, now: float) -> list[Action]:
+        if not self._fenced:
+            return []  # nothing is decided before the term's fence has landed
         actions = self.coordinator.step(now)
         self.events.extend(describe(action) for action in actions)
         notes, self.coordinator.passed_over = self.coordinator.passed_over, []
@@ -257,8 +259,11 @@ class ConsumerLoop:
         self._writing = False
         self._next_write = now + self.settings.status_interval_seconds
         self._write_failures = 0
-        self._fenced = True
         self.coordinator.persisted(write.snapshot, write.version)
+        if not self._fenced:
+            self._fenced = True
+            # Workers could renew nothing until now: their restart wait starts now.
+            self.coordinator.grant_restart_wait(now)
         if self.write_error is not None:
             self.write_error = None
             self.coordinator.version += 1  # clear the condition

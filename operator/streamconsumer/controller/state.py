@@ -132,12 +132,21 @@ class Coordinator:
         # After a (re)start nobody has been heard yet: every owner in the status keeps its
         # leases for the longest lease any worker may have been promised
         # (docs/design.md#crash-safe-operator).
-        promised = durable.promised_lease_seconds or self.lease_duration
+        self._promises: dict[float, float] = {}  # duration -> until
+        self.grant_restart_wait(now)
+
+    def grant_restart_wait(self, now: float) -> None:
+        """Nobody has been heard since `now`: every owner in the table keeps its leases
+        for the longest lease it may have been promised, plus the grace, from `now` on.
+        Called at load and again when the term's fence lands: until then no worker
+        could renew (docs/design.md#term-fence)."""
+        promised = self.durable.promised_lease_seconds or self.lease_duration
         restart_wait = now + promised + expiry_grace(promised)
-        self._promises: dict[float, float] = {promised: restart_wait}  # duration -> until
+        self._promises[promised] = max(self._promises.get(promised, now), restart_wait)
         for lease in self.leases.values():
             if lease.owner:
-                self.workers.setdefault(lease.owner, WorkerProgress(restart_wait))
+                progress = self.workers.setdefault(lease.owner, WorkerProgress(restart_wait))
+                progress.expires_at = max(progress.expires_at, restart_wait)
 
     # --- settings ------------------------------------------------------------------
 
