@@ -40,10 +40,27 @@ async def deregister(namespace: str, name: str, source: Source) -> None:
 async def consumer_changed(
     namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]
 ) -> str | None:
-    """`spec.source` went from `old` to `new`: register for fanOut, deregister leaving it."""
+    """`spec.source` went from `old` to `new`: register for fanOut, deregister leaving it
+    (or leaving its stream for another one)."""
     before = Source.model_validate(old)
     after = Source.model_validate(new)
-    if uses_fan_out(after):
-        return await register(namespace, name, after)
-    await deregister(namespace, name, before)
-    return None
+    if not uses_fan_out(after):
+        await deregister(namespace, name, before)
+        return None
+    arn = await register(namespace, name, after)
+    if uses_fan_out(before):
+        await _deregister_unless(namespace, name, before, keep=arn)
+    return arn
+
+
+async def _deregister_unless(namespace: str, name: str, source: Source, keep: str | None) -> None:
+    """Deregisters the consumer `source` names unless it is `keep`: a changed endpoint
+    or spelling (name for ARN) may still name the stream registered on just now, and
+    only the consumers' ARNs tell. The new one is registered first, so the workers'
+    subscriptions move on while the old one goes."""
+    assert source.kinesis is not None, "only fanOut sources register"
+    consumers = stream_consumers(source.kinesis)
+    consumer = consumer_name(namespace, name)
+    old = await asyncio.to_thread(consumers.consumer_arn, consumer)
+    if old is not None and old != keep:
+        await asyncio.to_thread(consumers.deregister, consumer)

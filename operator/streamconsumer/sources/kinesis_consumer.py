@@ -80,6 +80,18 @@ class StreamConsumers:
                 raise TimeoutError(f"stream consumer {name} not ACTIVE after {timeout:.0f} s")
             self._sleep(POLL_SECONDS)
 
+    def consumer_arn(self, name: str) -> str | None:
+        """The ARN of the consumer `name` on this stream; None if it (or the stream) is
+        gone."""
+        try:
+            return self._client.describe_stream_consumer(
+                StreamARN=self.stream_arn(), ConsumerName=name
+            )["ConsumerDescription"]["ConsumerARN"]
+        except ClientError as error:
+            if _code(error) != "ResourceNotFoundException":
+                raise
+        return None
+
     def deregister(self, name: str) -> None:
         """Deregisters `name`; done if it (or the stream) is already gone."""
         try:
