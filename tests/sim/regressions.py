@@ -280,4 +280,20 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.backlog_hidden_behind_a_finished_looking_shard,
         "never processed",
     ),
+    "22.6 a table's stream replaced while its tail waits": Regression(
+        Run(
+            seed=22,
+            shards=2,
+            replicas=2,
+            faults=(
+                F(4.0, "slow_calls", 0, 10.0),
+                F(5.0, "restream", 1),
+                F(12.0, "split", 0),
+                F(20.0, "restream", 0),
+            ),
+            duration=40,
+        ),
+        reverts.a_new_stream_starts_at_once,
+        "started before the old stream's",
+    ),
 }

@@ -329,3 +329,16 @@ def hung_calls_wait_forever(patch: pytest.MonkeyPatch) -> None:
         return None if check_at is not None and check_at <= now else check_at
 
     patch.setattr(WorkerCore, "watch", unhurried)
+
+
+def a_new_stream_starts_at_once(patch: pytest.MonkeyPatch) -> None:
+    """Issue 22.6: a DynamoDB table's new stream is read beside the old stream's tail
+    (nothing makes its first shards wait): an item's newer changes overtake its older."""
+    from streamconsumer.core import leases, lineage
+
+    assignable_shards = lineage.assignable_shards
+
+    def at_once(shards: Any, finished: Any) -> list[str]:
+        return assignable_shards([replace(s, waits_for=()) for s in shards], finished)
+
+    patch.setattr(leases, "assignable_shards", at_once)

@@ -47,6 +47,7 @@ PAUSE_STRETCH = 4.0  # a pause lasts 4 times a fault's seconds: long enough to s
 UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss", "reset"}
 PLANNED = {
     "split",
+    "restream",
     "merge",
     "scale",
     "lease",
@@ -258,6 +259,8 @@ class Simulation:
                 self.stream.split(fault.arg)
             case "merge":
                 self.stream.merge(fault.arg)
+            case "restream":
+                self.stream.replace_stream(fault.arg)
             case "retention":
                 self.stream.expire(retention=fault.seconds)
             case "scale" if self.run.autoscale:

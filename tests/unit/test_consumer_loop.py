@@ -376,3 +376,28 @@ def test_a_blocked_shard_is_degraded_and_passed_over_records_are_events() -> Non
     events = loop.take_events()
     assert ("Warning", "RecordsSkipped") in [(e.type, e.reason) for e in events]
     assert any("s1: 3 records skipped by w (5..9)" in e.message for e in events)
+
+
+def test_a_new_stream_waits_for_the_old_streams_tail_and_says_so() -> None:
+    """A DynamoDB table's stream disabled and enabled again: the new stream's first
+    shard waits (not a parent) for the old stream's last one, with an Event, and starts
+    once that one is finished."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("old")], 0.0)
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    loop.step(0.0)
+    loop.take_events()
+    loop.sync_started(1.0)
+    loop.sync_succeeded([Shard("old", closed=True), Shard("new", waits_for=("old",))], 1.0)
+    said = "a new stream's new starts once old is read to its end"
+    assert ("Normal", "StreamReplaced", said) in loop.take_events()
+    loop.step(1.0)
+    assert "new" not in coordinator.leases or coordinator.leases["new"].owner is None
+    coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id="old", epoch=1, sequence_number=SHARD_END)
+    )
+    loop.step(2.0)
+    assert coordinator.leases["new"].owner == "a"
+    assert coordinator.status_leases()["new"].parents == [], "no wire or status change"

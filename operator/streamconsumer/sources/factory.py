@@ -10,7 +10,6 @@ from streamconsumer.sources.base import StreamSource
 from streamconsumer.sources.dynamodb_streams import (
     DynamoDBStreamsSource,
     TableStream,
-    dynamodb_client,
     streams_client,
 )
 from streamconsumer.sources.initial_response import tolerate_missing_initial_response
@@ -32,13 +31,7 @@ def make_source(source: Source, max_records: int = 1000) -> StreamSource:
     assert table is not None, "Source validates that one is set"
     return DynamoDBStreamsSource(
         streams_client(table.region, table.endpoint_url),
-        TableStream(
-            table_name=table.table_name,
-            arn=table.stream_arn,
-            dynamodb=dynamodb_client(table.region, table.endpoint_url)
-            if table.table_name
-            else None,
-        ),
+        TableStream(table_name=table.table_name, arn=table.stream_arn),
         max_records=max_records,
     )
 
