@@ -11,8 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from botocore.exceptions import ClientError
-
 from streamconsumer.controller import metrics
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.loop import ConsumerLoop, Event, StatusWrite
@@ -27,6 +25,7 @@ from streamconsumer.controller.status import (
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
 from streamconsumer.models.resource import Source
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import StreamSource
 
 log = logging.getLogger(__name__)
@@ -154,7 +153,5 @@ def _measure(
 def _describe(error: BaseException, doing: str, timeout: float) -> str:
     if isinstance(error, TimeoutError):
         return f"{doing} timed out after {timeout:.0f}s"
-    if isinstance(error, ClientError):
-        info = error.response.get("Error", {})
-        return f"{doing}: {info.get('Code', 'error')}: {info.get('Message', error)}"
-    return f"{doing}: {error}"
+    code, message = aws_error(error)
+    return f"{doing}: {code}: {message}" if code else f"{doing}: {error}"

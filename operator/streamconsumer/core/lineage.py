@@ -9,6 +9,8 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 SHARD_END = "SHARD_END"
+"""The checkpoint of a closed shard whose every record has been processed (the one
+definition: models.api and processor re-export it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from streamconsumer.core.lineage import SHARD_END as SHARD_END  # re-exported: a public name here
 from streamconsumer.models.base import Model
 from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
-
-SHARD_END = "SHARD_END"
-"""The checkpoint of a closed shard whose every record has been processed."""
 
 WorkerName = Annotated[str, Field(min_length=1, max_length=253)]
 ShardId = Annotated[str, Field(min_length=1, max_length=128)]

@@ -51,6 +51,7 @@ from botocore.exceptions import ClientError
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import ReadResult
 
 if TYPE_CHECKING:
@@ -66,10 +67,6 @@ TRIMMED = "TrimmedDataAccessException"
 
 _deserializer = TypeDeserializer()
 log = logging.getLogger(__name__)
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _client_settings(
@@ -284,7 +281,7 @@ class DynamoDBStreamsShardReader:
         try:
             return shard_iterator(self._client, arn, self.shard_id, position)
         except ClientError as error:
-            if _code(error) != TRIMMED or position.type is StartPositionType.TRIM_HORIZON:
+            if aws_error(error).code != TRIMMED or position.type is StartPositionType.TRIM_HORIZON:
                 raise
         # The records after our position left the stream (24-hour retention): nobody can
         # read them any more. Go on from the oldest record still there, loudly (Kinesis
@@ -315,7 +312,7 @@ class DynamoDBStreamsShardReader:
                 self._iterator = None  # the next try starts from a fresh iterator
                 renewals += 1
                 # Expired (15 minutes) or trimmed under our iterator: a new one, once.
-                if _code(error) not in (EXPIRED, TRIMMED) or renewals > 1:
+                if aws_error(error).code not in (EXPIRED, TRIMMED) or renewals > 1:
                     raise
         records = list(user_records(response.get("Records", [])))
         if records:

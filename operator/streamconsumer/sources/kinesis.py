@@ -22,6 +22,7 @@ from botocore.exceptions import ClientError
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import ReadResult
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis.type_defs import RecordTypeDef, ShardTypeDef
 
 _MAGIC: bytes = aws_kinesis_agg.MAGIC
+EXPIRED = "ExpiredIteratorException"  # an iterator lives 5 minutes
 
 
 def kinesis_client(
@@ -152,7 +154,7 @@ class KinesisShardReader:
                 )
                 break
             except ClientError as error:
-                if error.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
+                if aws_error(error).code != EXPIRED:
                     self._iterator = None  # the next call starts from a fresh iterator
                     raise
                 self._iterator = None  # resume right after the last record read
@@ -192,11 +194,11 @@ def shard_iterator(
 
 
 def in_the_future(error: ClientError, position: StartPosition) -> bool:
-    details = error.response.get("Error", {})
+    code, message = aws_error(error)
     return (
         position.type is StartPositionType.AT_TIMESTAMP
-        and details.get("Code") == "InvalidArgumentException"
-        and "cannot be greater than the current" in details.get("Message", "")
+        and code == "InvalidArgumentException"
+        and "cannot be greater than the current" in message
     )
 
 

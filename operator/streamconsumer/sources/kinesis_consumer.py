@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.kinesis import StreamRef
 
 if TYPE_CHECKING:
@@ -31,10 +32,6 @@ def consumer_name(namespace: str, name: str) -> str:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:16]
     return f"{full[: NAME_LIMIT - len(digest) - 1]}-{digest}"
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 class StreamConsumers:
@@ -65,7 +62,7 @@ class StreamConsumers:
             self._client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
             log.info("stream consumer %s registered", name)
         except ClientError as error:
-            if _code(error) != "ResourceInUseException":  # it exists: ours, from before
+            if aws_error(error).code != "ResourceInUseException":  # it exists: ours, from before
                 raise
         deadline = self._clock() + timeout
         while True:
@@ -88,7 +85,7 @@ class StreamConsumers:
                 StreamARN=self.stream_arn(), ConsumerName=name
             )["ConsumerDescription"]["ConsumerARN"]
         except ClientError as error:
-            if _code(error) != "ResourceNotFoundException":
+            if aws_error(error).code != "ResourceNotFoundException":
                 raise
         return None
 
@@ -98,5 +95,5 @@ class StreamConsumers:
             self._client.deregister_stream_consumer(StreamARN=self.stream_arn(), ConsumerName=name)
             log.info("stream consumer %s deregistered", name)
         except ClientError as error:
-            if _code(error) != "ResourceNotFoundException":
+            if aws_error(error).code != "ResourceNotFoundException":
                 raise
