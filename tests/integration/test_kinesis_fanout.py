@@ -14,11 +14,11 @@ from streamconsumer.controller import fanout
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult, ShardReader
-from streamconsumer.sources.factory import worker_source
 from streamconsumer.sources.kinesis import StreamRef
 from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_name
 from streamconsumer.sources.kinesis_fanout import FanOutKinesisSource, FanOutShardReader
 from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.source import worker_source
 from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records, split_shard_in_half
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)

@@ -35,13 +35,10 @@ from streamconsumer.sources.dynamodb_streams import (
     stream_arns,
     streams_client,
 )
-from streamconsumer.sources.factory import (
-    make_source,
-    source_settings,
-    worker_source_spec,
-)
+from streamconsumer.sources.factory import make_source, source_settings, spec_from_settings
 from streamconsumer.sources.kinesis import KinesisSource
 from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.source import worker_source
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
@@ -711,12 +708,16 @@ def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.Monkey
     for name, value in config.to_env().items():  # the pod's environment, read back
         monkeypatch.setenv(name, value)
     assert WorkerConfig.from_env() == config
-    assert worker_source_spec(config) == spec.source
-    source = make_source(spec.source, max_records=10_000)
+    kind, table = spec_from_settings(config.model_dump())
+    assert kind.name == "dynamodbStreams"
+    assert table == spec.source.dynamodb_streams
+    config = config.model_copy(update={"max_records": 10_000})
+    source = worker_source(config)
     assert isinstance(source, DynamoDBStreamsSource)
     assert source.stream.table_name == "orders"
     assert source.client.meta.region_name == "eu-west-1"
     assert source.open_reader(S1, TRIM_HORIZON)._max_records == 1000, "GetRecords' limit"
+    assert isinstance(make_source(spec.source), DynamoDBStreamsSource)
 
     kinesis = Source.model_validate({"kinesis": {"streamName": "s", "region": "eu-west-1"}})
     assert isinstance(make_source(kinesis), KinesisSource)

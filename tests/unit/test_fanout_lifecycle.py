@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from streamconsumer.controller import fanout
-from streamconsumer.models.resource import KinesisSource, Source
+from streamconsumer.models.resource import Source
 
 POLLING = {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}}
 FAN_OUT = {"kinesis": {"streamName": "clicks", "region": "eu-west-1", "consumer": "fanOut"}}
@@ -24,8 +24,9 @@ class Calls:
         self.made: list[tuple[str, str]] = []
         self.registered: dict[str, str] = {}  # stream -> its consumer's ARN
 
-    def __call__(self, kinesis: KinesisSource) -> StreamCalls:
-        return StreamCalls(self, kinesis.stream_name or kinesis.stream_arn or "")
+    def __call__(self, source: Source) -> StreamCalls:
+        assert source.kinesis is not None, "only Kinesis fans out"
+        return StreamCalls(self, source.kinesis.stream_name or source.kinesis.stream_arn or "")
 
 
 class StreamCalls:

@@ -8,7 +8,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from streamconsumer.controller import metrics
@@ -27,6 +27,7 @@ from streamconsumer.models import StartPosition
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import StreamSource
+from streamconsumer.sources.registry import selected
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,6 +61,7 @@ async def run_consumer(
     coordinator = consumer.coordinator
     source_spec = coordinator.spec.source
     source = make_source(source_spec)
+    advice = selected(source_spec)[0].errors
     listing: Job[list[Shard]] | None = None
     probing: Job[dict[str, int | None]] | None = None
     writing: tuple[Job[None], StatusWrite] | None = None
@@ -70,12 +72,14 @@ async def run_consumer(
         if coordinator.spec.source != source_spec:  # e.g. a new endpoint URL
             source_spec = coordinator.spec.source
             source = make_source(source_spec)
+            advice = selected(source_spec)[0].errors
         # --- shard listing
         if listing is not None and listing.done():
             try:
                 loop.sync_succeeded(listing.task.result(), clock())
             except Exception as error:  # every failure is shown, none stops us
-                loop.sync_failed(_describe(error, "listing shards", listing.timeout), clock())
+                failure = _describe(error, "listing shards", listing.timeout, advice)
+                loop.sync_failed(failure, clock())
             listing = None
         if listing is None and loop.sync_due(now):
             loop.sync_started(now)
@@ -150,8 +154,14 @@ def _measure(
     return {shard_id: source.backlog(shard_id, start) for shard_id, start in probes}
 
 
-def _describe(error: BaseException, doing: str, timeout: float) -> str:
+def _describe(
+    error: BaseException, doing: str, timeout: float, advice: Mapping[str, str] | None = None
+) -> str:
+    """What failed, for Degraded and an Event; with the kind's advice on AWS's code."""
     if isinstance(error, TimeoutError):
         return f"{doing} timed out after {timeout:.0f}s"
     code, message = aws_error(error)
-    return f"{doing}: {code}: {message}" if code else f"{doing}: {error}"
+    if not code:
+        return f"{doing}: {error}"
+    hint = (advice or {}).get(code)
+    return f"{doing}: {code}: {message}" + (f" ({hint})" if hint else "")

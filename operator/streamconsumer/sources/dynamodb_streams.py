@@ -50,9 +50,10 @@ from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
 from streamconsumer.processor import Record
 from streamconsumer.sources.aws import aws_error
-from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.base import ReadResult, Settings, StreamKind
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -444,3 +445,49 @@ class DynamoDBStreamsSource:
         trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
         waiting = [s.id for s in self.list_shards() if shard_id in (*s.parents, *s.waits_for)]
         return max([1, *(self.backlog(child, trim_horizon) or 0 for child in waiting)])
+
+
+# --- the kind ------------------------------------------------------------------------------
+
+
+def source(spec: DynamoDBStreamsSpec, max_records: int = MAX_RECORDS) -> DynamoDBStreamsSource:
+    return DynamoDBStreamsSource(
+        streams_client(spec.region, spec.endpoint_url),
+        TableStream(table_name=spec.table_name, arn=spec.stream_arn),
+        max_records=max_records,
+    )
+
+
+def settings(spec: DynamoDBStreamsSpec) -> Settings:
+    return {
+        "table_name": spec.table_name,
+        "stream_arn": spec.stream_arn,
+        "region": spec.region,
+        "endpoint_url": spec.endpoint_url,
+    }
+
+
+def spec_from_settings(settings: Mapping[str, Any]) -> DynamoDBStreamsSpec:
+    return DynamoDBStreamsSpec(
+        table_name=settings.get("table_name"),
+        stream_arn=settings.get("stream_arn"),
+        region=settings.get("region"),
+        endpoint_url=settings.get("endpoint_url"),
+    )
+
+
+ERRORS = {
+    "ResourceNotFoundException": "no such table or stream, or not in this region and account",
+    "AccessDeniedException": "the operator needs dynamodb:ListStreams (with tableName), "
+    "DescribeStream, GetShardIterator and GetRecords",
+}
+
+KIND = StreamKind(
+    name="dynamodbStreams",
+    spec=DynamoDBStreamsSpec,
+    lister=source,
+    reader=lambda spec, settings: source(spec, settings.max_records),
+    settings=settings,
+    spec_from_settings=spec_from_settings,
+    errors=ERRORS,
+)

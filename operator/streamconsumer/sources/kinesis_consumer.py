@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import ClientError
 
 from streamconsumer.sources.aws import aws_error
-from streamconsumer.sources.kinesis import StreamRef
+from streamconsumer.sources.kinesis_polling import StreamRef
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

@@ -33,7 +33,7 @@ from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.sources.kinesis import (
+from streamconsumer.sources.kinesis_polling import (
     KinesisSource,
     StreamRef,
     in_the_future,
