@@ -11,6 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from streamconsumer.controller import runner
 from streamconsumer.controller.state import Coordinator, DurableState
 from streamconsumer.core import lineage
 from streamconsumer.core.lineage import SHARD_END
@@ -171,3 +172,21 @@ def test_the_sources_import_nothing_from_the_worker_or_the_operator() -> None:
         and re.search(r"^\s*(from|import) streamconsumer\.(worker|controller)", text, re.M)
     ]
     assert upward == []
+
+
+def test_a_failed_listing_says_what_the_kinds_error_means() -> None:
+    """Degraded and the Event carry AWS's code and message, and the kind's advice."""
+    denied = ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}, "ListStreams"
+    )
+    advice = registry.kind_named("dynamodbStreams").errors
+    said = runner.failure(denied, "listing shards", 10.0, advice)
+    assert said.startswith("listing shards: AccessDeniedException: not authorized (")
+    assert "dynamodb:ListStreams" in said
+    throttled = ClientError({"Error": {"Code": "Throttled", "Message": "slow"}}, "ListShards")
+    assert runner.failure(throttled, "listing shards", 10.0, advice) == (
+        "listing shards: Throttled: slow"
+    )
+    assert runner.failure(TimeoutError(), "listing shards", 10.0) == (
+        "listing shards timed out after 10s"
+    )

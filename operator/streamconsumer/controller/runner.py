@@ -78,8 +78,8 @@ async def run_consumer(
             try:
                 loop.sync_succeeded(listing.task.result(), clock())
             except Exception as error:  # every failure is shown, none stops us
-                failure = _describe(error, "listing shards", listing.timeout, advice)
-                loop.sync_failed(failure, clock())
+                said = failure(error, "listing shards", listing.timeout, advice)
+                loop.sync_failed(said, clock())
             listing = None
         if listing is None and loop.sync_due(now):
             loop.sync_started(now)
@@ -125,10 +125,10 @@ async def run_consumer(
                 writer.adopt(stale.current)
                 loop.write_stale(durable_from_status(stale.current.get("status")), clock())
             except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
-                loop.write_failed(write, _describe(error, "writing status", job.timeout), clock())
+                loop.write_failed(write, failure(error, "writing status", job.timeout), clock())
             except Exception as error:  # a bug must not stop the loop either: show it, retry
                 log.exception("%s/%s: status write failed", *labels)
-                loop.write_failed(write, _describe(error, "writing status", job.timeout), clock())
+                loop.write_failed(write, failure(error, "writing status", job.timeout), clock())
             else:
                 loop.write_succeeded(write, clock())
                 metrics.STATUS_WRITES.labels(*labels).inc()
@@ -154,7 +154,7 @@ def _measure(
     return {shard_id: source.backlog(shard_id, start) for shard_id, start in probes}
 
 
-def _describe(
+def failure(
     error: BaseException, doing: str, timeout: float, advice: Mapping[str, str] | None = None
 ) -> str:
     """What failed, for Degraded and an Event; with the kind's advice on AWS's code."""
