@@ -5,6 +5,7 @@ end-to-end tests and by `make demo`."""
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import time
 from collections import Counter
@@ -145,7 +146,14 @@ class Scenario:
             self.namespace,
             label_selector(self.name),
             self.workdir / "pods",
-            extra_env={"PYTHONPATH": str(TESTS_DIR), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
+            # tests/ first, then the caller's path: a worker imports the code under test
+            # (a checkout's operator/), not whatever streamconsumer is installed.
+            extra_env={
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")])
+                ),
+                "STREAMCONSUMER_LOG_LEVEL": "INFO",
+            },
             pod_env=lambda pod: {
                 # Worker pods share this host's ports: metrics only where a test asks.
                 "STREAMCONSUMER_METRICS_PORT": "0",
