@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, cast, runtime_checkable
 
-SHARD_END = "SHARD_END"
+from streamconsumer.core.lineage import SHARD_END as SHARD_END  # re-exported: a public name here
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from streamconsumer.core.lineage import assignable_shards
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import Source
 from streamconsumer.processor import Record
@@ -81,7 +82,7 @@ def test_shards_by_table_name_and_by_stream_arn(
     by_arn = source_for(dynamodb_local, streamARN=arn)
     shards = by_name.list_shards()
     assert shards == by_arn.list_shards()
-    assert by_name.stream.arn == arn, "the table's latest stream"
+    assert by_name.stream_of(shards[0].id) == arn, "the table's stream"
     assert len(shards) == 1  # DynamoDB Local: one shard per stream
     assert not shards[0].closed
     assert shards[0].parents == ()
@@ -188,3 +189,55 @@ def test_backlog_is_none_once_caught_up(dynamodb_local: DynamoDBLocal, table_nam
         type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=only.sequence_number
     )
     assert source.backlog(shard.id, after) is None
+
+
+def test_a_re_enabled_stream_is_read_after_the_old_streams_tail(
+    dynamodb_local: DynamoDBLocal, table_name: str
+) -> None:
+    """Changing a table's StreamViewType means disabling its stream and enabling a new
+    one. Sources made before (a running operator's lister, a worker's readers) notice
+    the new stream; the old stream's unread tail is read to its end first, then the new
+    stream: in order, nothing lost. An operator started afterwards (a failover) still
+    lists the old stream's shard, so its lease is not dropped while its tail is
+    readable."""
+    client = dynamodb_local.client
+    create_table(client, table_name)
+    lister = source_for(dynamodb_local, tableName=table_name)
+    worker = source_for(dynamodb_local, tableName=table_name)
+    worker.max_records = 1  # one record per read: a0 is read, a1 and a2 are the tail
+    for n in range(3):
+        client.put_item(TableName=table_name, Item={"pk": {"S": f"a{n}"}})
+    (old,) = lister.list_shards()
+    readers = {old.id: worker.open_reader(old.id, TRIM_HORIZON)}
+    read = [r.keys["pk"] for r in readers[old.id].read().records if r.keys]
+    assert read == ["a0"]
+
+    client.update_table(TableName=table_name, StreamSpecification={"StreamEnabled": False})
+    client.update_table(
+        TableName=table_name,
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"},
+    )
+    for n in range(2):
+        client.put_item(TableName=table_name, Item={"pk": {"S": f"b{n}"}})
+
+    failover = source_for(dynamodb_local, tableName=table_name)
+    assert old.id in {shard.id for shard in failover.list_shards()}, "the old tail is listed"
+
+    finished: set[str] = set()
+    first_seen_ready: list[str] = []
+    for _ in range(20):
+        shards = lister.list_shards()
+        ready = assignable_shards(shards, finished)
+        first_seen_ready += [shard for shard in ready if shard not in first_seen_ready]
+        for shard_id in ready:
+            reader = readers.setdefault(shard_id, worker.open_reader(shard_id, TRIM_HORIZON))
+            result = reader.read()
+            read += [r.keys["pk"] for r in result.records if r.keys]
+            if result.shard_end:
+                finished.add(shard_id)
+        if len(read) == 5:
+            break
+    new = [shard.id for shard in lister.list_shards() if shard.id != old.id]
+    assert len(new) == 1, "the new stream's shard is listed"
+    assert first_seen_ready == [old.id, *new], "the new stream waits for the old one"
+    assert read == ["a0", "a1", "a2", "b0", "b1"]

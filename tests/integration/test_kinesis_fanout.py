@@ -5,18 +5,20 @@ source (the same factory, client and initial-response tolerance)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
+from streamconsumer.controller import fanout
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult, ShardReader
-from streamconsumer.sources.factory import worker_source
 from streamconsumer.sources.kinesis import StreamRef
 from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_name
 from streamconsumer.sources.kinesis_fanout import FanOutKinesisSource, FanOutShardReader
 from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.source import worker_source
 from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records, split_shard_in_half
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
@@ -80,6 +82,40 @@ def test_registration_is_idempotent_and_deregistration_final(
         assert time.monotonic() < deadline, "the consumer was never deregistered"
         time.sleep(0.2)
     consumers.deregister(name)  # gone already: done
+
+
+def consumers_of(kinesis: KinesisEmulator, consumers: StreamConsumers) -> list[str]:
+    """The consumers registered on the stream and not being deregistered."""
+    listed = kinesis.client.list_stream_consumers(StreamARN=consumers.stream_arn())
+    return [c["ConsumerName"] for c in listed["Consumers"] if c["ConsumerStatus"] != "DELETING"]
+
+
+def test_moving_fan_out_to_another_stream_deregisters_from_the_first(
+    kinesis: KinesisEmulator, stream_name: str
+) -> None:
+    """The operator's handler for a `spec.source` edit, against the emulator: fanOut from
+    stream A to stream B leaves a consumer on B and none on A; to B again keeps it."""
+    first, second = f"{stream_name}-a", f"{stream_name}-b"
+    for stream in (first, second):
+        create_stream(kinesis.client, stream, shards=1)
+
+    def spec(stream: str) -> dict[str, object]:
+        where = {"region": REGION, "endpointURL": kinesis.endpoint_url, "consumer": "fanOut"}
+        return {"kinesis": {"streamName": stream, **where}}
+
+    name = consumer_name("team", "clicks")
+    on_first = StreamConsumers(kinesis.client, StreamRef(name=first))
+    on_second = StreamConsumers(kinesis.client, StreamRef(name=second))
+    on_first.register(name)
+    arn = asyncio.run(fanout.consumer_changed("team", "clicks", spec(first), spec(second)))
+    assert arn == on_second.consumer_arn(name)
+    deadline = time.monotonic() + 30
+    while consumers_of(kinesis, on_first):
+        assert time.monotonic() < deadline, "the first stream's consumer stayed"
+        time.sleep(0.2)
+    assert consumers_of(kinesis, on_second) == [name]
+    asyncio.run(fanout.consumer_changed("team", "clicks", spec(second), spec(second)))
+    assert on_second.consumer_arn(name) == arn, "the same stream keeps its consumer"
 
 
 def test_records_flow_across_resubscriptions_and_a_split(

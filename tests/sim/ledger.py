@@ -125,9 +125,13 @@ class Ledger:
                 raise Violation(f"{shard_id}: {worker} and {other.worker} deliver at once")
         if shard_id not in self._started:
             self._started.add(shard_id)
-            for parent in self._shard(shard_id).parents:
+            shard = self._shard(shard_id)
+            for parent in shard.parents:
                 if parent in self.stream.shards and not self._all_done(parent):
                     raise Violation(f"{shard_id} started before its parent {parent} was done")
+            for first in shard.waits_for:  # an old stream's shard, before the new stream's
+                if first in self.stream.shards and not self._all_done(first):
+                    raise Violation(f"{shard_id} started before the old stream's {first} was done")
         call = Delivery(worker, shard_id, epoch)
         self._running.setdefault(shard_id, []).append(call)
         if records:

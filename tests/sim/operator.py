@@ -292,7 +292,7 @@ class SimReplica:
     def _look(self) -> None:
         """As __main__: act on what the election says now."""
         was = self.lifecycle.phase
-        phase = self.lifecycle.observe(self.elector.leading())
+        phase = self.lifecycle.observe(self.elector.leading(), self.elector.lost())
         if phase is Phase.LEADING and was is Phase.STANDBY:
             self.operators.label = self  # LeaderLabel.claim: the Service follows it
             self.schedule(self.world.rng.uniform(0.05, 0.5), self._load)  # kopf starts
@@ -344,10 +344,12 @@ class SimReplica:
             return
         self._tick_at = None
         self._look()
-        if not self.lifecycle.leading or self.driver.deposed:
+        if not (self.lifecycle.leading and self.elector.leading()) or self.driver.deposed:
             if self.driver.deposed:
                 self.lifecycle.deposed(str(self.driver.loop.deposed))
                 self._look()
+            self.driver.stop()  # the daemon returned: kopf does not start it again
+            self.driver = self.loop = None
             return
         self.driver.tick()
         self.wake(TICK)

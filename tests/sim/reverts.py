@@ -387,3 +387,66 @@ def refused_shard_end_let_go(patch: pytest.MonkeyPatch) -> None:
         answered(self, answer, now)
 
     patch.setattr(ShardMachine, "answered", letting_go)
+
+
+def a_new_stream_starts_at_once(patch: pytest.MonkeyPatch) -> None:
+    """Issue 22.6: a DynamoDB table's new stream is read beside the old stream's tail
+    (nothing makes its first shards wait): an item's newer changes overtake its older."""
+    from streamconsumer.core import leases, lineage
+
+    assignable_shards = lineage.assignable_shards
+
+    def at_once(shards: Any, finished: Any) -> list[str]:
+        return assignable_shards([replace(s, waits_for=()) for s in shards], finished)
+
+    patch.setattr(leases, "assignable_shards", at_once)
+
+
+def terms_resume(patch: pytest.MonkeyPatch) -> None:
+    """22.2 and 22.3: the election as it was. Seeing another holder (or no Lease) clears
+    the renewal time, so `lost` is false for good; a renewal answered after the deadline
+    makes the replica lead again; a term is never over for the lifecycle."""
+    from streamconsumer.core.election import Act, Action, Election
+
+    def observe(self: Election, record: Any, now: float) -> None:
+        changed = not self._known or (record and record.version) != (
+            self._record and self._record.version
+        )
+        self._known = True
+        if changed:
+            self._record, self._observed_at = record, now
+        if self._renewed_at is not None and (record is None or record.holder != self.identity):
+            self._renewed_at = None
+
+    def swapped(self: Election, action: Any, record: Any, sent_at: float, now: float) -> None:
+        self._record, self._observed_at, self._renewed_at = record, sent_at, sent_at
+        self._term = record.transitions
+
+    def leading(self: Election, now: float) -> bool:
+        return self._renewed_at is not None and now - self._renewed_at < (
+            self.timing.renew_deadline_seconds
+        )
+
+    def lost(self: Election, now: float) -> bool:
+        return self._renewed_at is not None and not leading(self, now)
+
+    def next_action(self: Election, now: float) -> Action:
+        record = self._record
+        if record is None:
+            return Action(Act.CREATE)
+        if record.holder == self.identity:
+            if self._renewed_at is None:
+                return Action(Act.ACQUIRE, record.version, record.transitions)
+            return Action(Act.RENEW, record.version, record.transitions)
+        if not record.holder or now - self._observed_at >= record.lease_seconds:
+            return Action(Act.ACQUIRE, record.version, record.transitions + 1)
+        return Action(Act.WAIT)
+
+    for name, method in [
+        ("observe", observe),
+        ("swapped", swapped),
+        ("leading", leading),
+        ("lost", lost),
+        ("next_action", next_action),
+    ]:
+        patch.setattr(Election, name, method)

@@ -49,6 +49,7 @@ LARGE_RECORD = 200 * 1024  # over QUEUE_LIMIT as a dead letter (base64 in JSON)
 UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss", "reset"}
 PLANNED = {
     "split",
+    "restream",
     "merge",
     "scale",
     "lease",
@@ -279,6 +280,8 @@ class Simulation:
                 self.stream.split(fault.arg)
             case "merge":
                 self.stream.merge(fault.arg)
+            case "restream":
+                self.stream.replace_stream(fault.arg)
             case "retention":
                 self.stream.expire(retention=fault.seconds)
             case "scale" if self.run.autoscale:

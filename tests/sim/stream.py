@@ -1,6 +1,7 @@
 """A simulated Kinesis-like stream: shards over a hash space, puts, splits and merges
-(any number of generations), retention that trims closed shards, and the StreamSource
-the operator and the workers read it through."""
+(any number of generations), a stream replaced by a new one (DynamoDB: the table's
+stream disabled and enabled again), retention that trims closed shards, and the
+StreamSource the operator and the workers read it through."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ class SimShard:
     sequences: list[int] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     closed_at: float | None = None
+    waits_for: tuple[str, ...] = ()
 
 
 class SimStream:
@@ -45,8 +47,11 @@ class SimStream:
             high = HASH_SPACE - 1 if i == shards - 1 else (i + 1) * width - 1
             self._add((), i * width, high)
 
-    def _add(self, parents: tuple[str, ...], low: int, high: int) -> SimShard:
+    def _add(
+        self, parents: tuple[str, ...], low: int, high: int, waits_for: tuple[str, ...] = ()
+    ) -> SimShard:
         shard = SimShard(f"shardId-{next(self._ids):012d}", parents, low, high)
+        shard.waits_for = waits_for
         self.shards[shard.id] = shard
         return shard
 
@@ -98,6 +103,21 @@ class SimStream:
         self._add((first.id, adjacent.id), first.low, adjacent.high)
         return True
 
+    def replace_stream(self, pick: int) -> bool:
+        """A new stream in place of the old one, as DynamoDB makes when a table's stream
+        is disabled and enabled again: every open shard closes, and the new stream's
+        shards (1 or 2, no parents: no lineage crosses streams) wait for them."""
+        last = tuple(s.id for s in self.open_shards())
+        for shard_id in last:
+            self.shards[shard_id].closed_at = self.world.now
+        if pick % 2:
+            middle = HASH_SPACE // 2
+            self._add((), 0, middle - 1, last)
+            self._add((), middle, HASH_SPACE - 1, last)
+        else:
+            self._add((), 0, HASH_SPACE - 1, last)
+        return True
+
     def expire(self, retention: float) -> list[str]:
         """Trims closed shards that ended more than `retention` ago."""
         gone = [
@@ -113,7 +133,7 @@ class SimStream:
 
     def listing(self) -> list[Shard]:
         return [
-            Shard(s.id, s.parents, closed=s.closed_at is not None)
+            Shard(s.id, s.parents, closed=s.closed_at is not None, waits_for=s.waits_for)
             for s in sorted(self.shards.values(), key=lambda s: int(s.id[8:]))
         ]
 

@@ -52,9 +52,7 @@ def test_the_mirror_equals_the_table_through_replays(
 ) -> None:
     create_table(dynamodb_local.client, table_name)
     random_changes(dynamodb_local, table_name, 120, seed=7)
-    source = DynamoDBStreamsSource(
-        dynamodb_local.streams, TableStream(table_name, dynamodb=dynamodb_local.client)
-    )
+    source = DynamoDBStreamsSource(dynamodb_local.streams, TableStream(table_name))
     (shard,) = source.list_shards()
     reader = source.open_reader(shard.id, StartPosition(type=StartPositionType.TRIM_HORIZON))
     records: list[Record] = []

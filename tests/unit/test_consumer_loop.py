@@ -402,3 +402,104 @@ def test_a_blocked_shard_is_degraded_and_passed_over_records_are_events() -> Non
     events = loop.take_events()
     assert ("Warning", "RecordsSkipped") in [(e.type, e.reason) for e in events]
     assert any("s1: 3 records skipped by w (5..9)" in e.message for e in events)
+
+
+def test_a_new_stream_waits_for_the_old_streams_tail_and_says_so() -> None:
+    """A DynamoDB table's stream disabled and enabled again: the new stream's first
+    shard waits (not a parent) for the old stream's last one, with an Event, and starts
+    once that one is finished."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    fence = loop.write_due(0.0)  # the term's first write: nothing is decided before it
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("old")], 0.0)
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    loop.step(0.0)
+    loop.take_events()
+    loop.sync_started(1.0)
+    loop.sync_succeeded([Shard("old", closed=True), Shard("new", waits_for=("old",))], 1.0)
+    said = "a new stream's new starts once old is read to its end"
+    assert ("Normal", "StreamReplaced", said) in loop.take_events()
+    loop.step(1.0)
+    assert "new" not in coordinator.leases or coordinator.leases["new"].owner is None
+    coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id="old", epoch=1, sequence_number=SHARD_END)
+    )
+    loop.step(2.0)
+    assert coordinator.leases["new"].owner == "a"
+    assert coordinator.status_leases()["new"].parents == [], "no wire or status change"
+
+
+def test_a_hung_scale_call_stops_neither_the_engine_nor_the_status() -> None:
+    """Issue 22.5: the autoscaler's scale was awaited inline: while it hung there were no
+    expiries, grants or status writes, and when it returned the same iteration wrote
+    status after the term had ended. It is a job with a timeout now."""
+    import threading
+
+    api = FlakyApi([])
+    release = threading.Event()
+    scaling_started = threading.Event()
+    scaled: list[int] = []
+
+    def hung_scale(replicas: int) -> None:
+        scaling_started.set()
+        release.wait(10)
+        scaled.append(replicas)
+
+    async def run() -> None:
+        autoscaling = {
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            "targetLagSeconds": 1,
+            "scaleUpStabilizationSeconds": 0,
+        }
+        coordinator = Coordinator(
+            spec(autoscaling=autoscaling), DurableState(), now=time.monotonic(), created=CREATED
+        )
+        coordinator.desired_replicas = 0
+        writer = StatusWriter(api, "n", "c", holder="test")
+        writer.adopt(api.get())
+        settings = LoopSettings(shard_sync_seconds=0.1, status_interval_seconds=0.1)
+        loop = ConsumerLoop("c", coordinator, settings, lambda: 1, Autoscaler(0))
+        deadline = time.monotonic() + 3.0
+        consumer = ManagedConsumer("n", "c", loop)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            jobs = ThreadJobs(pool, consumer.wake)
+            driver = ConsumerDriver(
+                "n",
+                "c",
+                loop,
+                lambda _: HungSource(),
+                writer,
+                jobs,
+                time.monotonic,
+                lambda e: None,
+                Timeouts(scale=1.0),
+                scale=hung_scale,
+            )
+
+            async def worker() -> None:  # far behind: the autoscaler wants more workers
+                while time.monotonic() < deadline:
+                    lease = coordinator.leases.get("s0")
+                    held = []
+                    if lease is not None and lease.owner == "a":
+                        held = [
+                            {"shardId": "s0", "epoch": lease.epoch, "millisBehindLatest": 60_000}
+                        ]
+                    request = HeartbeatRequest.model_validate({"worker": "a", "held": held})
+                    coordinator.heartbeat(request, time.monotonic())
+                    if scaling_started.is_set():  # a newcomer while scaling hangs
+                        coordinator.heartbeat(HeartbeatRequest(worker="b"), time.monotonic())
+                    await asyncio.sleep(0.1)
+
+            await asyncio.gather(
+                worker(), run_consumer(consumer, driver, jobs, lambda: time.monotonic() > deadline)
+            )
+            release.set()
+
+    asyncio.run(run())
+    assert scaling_started.is_set(), "the autoscaler asked for more workers"
+    assert "b" in api.status["workers"], "the status kept being written while scaling hung"
+    assert api.status["leases"]["s0"]["owner"] == "a"

@@ -30,16 +30,15 @@ from streamconsumer.sources.dynamodb_streams import (
     DynamoDBStreamsShardReader,
     DynamoDBStreamsSource,
     NoStreamError,
+    ShardNotListed,
     TableStream,
+    stream_arns,
     streams_client,
 )
-from streamconsumer.sources.factory import (
-    make_source,
-    source_settings,
-    worker_source_spec,
-)
+from streamconsumer.sources.factory import make_source, source_settings, spec_from_settings
 from streamconsumer.sources.kinesis import KinesisSource
 from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.source import worker_source
 
 ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
@@ -192,7 +191,7 @@ def test_records_carry_event_names_keys_and_images_as_python_values() -> None:
         },
     )
     reader = DynamoDBStreamsShardReader(
-        client, TableStream(arn=ARN), S1, TRIM_HORIZON, now=lambda: NOW.timestamp() + 2.5
+        client, lambda: ARN, S1, TRIM_HORIZON, now=lambda: NOW.timestamp() + 2.5
     )
     with stubber:
         result = reader.read()
@@ -229,7 +228,7 @@ def test_a_closed_shard_ends_when_no_next_iterator_comes() -> None:
     stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
     stubber.add_response("get_records", {"Records": [], "NextShardIterator": "it-2"})
     stubber.add_response("get_records", {"Records": [change(q(101))]})
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, TRIM_HORIZON)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
     with stubber:
         empty = reader.read()
         last = reader.read()
@@ -273,7 +272,7 @@ def test_expired_iterator_resumes_after_the_last_record_read() -> None:
         },
     )
     stubber.add_response("get_records", {"Records": [change(q(103))], "NextShardIterator": "it-4"})
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, start, max_records=5000)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, start, max_records=5000)
     with stubber:
         first, second = reader.read(), reader.read()
     assert [r.sequence_number for r in first.records + second.records] == [q(101), q(102), q(103)]
@@ -306,7 +305,7 @@ def test_a_position_past_retention_resumes_at_the_trim_horizon(
         },
     )
     stubber.add_response("get_records", {"Records": [change(q(501))], "NextShardIterator": "it-4"})
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, start)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, start)
     with stubber, caplog.at_level("WARNING"):
         first, second = reader.read(), reader.read()
     assert [r.sequence_number for r in first.records + second.records] == [q(500), q(501)]
@@ -319,7 +318,7 @@ def test_a_trimmed_horizon_is_not_retried_forever() -> None:
     stubber = Stubber(client)
     for _ in range(2):  # one fresh try, then the caller pauses the shard and calls again
         stubber.add_client_error("get_shard_iterator", "TrimmedDataAccessException")
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, TRIM_HORIZON)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
     with stubber, pytest.raises(ClientError, match="TrimmedDataAccess"):
         reader.read()
     stubber.assert_no_pending_responses()
@@ -342,7 +341,7 @@ def test_other_errors_reach_the_caller_and_reading_resumes_after_them() -> None:
         },
     )
     stubber.add_response("get_records", {"Records": [change(q(102))], "NextShardIterator": "it-4"})
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, TRIM_HORIZON)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
     with stubber:
         assert [r.sequence_number for r in reader.read().records] == [q(101)]
         with pytest.raises(ClientError, match="InternalServerError"):
@@ -384,7 +383,7 @@ def test_an_at_timestamp_start_reads_from_the_trim_horizon_leaving_out_older_rec
             "NextShardIterator": "it-3",
         },
     )
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, at)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, at)
     with stubber:
         first, second = reader.read(), reader.read()
     assert first.records == []
@@ -452,43 +451,150 @@ def test_backlog_of_a_closed_shard_at_its_end_is_its_childrens() -> None:
 # --- table name -> stream -----------------------------------------------------------------
 
 
-def test_a_table_name_resolves_to_its_latest_stream_once() -> None:
-    dynamodb = stubbed("dynamodb")
-    tables = Stubber(dynamodb)
-    tables.add_response(
-        "describe_table",
-        {
-            "Table": {
-                "TableName": "orders",
-                "LatestStreamArn": ARN,
-                "StreamSpecification": {
-                    "StreamEnabled": True,
-                    "StreamViewType": "NEW_AND_OLD_IMAGES",
-                },
-            }
-        },
-        expected_params={"TableName": "orders"},
+OLD_ARN = ARN
+NEW_ARN = ARN.replace("2026-11-01T00:00:00.000", "2026-11-01T06:00:00.000")
+
+
+def streams_of_orders(*arns: str) -> dict[str, Any]:
+    """A ListStreams answer (DynamoDB lists the newest stream first)."""
+    labels = [arn.rsplit("/", 1)[1] for arn in arns]
+    streams = [
+        {"StreamArn": arn, "TableName": "orders", "StreamLabel": label}
+        for arn, label in zip(arns, labels, strict=True)
+    ]
+    return {"Streams": streams}
+
+
+def describe(arn: str, *shards: dict[str, Any]) -> dict[str, Any]:
+    status = "ENABLED" if arn == NEW_ARN else "DISABLED"
+    return {"StreamDescription": {"StreamArn": arn, "StreamStatus": status, "Shards": list(shards)}}
+
+
+def test_a_table_name_lists_every_stream_of_the_table_at_every_listing() -> None:
+    """One stream, then the stream disabled and enabled again (a new StreamViewType):
+    the next listing of the same source shows both, the old one's first; the new
+    stream's first shard waits for every last shard of the old one (a rolled-over shard
+    waits only through its child), and readers find each shard's own stream."""
+    old_a0, old_a1, old_b0 = shard_id(1, "aaaa0000"), shard_id(2, "aaaa1111"), shard_id(1, "bb00")
+    new_c0, new_c1 = shard_id(3, "cccc0000"), shard_id(4, "cccc1111")
+    client = stubbed()
+    stubber = Stubber(client)
+    by_table = {"TableName": "orders"}
+    stubber.add_response("list_streams", streams_of_orders(OLD_ARN), by_table)
+    old_open = [raw_shard(old_a0, closed=True), raw_shard(old_a1, old_a0), raw_shard(old_b0)]
+    stubber.add_response("describe_stream", describe(OLD_ARN, *old_open), {"StreamArn": OLD_ARN})
+    stubber.add_response("list_streams", streams_of_orders(NEW_ARN, OLD_ARN), by_table)
+    old_closed = [
+        raw_shard(old_a0, closed=True),
+        raw_shard(old_a1, old_a0, closed=True),
+        raw_shard(old_b0, closed=True),
+    ]
+    stubber.add_response("describe_stream", describe(OLD_ARN, *old_closed), {"StreamArn": OLD_ARN})
+    new = [raw_shard(new_c0, closed=True), raw_shard(new_c1, new_c0)]
+    stubber.add_response("describe_stream", describe(NEW_ARN, *new), {"StreamArn": NEW_ARN})
+    for shard, arn in ((old_b0, OLD_ARN), (new_c1, NEW_ARN)):
+        stubber.add_response(
+            "get_shard_iterator",
+            {"ShardIterator": f"it-{shard}"},
+            {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"},
+        )
+        stubber.add_response("get_records", {"Records": [], "NextShardIterator": "next"})
+    source = DynamoDBStreamsSource(client, TableStream(table_name="orders"))
+    with stubber:
+        before = source.list_shards()
+        listed = source.list_shards()
+        for shard in (old_b0, new_c1):
+            source.open_reader(shard, TRIM_HORIZON).read()
+    stubber.assert_no_pending_responses()
+    assert [s.id for s in before] == [old_a0, old_a1, old_b0]
+    assert [s.id for s in listed] == [old_a0, old_a1, old_b0, new_c0, new_c1]
+    by_id = {s.id: s for s in listed}
+    assert by_id[new_c0].waits_for == (old_a1, old_b0)
+    assert by_id[new_c0].parents == ()
+    assert by_id[new_c1].waits_for == (), "a child waits through its parent"
+    assert by_id[old_a0].waits_for == ()
+    assert assignable_shards(listed, set()) == [old_a0, old_b0]
+    assert assignable_shards(listed, {old_a0, old_b0}) == [old_a1]
+    assert assignable_shards(listed, {old_a0, old_a1, old_b0}) == [new_c0]
+    # A day on the old stream is gone: the new one goes on by itself.
+    assert assignable_shards([by_id[new_c0], by_id[new_c1]], set()) == [new_c0]
+
+
+def test_a_worker_finds_the_stream_of_a_shard_it_was_given() -> None:
+    """A worker's source has listed nothing: its first reader lists the table's streams
+    once and reads from the one that lists the shard; later readers know it already."""
+    old_a0, new_c0 = shard_id(1, "aaaa0000"), shard_id(3, "cccc0000")
+    client = stubbed()
+    stubber = Stubber(client)
+    stubber.add_response("list_streams", streams_of_orders(NEW_ARN, OLD_ARN))
+    stubber.add_response("describe_stream", describe(OLD_ARN, raw_shard(old_a0, closed=True)))
+    stubber.add_response("describe_stream", describe(NEW_ARN, raw_shard(new_c0)))
+    for shard, arn in ((old_a0, OLD_ARN), (new_c0, NEW_ARN)):
+        stubber.add_response(
+            "get_shard_iterator",
+            {"ShardIterator": f"it-{shard}"},
+            {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"},
+        )
+        stubber.add_response("get_records", {"Records": [], "NextShardIterator": "next"})
+    source = DynamoDBStreamsSource(client, TableStream(table_name="orders"))
+    with stubber:
+        for shard in (old_a0, new_c0):
+            source.open_reader(shard, TRIM_HORIZON).read()
+    stubber.assert_no_pending_responses()
+
+
+def test_a_shard_no_stream_lists_says_so() -> None:
+    client = stubbed()
+    stubber = Stubber(client)
+    stubber.add_response("list_streams", streams_of_orders(OLD_ARN))
+    stubber.add_response("describe_stream", describe(OLD_ARN, raw_shard(S1)))
+    source = DynamoDBStreamsSource(client, TableStream(table_name="orders"))
+    gone = shard_id(9, "99999999")
+    with stubber, pytest.raises(ShardNotListed, match="no stream of table orders lists it"):
+        source.open_reader(gone, TRIM_HORIZON).read()
+
+
+def test_a_shard_id_two_streams_list_is_refused() -> None:
+    """Shard ids carry their creation time and a random part: never seen twice. Were
+    one listed by two streams, the listing fails loudly rather than mix them up."""
+    client = stubbed()
+    stubber = Stubber(client)
+    stubber.add_response("list_streams", streams_of_orders(NEW_ARN, OLD_ARN))
+    stubber.add_response("describe_stream", describe(OLD_ARN, raw_shard(S1, closed=True)))
+    stubber.add_response("describe_stream", describe(NEW_ARN, raw_shard(S1)))
+    source = DynamoDBStreamsSource(client, TableStream(table_name="orders"))
+    with stubber, pytest.raises(ValueError, match="listed by two streams"):
+        source.list_shards()
+
+
+def test_list_streams_pages() -> None:
+    client = stubbed()
+    stubber = Stubber(client)
+    first = streams_of_orders(NEW_ARN)
+    first["LastEvaluatedStreamArn"] = NEW_ARN
+    stubber.add_response("list_streams", first, {"TableName": "orders"})
+    stubber.add_response(
+        "list_streams",
+        streams_of_orders(OLD_ARN),
+        {"TableName": "orders", "ExclusiveStartStreamArn": NEW_ARN},
     )
-    stream = TableStream(table_name="orders", dynamodb=dynamodb)
-    with tables:
-        assert stream.stream_arn() == ARN
-        assert stream.stream_arn() == ARN  # no second DescribeTable
-    tables.assert_no_pending_responses()
+    with stubber:
+        assert stream_arns(client, TableStream(table_name="orders")) == [OLD_ARN, NEW_ARN]
 
 
 def test_a_table_without_a_stream_says_so() -> None:
-    dynamodb = stubbed("dynamodb")
-    tables = Stubber(dynamodb)
-    tables.add_response("describe_table", {"Table": {"TableName": "orders"}})
-    with tables, pytest.raises(NoStreamError, match="table orders has no stream"):
-        TableStream(table_name="orders", dynamodb=dynamodb).stream_arn()
+    client = stubbed()
+    stubber = Stubber(client)
+    stubber.add_response("list_streams", {"Streams": []})
+    with stubber, pytest.raises(NoStreamError, match="table orders has no stream"):
+        DynamoDBStreamsSource(client, TableStream(table_name="orders")).list_shards()
 
 
 def test_a_stream_needs_a_table_name_or_an_arn_not_both() -> None:
     with pytest.raises(ValueError, match="not both"):
         TableStream()
     with pytest.raises(ValueError, match="not both"):
-        TableStream(table_name="orders", arn=ARN, dynamodb=stubbed("dynamodb"))
+        TableStream(table_name="orders", arn=ARN)
 
 
 # --- throttling (botocore's standard retries, over HTTP) ---------------------------------
@@ -543,13 +649,13 @@ def test_throttling_is_retried_by_botocore_then_reaches_the_caller(
 ) -> None:
     Throttling.throttles, Throttling.calls = 1, []
     client = streams_client("us-east-1", throttling_endpoint, max_attempts=3)
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, TRIM_HORIZON)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
     assert [r.sequence_number for r in reader.read().records] == [q(101)]
     assert Throttling.calls == ["GetShardIterator", "GetRecords", "GetRecords"]
 
     Throttling.throttles, Throttling.calls = 5, []
     client = streams_client("us-east-1", throttling_endpoint, max_attempts=1)
-    reader = DynamoDBStreamsShardReader(client, TableStream(arn=ARN), S1, TRIM_HORIZON)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
     with pytest.raises(ClientError, match="LimitExceeded"):
         reader.read()
 
@@ -603,13 +709,16 @@ def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.Monkey
     for name, value in config.to_env().items():  # the pod's environment, read back
         monkeypatch.setenv(name, value)
     assert WorkerConfig.from_env() == config
-    assert worker_source_spec(config) == spec.source
-    source = make_source(spec.source, max_records=10_000)
+    kind, table = spec_from_settings(config.model_dump())
+    assert kind.name == "dynamodbStreams"
+    assert table == spec.source.dynamodb_streams
+    config = config.model_copy(update={"max_records": 10_000})
+    source = worker_source(config)
     assert isinstance(source, DynamoDBStreamsSource)
     assert source.stream.table_name == "orders"
-    assert source.stream.dynamodb is not None
     assert source.client.meta.region_name == "eu-west-1"
     assert source.open_reader(S1, TRIM_HORIZON)._max_records == 1000, "GetRecords' limit"
+    assert isinstance(make_source(spec.source), DynamoDBStreamsSource)
 
     kinesis = Source.model_validate({"kinesis": {"streamName": "s", "region": "eu-west-1"}})
     assert isinstance(make_source(kinesis), KinesisSource)

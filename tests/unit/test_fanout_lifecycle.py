@@ -9,26 +9,41 @@ from typing import Any
 import pytest
 
 from streamconsumer.controller import fanout
-from streamconsumer.models.resource import KinesisSource, Source
+from streamconsumer.models.resource import Source
 
 POLLING = {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}}
 FAN_OUT = {"kinesis": {"streamName": "clicks", "region": "eu-west-1", "consumer": "fanOut"}}
+OTHER_STREAM = {"kinesis": {**FAN_OUT["kinesis"], "streamName": "views"}}
 TABLE = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
 
 
 class Calls:
+    """Registrations made, per stream; every stream answers for itself."""
+
     def __init__(self) -> None:
         self.made: list[tuple[str, str]] = []
+        self.registered: dict[str, str] = {}  # stream -> its consumer's ARN
 
-    def __call__(self, kinesis: KinesisSource) -> Calls:
-        return self
+    def __call__(self, source: Source) -> StreamCalls:
+        assert source.kinesis is not None, "only Kinesis fans out"
+        return StreamCalls(self, source.kinesis.stream_name or source.kinesis.stream_arn or "")
+
+
+class StreamCalls:
+    def __init__(self, calls: Calls, stream: str) -> None:
+        self.calls, self.stream = calls, stream
 
     def register(self, name: str) -> str:
-        self.made.append(("register", name))
-        return "arn:c"
+        self.calls.made.append(("register", name))
+        arn = self.calls.registered.setdefault(self.stream, f"arn:{self.stream}/{name}")
+        return arn
+
+    def consumer_arn(self, name: str) -> str | None:
+        return self.calls.registered.get(self.stream)
 
     def deregister(self, name: str) -> None:
-        self.made.append(("deregister", name))
+        self.calls.made.append(("deregister", name))
+        self.calls.registered.pop(self.stream, None)
 
 
 @pytest.fixture
@@ -62,6 +77,26 @@ def test_only_fan_out_registers_and_deregisters(calls: Calls) -> None:
         asyncio.run(fanout.deregister("team", "clicks", spec))
     assert calls.made == []
     spec = Source.model_validate(FAN_OUT)
-    assert asyncio.run(fanout.register("team", "clicks", spec)) == "arn:c"
+    assert asyncio.run(fanout.register("team", "clicks", spec)) == "arn:clicks/team.clicks"
     asyncio.run(fanout.deregister("team", "clicks", spec))
     assert calls.made == [("register", "team.clicks"), ("deregister", "team.clicks")]
+
+
+def test_fan_out_moving_to_another_stream_deregisters_from_the_old_one(calls: Calls) -> None:
+    """fanOut on stream A, then on stream B: registered on B, and A's consumer is gone
+    (it would count against A's limit of 20 consumers, and bill, forever)."""
+    asyncio.run(fanout.register("team", "clicks", Source.model_validate(FAN_OUT)))
+    arn = asyncio.run(fanout.consumer_changed("team", "clicks", FAN_OUT, OTHER_STREAM))
+    assert arn == "arn:views/team.clicks"
+    assert calls.registered == {"views": "arn:views/team.clicks"}
+    assert calls.made[1:] == [("register", "team.clicks"), ("deregister", "team.clicks")]
+
+
+def test_the_same_stream_under_another_spelling_keeps_its_consumer(calls: Calls) -> None:
+    """A new endpoint URL (or region spelling) may name the very stream it named before:
+    the consumer just registered is the old one, and stays."""
+    moved = {"kinesis": {**FAN_OUT["kinesis"], "endpointURL": "https://kinesis.example"}}
+    asyncio.run(fanout.register("team", "clicks", Source.model_validate(FAN_OUT)))
+    asyncio.run(fanout.consumer_changed("team", "clicks", FAN_OUT, moved))
+    assert calls.registered == {"clicks": "arn:clicks/team.clicks"}
+    assert ("deregister", "team.clicks") not in calls.made

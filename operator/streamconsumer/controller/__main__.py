@@ -31,7 +31,7 @@ from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
-from streamconsumer.controller.lifecycle import Lifecycle
+from streamconsumer.controller.lifecycle import Lifecycle, Phase
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import keep_fresh, serving_for
 from streamconsumer.core.election import Election
@@ -107,8 +107,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         if elector is None or stepped_down:
             return
         stepped_down = True
-        if elector.lost():
-            lifecycle.observe(leading=False)
+        lifecycle.observe(elector.leading(), elector.lost())
         if label is not None:
             with contextlib.suppress(Exception):  # the next leader takes it off anyway
                 await executors.run_in(executors.KUBERNETES, label.drop)
@@ -124,10 +123,10 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
                 return 0
             if label is not None:
                 await executors.run_in(executors.KUBERNETES, label.claim)
-        lifecycle.observe(leading=True)
+        lifecycle.observe(leading=True, lost=False)
         registry.leading()
         if elector is not None:
-            watch = asyncio.create_task(_stop_when(elector.until_lost(), stop))
+            watch = asyncio.create_task(_stop_when(_term_over(elector, lifecycle), stop))
         context = OperatorContext(
             config=config,
             api_client=api_client,
@@ -164,6 +163,13 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             lifecycle.reason,
         )
     return lifecycle.exit_code
+
+
+async def _term_over(elector: Elector, lifecycle: Lifecycle) -> None:
+    """Returns once the lifecycle, judging each change the election reports, has ended
+    (the simulation's replicas judge it the same way)."""
+    while lifecycle.observe(elector.leading(), elector.lost()) is not Phase.ENDED:
+        await elector.next_change()
 
 
 async def _first(*waits: Awaitable[object]) -> None:

@@ -15,11 +15,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
@@ -38,7 +37,9 @@ from streamconsumer.controller.status import (
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
 from streamconsumer.models.resource import ResetRequest, Source, StreamConsumerSpec
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import StreamSource
+from streamconsumer.sources.registry import selected
 
 log = logging.getLogger(__name__)
 SourceFactory = Callable[[Source], StreamSource]
@@ -74,6 +75,7 @@ class ConsumerDriver:
         self._make_source = make_source
         self._source_spec = self.coordinator.spec.source
         self._source = make_source(self._source_spec)
+        self._advice = selected(self._source_spec)[0].errors  # the kind's word on AWS codes
         self._writer = writer
         self._jobs = jobs
         self._clock = clock
@@ -106,6 +108,7 @@ class ConsumerDriver:
         if coordinator.spec.source != self._source_spec:  # e.g. a new endpoint URL
             self._source_spec = coordinator.spec.source
             self._source = self._make_source(self._source_spec)
+            self._advice = selected(self._source_spec)[0].errors
         if "listing" not in self._busy and loop.sync_due(now):
             loop.sync_started(now)
             self._start("listing", self._source.list_shards, self._timeouts.listing, self._listed)
@@ -160,7 +163,8 @@ class ConsumerDriver:
             shards = outcome.result()
         except Exception as error:  # every failure is shown, none stops us
             self.loop.sync_failed(
-                _describe(error, "listing shards", self._timeouts.listing), self._clock()
+                failure(error, "listing shards", self._timeouts.listing, self._advice),
+                self._clock(),
             )
         else:
             self.loop.sync_succeeded(shards, self._clock())
@@ -194,12 +198,12 @@ class ConsumerDriver:
             loop.write_stale(durable_from_status(stale.current.get("status")), now)
         except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
             loop.write_failed(
-                write, _describe(error, "writing status", self._timeouts.status_write), now
+                write, failure(error, "writing status", self._timeouts.status_write), now
             )
         except Exception as error:  # a bug must not stop the loop either: show it, retry
             log.exception("%s/%s: status write failed", self.namespace, self.name)
             loop.write_failed(
-                write, _describe(error, "writing status", self._timeouts.status_write), now
+                write, failure(error, "writing status", self._timeouts.status_write), now
             )
         else:
             loop.write_succeeded(write, now)
@@ -254,10 +258,14 @@ def _measure(
     return measured
 
 
-def _describe(error: BaseException, doing: str, timeout: float) -> str:
+def failure(
+    error: BaseException, doing: str, timeout: float, advice: Mapping[str, str] | None = None
+) -> str:
+    """What failed, for Degraded and an Event; with the kind's advice on AWS's code."""
     if isinstance(error, TimeoutError):
         return f"{doing} timed out after {timeout:.0f}s"
-    if isinstance(error, ClientError):
-        info = error.response.get("Error", {})
-        return f"{doing}: {info.get('Code', 'error')}: {info.get('Message', error)}"
-    return f"{doing}: {error}"
+    code, message = aws_error(error)
+    if not code:
+        return f"{doing}: {error}"
+    hint = (advice or {}).get(code)
+    return f"{doing}: {code}: {message}" + (f" ({hint})" if hint else "")

@@ -16,7 +16,8 @@ T = TypeVar("T")
 
 ELECTION = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="election")
 AUTH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="token-review")
-CONSUMERS = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="consumer")
+CONSUMER_THREADS = 16  # listings, probes, status writes, scaling of every consumer
+CONSUMERS = concurrent.futures.ThreadPoolExecutor(CONSUMER_THREADS, thread_name_prefix="consumer")
 KUBERNETES = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubernetes")
 
 

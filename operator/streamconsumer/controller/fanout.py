@@ -1,21 +1,36 @@
 """Enhanced fan-out's life cycle on the operator's side: a fanOut StreamConsumer has a
 stream consumer registered (ACTIVE) while it exists, and deregistered when it is deleted
-or switched back to polling. The kopf handlers in main.py call these; the Kinesis calls
-block, so they run in a thread."""
+or switched back to polling. The kopf handlers in main.py call these; the registration
+calls block, so they run in a thread. Which kinds fan out, and how, the kinds' table
+says (`sources/registry.py`)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from streamconsumer.controller import executors
-from streamconsumer.models.resource import KinesisConsumer, Source
-from streamconsumer.sources.factory import stream_consumers
-from streamconsumer.sources.kinesis_consumer import consumer_name
+from streamconsumer.models.resource import Source
+from streamconsumer.sources.base import ConsumerRegistration
+from streamconsumer.sources.registry import selected
 
 
 def uses_fan_out(source: Source) -> bool:
-    kinesis = source.kinesis
-    return kinesis is not None and kinesis.consumer is KinesisConsumer.FAN_OUT
+    kind, spec = selected(source)
+    return kind.fan_out is not None and kind.fan_out.uses(spec)
+
+
+def stream_consumers(source: Source) -> ConsumerRegistration:
+    """Registration of the consumers of a fanOut source's stream."""
+    kind, spec = selected(source)
+    assert kind.fan_out is not None, "only fanOut sources register"
+    return kind.fan_out.registration(spec)
+
+
+def consumer_name(namespace: str, name: str, source: Source) -> str:
+    kind, _ = selected(source)
+    assert kind.fan_out is not None, "only fanOut sources register"
+    return kind.fan_out.consumer_name(namespace, name)
 
 
 async def register(namespace: str, name: str, source: Source) -> str | None:
@@ -23,10 +38,10 @@ async def register(namespace: str, name: str, source: Source) -> str | None:
     for any other source."""
     if not uses_fan_out(source):
         return None
-    assert source.kinesis is not None, "uses_fan_out checked it"
-    consumers = stream_consumers(source.kinesis)
+    consumers = stream_consumers(source)
     return await executors.run_in(
-        executors.CONSUMERS, lambda: consumers.register(consumer_name(namespace, name))
+        executors.CONSUMERS,
+        functools.partial(consumers.register, consumer_name(namespace, name, source)),
     )
 
 
@@ -34,20 +49,40 @@ async def deregister(namespace: str, name: str, source: Source) -> None:
     """Deregisters the consumer a fanOut spec registered (gone already is fine)."""
     if not uses_fan_out(source):
         return
-    assert source.kinesis is not None, "uses_fan_out checked it"
-    consumers = stream_consumers(source.kinesis)
+    consumers = stream_consumers(source)
     await executors.run_in(
-        executors.CONSUMERS, lambda: consumers.deregister(consumer_name(namespace, name))
+        executors.CONSUMERS,
+        functools.partial(consumers.deregister, consumer_name(namespace, name, source)),
     )
 
 
 async def consumer_changed(
     namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]
 ) -> str | None:
-    """`spec.source` went from `old` to `new`: register for fanOut, deregister leaving it."""
+    """`spec.source` went from `old` to `new`: register for fanOut, deregister leaving it
+    (or leaving its stream for another one)."""
     before = Source.model_validate(old)
     after = Source.model_validate(new)
-    if uses_fan_out(after):
-        return await register(namespace, name, after)
-    await deregister(namespace, name, before)
-    return None
+    if not uses_fan_out(after):
+        await deregister(namespace, name, before)
+        return None
+    arn = await register(namespace, name, after)
+    if uses_fan_out(before):
+        await _deregister_unless(namespace, name, before, keep=arn)
+    return arn
+
+
+async def _deregister_unless(namespace: str, name: str, source: Source, keep: str | None) -> None:
+    """Deregisters the consumer `source` names unless it is `keep`: a changed endpoint
+    or spelling (name for ARN) may still name the stream registered on just now, and
+    only the consumers' ARNs tell. The new one is registered first, so the workers'
+    subscriptions move on while the old one goes."""
+    consumers = stream_consumers(source)
+    consumer = consumer_name(namespace, name, source)
+    old = await executors.run_in(
+        executors.CONSUMERS, functools.partial(consumers.consumer_arn, consumer)
+    )
+    if old is not None and old != keep:
+        await executors.run_in(
+            executors.CONSUMERS, functools.partial(consumers.deregister, consumer)
+        )

@@ -225,7 +225,7 @@ class Elector:
     ) -> None:
         self._lock = lock
         self._clock = clock
-        self._changed = asyncio.Event()  # for until_leading / until_lost
+        self._changed = asyncio.Event()  # for until_leading / next_change
         self._woken = asyncio.Event()  # for run
         self._resigning = False
         jobs = ThreadJobs(executors.ELECTION, self._notify)
@@ -249,13 +249,10 @@ class Elector:
 
     async def until_leading(self) -> None:
         while not self.leading():
-            await self._next_change()
+            await self.next_change()
 
-    async def until_lost(self) -> None:
-        while not self.lost():
-            await self._next_change()
-
-    async def _next_change(self) -> None:
+    async def next_change(self) -> None:
+        """Returns after the next round (or the end of the campaign)."""
         self._changed.clear()
         await self._changed.wait()
 
@@ -267,7 +264,7 @@ class Elector:
                 self._woken.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._woken.wait(), self.driver.until_due())
-            self._notify()  # wake until_lost
+            self._notify()  # wake next_change
         finally:
             self._jobs.cancel()
 

@@ -31,11 +31,11 @@ class Lifecycle:
         """May consumers run and the worker API answer from them?"""
         return self.phase is Phase.LEADING
 
-    def observe(self, leading: bool) -> Phase:
-        """The election's view now; returns the phase after it."""
+    def observe(self, leading: bool, lost: bool) -> Phase:
+        """The election's view now (`lost`: we led and lead no more); returns the phase."""
         if self.phase is Phase.STANDBY and leading:
             self.phase = Phase.LEADING
-        elif self.phase is Phase.LEADING and not leading:
+        elif self.phase is Phase.LEADING and lost:
             self._end("the term is over", 1)
         return self.phase
 

@@ -164,6 +164,12 @@ class ConsumerLoop:
             self.events.append(
                 Event("Normal", "Resharded", f"new shards: {', '.join(changes.new)}")
             )
+        if waiting := [s for s in shards if s.waits_for and s.id in changes.new]:
+            first = sorted({shard_id for shard in waiting for shard_id in shard.waits_for})
+            end = "is read to its end" if len(first) == 1 else "are read to their end"
+            new, old = ", ".join(s.id for s in waiting), ", ".join(first)
+            message = f"a new stream's {new} starts once {old} {end}"
+            self.events.append(Event("Normal", "StreamReplaced", message))
         for shard_id in changes.expired_unfinished:
             self.events.append(
                 Event(

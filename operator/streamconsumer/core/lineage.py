@@ -10,30 +10,42 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 SHARD_END = "SHARD_END"
+"""The checkpoint of a closed shard whose every record has been processed (the one
+definition: models.api and processor re-export it)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Shard:
     """A shard as the stream lists it: its parents (one after a split, two after a merge;
-    the second is Kinesis' AdjacentParentShardId) and whether it is closed."""
+    the second is Kinesis' AdjacentParentShardId) and whether it is closed.
+
+    `waits_for`: shards that must be finished first without being parents, so no wire
+    message or status lease carries them. A DynamoDB table whose stream was disabled and
+    enabled again has a new stream sharing no lineage with the old one: the new
+    stream's first shards wait for every last shard of the old one (any number of them;
+    parents are at most two)."""
 
     id: str
     parents: tuple[str, ...] = ()
     closed: bool = False
     hash_range: tuple[int, int] | None = None
     sequence_range: tuple[str, str | None] | None = None  # (starting, ending if closed)
+    waits_for: tuple[str, ...] = ()
 
 
 def assignable_shards(shards: Iterable[Shard], finished: Collection[str]) -> list[str]:
     """Shards that a worker may start now, in listing order: not finished themselves, and
-    every parent finished or gone from the stream (trimmed past retention)."""
+    every parent (and every shard it waits for) finished or gone from the stream
+    (trimmed past retention)."""
     shards = list(shards)
     listed = {shard.id for shard in shards}
     return [
         shard.id
         for shard in shards
         if shard.id not in finished
-        and all(parent not in listed or parent in finished for parent in shard.parents)
+        and all(
+            first not in listed or first in finished for first in (*shard.parents, *shard.waits_for)
+        )
     ]
 
 

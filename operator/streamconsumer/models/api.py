@@ -25,11 +25,9 @@ from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
+from streamconsumer.core.lineage import SHARD_END as SHARD_END  # re-exported: a public name here
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
-
-SHARD_END = "SHARD_END"
-"""The checkpoint of a closed shard whose every record has been processed."""
 
 WIRE_VERSION = 2
 """This release's wire. 2: unknown fields ignored, bounded numbers, the version header."""

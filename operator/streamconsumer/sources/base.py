@@ -1,9 +1,14 @@
-"""What every stream source provides: its shards with lineage, and a reader per shard."""
+"""What every stream source provides: its shards with lineage, and a reader per shard;
+and what a kind of stream declares to be one (`StreamKind`, registered in
+`sources/registry.py`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
@@ -48,3 +53,66 @@ class StreamSource(Protocol):
         """Milliseconds behind the tip for a reader starting at `start`; None if caught up.
         A closed shard at its end reports its children's backlog (at least 1 ms)."""
         ...
+
+
+# --- a kind of stream ------------------------------------------------------------------
+
+Spec = TypeVar("Spec", bound=BaseModel)
+
+Settings = dict[str, str | None]
+"""A kind's part of the worker's environment: WorkerConfig field -> value."""
+
+
+@dataclass(frozen=True)
+class ReaderSettings:
+    """What a worker's source needs beyond the spec: its batch limit, and the consumer
+    resource it reads for (a kind that subscribes names its subscription after it)."""
+
+    max_records: int = 1000
+    namespace: str | None = None
+    consumer: str | None = None
+    resubscribe_seconds: float | None = None  # None: the kind's own period
+
+
+class ConsumerRegistration(Protocol):
+    """A stream consumer registered with the stream (Kinesis enhanced fan-out)."""
+
+    def register(self, name: str) -> str:
+        """Registers `name` (idempotent), waits until it is usable; its ARN."""
+        ...
+
+    def consumer_arn(self, name: str) -> str | None:
+        """The ARN of `name` on this stream; None if it (or the stream) is gone."""
+        ...
+
+    def deregister(self, name: str) -> None:
+        """Deregisters `name`; done if it is gone already."""
+        ...
+
+
+@dataclass(frozen=True)
+class FanOutSupport(Generic[Spec]):
+    """A kind whose readers may subscribe through a registered consumer: whether a spec
+    asks for it (cheap: the operator's handlers filter on it), the registration
+    (for the operator), and the consumer's name for a resource."""
+
+    uses: Callable[[Spec], bool]
+    registration: Callable[[Spec], ConsumerRegistration]
+    consumer_name: Callable[[str, str], str]  # (namespace, name) -> the consumer's name
+
+
+@dataclass(frozen=True)
+class StreamKind(Generic[Spec]):
+    """One kind of stream: its field in `spec.source` (camelCase, also the worker's
+    `source` setting), its spec model, the operator's lister (shards, backlog), the
+    worker's reader, how its spec travels in the worker's environment, fan-out support,
+    and what its AWS errors mean (Degraded and Events say it with the error)."""
+
+    name: str
+    spec: type[Spec]
+    lister: Callable[[Spec], StreamSource]
+    reader: Callable[[Spec, ReaderSettings], StreamSource]
+    settings: Callable[[Spec], Settings]
+    spec_from_settings: Callable[[Mapping[str, Any]], Spec]
+    fan_out: FanOutSupport[Spec] | None = None
+    errors: Mapping[str, str] = field(default_factory=dict)  # AWS error code -> advice

@@ -16,6 +16,11 @@ What differs from Kinesis, and how it is handled here:
   that minute (`not_before`): ApproximateCreationDateTime is rounded down (to the second
   by the service, to the minute by DynamoDB Local), so a record is left out only when
   it is surely older; a few older ones may come too (at-least-once, never a loss).
+- A table may have two streams (or more) at once: disabling a stream and enabling
+  one (the only way to change its StreamViewType) makes a new stream; the old one stays
+  readable for 24 hours. Every listing asks ListStreams again and lists them all, the
+  new stream's first shards waiting for the old stream's last ones (see
+  `DynamoDBStreamsSource`).
 - Records carry the event name (INSERT / MODIFY / REMOVE), the item's keys and its new
   and old images (as the stream's view type provides them), turned into Python values
   by boto3's TypeDeserializer; `data` keeps the raw record as JSON.
@@ -28,11 +33,13 @@ warning: those records are gone for every reader."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -43,11 +50,12 @@ from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
 from streamconsumer.processor import Record
-from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.base import ReadResult, Settings, StreamKind
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
     from mypy_boto3_dynamodbstreams.type_defs import RecordTypeDef, ShardTypeDef
 
@@ -60,10 +68,6 @@ TRIMMED = "TrimmedDataAccessException"
 
 _deserializer = TypeDeserializer()
 log = logging.getLogger(__name__)
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _client_settings(
@@ -90,50 +94,55 @@ def streams_client(
     return boto3.client("dynamodbstreams", **settings)
 
 
-def dynamodb_client(
-    region: str | None = None,
-    endpoint_url: str | None = None,
-    max_attempts: int = 5,
-    read_timeout: float = 10.0,
-) -> DynamoDBClient:
-    """For DescribeTable only (a table name to its latest stream)."""
-    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
-    return boto3.client("dynamodb", **settings)
-
-
 class NoStreamError(RuntimeError):
-    """The table has no stream enabled."""
+    """The table has no stream (none enabled within the last 24 hours)."""
 
 
-@dataclass
+class ShardNotListed(LookupError):
+    """No stream of the table lists the shard (any more)."""
+
+
+@dataclass(frozen=True)
 class TableStream:
-    """A stream by table name (resolved to the table's latest stream once, then kept) or
-    by stream ARN."""
+    """A table's streams by table name (every stream DynamoDB still keeps for it: a
+    disabled one stays readable for 24 hours beside the one enabled after it), or one
+    stream by ARN."""
 
     table_name: str | None = None
     arn: str | None = None
-    dynamodb: DynamoDBClient | None = None
 
     def __post_init__(self) -> None:
         if (self.table_name is None) == (self.arn is None):
             raise ValueError("give a table name or a stream ARN, not both")
-        if self.arn is None and self.dynamodb is None:
-            raise ValueError("a table name needs a DynamoDB client to find its stream")
 
-    def stream_arn(self) -> str:
-        if self.arn is None:
-            assert self.dynamodb is not None
-            assert self.table_name is not None
-            table = self.dynamodb.describe_table(TableName=self.table_name)["Table"]
-            arn = table.get("LatestStreamArn")
-            enabled = table.get("StreamSpecification", {}).get("StreamEnabled", False)
-            if not arn or not enabled:
-                raise NoStreamError(
-                    f"table {self.table_name} has no stream: enable one "
-                    "(StreamSpecification, StreamViewType NEW_AND_OLD_IMAGES)"
-                )
-            self.arn = arn
-        return self.arn
+
+def stream_arns(client: DynamoDBStreamsClient, stream: TableStream) -> list[str]:
+    """The stream ARNs to read, oldest first: ListStreams for a table name (one call,
+    asked anew at every listing, so a stream enabled since is noticed), else the ARN."""
+    if stream.arn is not None:
+        return [stream.arn]
+    assert stream.table_name is not None
+    found: list[tuple[str, str]] = []  # (label: the creation time, ISO 8601; ARN)
+    params: dict[str, Any] = {"TableName": stream.table_name}
+    while True:
+        page = client.list_streams(**params)
+        found += [(s.get("StreamLabel", ""), s["StreamArn"]) for s in page.get("Streams", [])]
+        last = page.get("LastEvaluatedStreamArn")
+        if not last:
+            break
+        params["ExclusiveStartStreamArn"] = last
+    if not found:
+        raise NoStreamError(
+            f"table {stream.table_name} has no stream: enable one "
+            "(StreamSpecification, StreamViewType NEW_AND_OLD_IMAGES)"
+        )
+    return [arn for _, arn in sorted(found)]
+
+
+def last_shards(shards: list[Shard]) -> tuple[str, ...]:
+    """A stream's shards that no other shard of it names as parent (its newest)."""
+    parents = {parent for shard in shards for parent in shard.parents}
+    return tuple(shard.id for shard in shards if shard.id not in parents)
 
 
 def to_shard(raw: ShardTypeDef) -> Shard:
@@ -243,7 +252,7 @@ class DynamoDBStreamsShardReader:
     def __init__(
         self,
         client: DynamoDBStreamsClient,
-        stream: TableStream,
+        stream_arn: Callable[[], str],
         shard_id: str,
         start: StartPosition,
         max_records: int = MAX_RECORDS,
@@ -251,7 +260,8 @@ class DynamoDBStreamsShardReader:
     ) -> None:
         self.shard_id = shard_id
         self._client = client
-        self._stream = stream
+        self._stream_arn = stream_arn  # asked once, at the first iterator
+        self._arn: str | None = None
         self._start = start
         self._max_records = min(max_records, MAX_RECORDS)
         self._now = now
@@ -266,11 +276,13 @@ class DynamoDBStreamsShardReader:
             position = StartPosition(
                 type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
             )
-        arn = self._stream.stream_arn()
+        if self._arn is None:
+            self._arn = self._stream_arn()
+        arn = self._arn
         try:
             return shard_iterator(self._client, arn, self.shard_id, position)
         except ClientError as error:
-            if _code(error) != TRIMMED or position.type is StartPositionType.TRIM_HORIZON:
+            if aws_error(error).code != TRIMMED or position.type is StartPositionType.TRIM_HORIZON:
                 raise
         # The records after our position left the stream (24-hour retention): nobody can
         # read them any more. Go on from the oldest record still there, loudly (Kinesis
@@ -301,7 +313,7 @@ class DynamoDBStreamsShardReader:
                 self._iterator = None  # the next try starts from a fresh iterator
                 renewals += 1
                 # Expired (15 minutes) or trimmed under our iterator: a new one, once.
-                if _code(error) not in (EXPIRED, TRIMMED) or renewals > 1:
+                if aws_error(error).code not in (EXPIRED, TRIMMED) or renewals > 1:
                     raise
         records = list(user_records(response.get("Records", [])))
         if records:
@@ -326,6 +338,15 @@ class DynamoDBStreamsShardReader:
 
 
 class DynamoDBStreamsSource:
+    """Shards of every stream of a table, the older streams' first. A table's stream
+    disabled and enabled again (to change its StreamViewType) is a new stream with new
+    shard ids; the old one stays readable for 24 hours. The new stream's first shards
+    wait for the old stream's last ones (`Shard.waits_for`), so parents-first ordering
+    reads the old tail to its end before the new stream starts, and an operator started
+    meanwhile still lists the old shards (their leases are not dropped as expired).
+    Shard ids name the shard across streams (a creation time in milliseconds and a
+    random part); the listing refuses a shard id that two streams list."""
+
     def __init__(
         self,
         client: DynamoDBStreamsClient,
@@ -337,11 +358,29 @@ class DynamoDBStreamsSource:
         self.stream = stream
         self.max_records = max_records
         self._now = now
+        self._stream_of: dict[str, str] = {}  # shard id -> its stream's ARN (last listing)
+        self._relisting = threading.Lock()
 
     def list_shards(self, page_size: int | None = None) -> list[Shard]:
-        """Every shard DescribeStream lists (open and closed, within the 24 h retention),
-        page after page."""
-        arn = self.stream.stream_arn()
+        """Every shard DescribeStream lists for each stream (open and closed, within the
+        24 h retention), page after page."""
+        shards: list[Shard] = []
+        stream_of: dict[str, str] = {}
+        before: tuple[str, ...] = ()  # the previous stream's last shards
+        for arn in stream_arns(self.client, self.stream):
+            listed = self._described(arn, page_size)
+            for shard in listed:
+                if shard.id in stream_of:
+                    raise ValueError(
+                        f"shard {shard.id} is listed by two streams: {stream_of[shard.id]}, {arn}"
+                    )
+                stream_of[shard.id] = arn
+            shards += [s if s.parents else replace(s, waits_for=before) for s in listed]
+            before = last_shards(listed) or before
+        self._stream_of = stream_of
+        return shards
+
+    def _described(self, arn: str, page_size: int | None) -> list[Shard]:
         shards: list[Shard] = []
         params: dict[str, Any] = {"StreamArn": arn}
         if page_size:
@@ -354,18 +393,40 @@ class DynamoDBStreamsSource:
                 return shards
             params["ExclusiveStartShardId"] = last
 
+    def stream_of(self, shard_id: str) -> str:
+        """The ARN of the stream that lists `shard_id`: from the last listing, or from a
+        new one (a worker's first reader, or a shard of a stream enabled since)."""
+        if self.stream.arn is not None:
+            return self.stream.arn
+        with self._relisting:  # readers starting together list once
+            if shard_id not in self._stream_of:
+                self.list_shards()
+        arn = self._stream_of.get(shard_id)
+        if arn is None:
+            raise ShardNotListed(
+                f"{shard_id}: no stream of table {self.stream.table_name} lists it "
+                "(past the 24-hour retention?)"
+            )
+        return arn
+
     def open_reader(self, shard_id: str, start: StartPosition) -> DynamoDBStreamsShardReader:
         return DynamoDBStreamsShardReader(
-            self.client, self.stream, shard_id, start, self.max_records, self._now
+            self.client,
+            functools.partial(self.stream_of, shard_id),
+            shard_id,
+            start,
+            self.max_records,
+            self._now,
         )
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         """Milliseconds behind for a reader starting at `start`, None when nothing waits.
         Reads at most one record, through at most PROBE_PAGES pages (an open shard may
         answer empty pages before its records). A closed shard at its end still needs a
-        worker to finish it: at least 1 ms, or its children's backlog (DynamoDB Streams
-        gives no ChildShards: they are the listed shards naming it as parent)."""
-        arn = self.stream.stream_arn()
+        worker to finish it: at least 1 ms, or the backlog of the shards waiting for it
+        (DynamoDB Streams gives no ChildShards: they are the listed shards naming it as
+        parent, and a newer stream's first shards)."""
+        arn = self.stream_of(shard_id)
         iterator: str | None = shard_iterator(self.client, arn, shard_id, from_position(start))
         earliest = not_before(start)
         for _ in range(PROBE_PAGES):
@@ -382,5 +443,51 @@ class DynamoDBStreamsSource:
         if iterator is not None:
             return None  # open, and nothing found within the probe
         trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
-        children = [s.id for s in self.list_shards() if shard_id in s.parents]
-        return max([1, *(self.backlog(child, trim_horizon) or 0 for child in children)])
+        waiting = [s.id for s in self.list_shards() if shard_id in (*s.parents, *s.waits_for)]
+        return max([1, *(self.backlog(child, trim_horizon) or 0 for child in waiting)])
+
+
+# --- the kind ------------------------------------------------------------------------------
+
+
+def source(spec: DynamoDBStreamsSpec, max_records: int = MAX_RECORDS) -> DynamoDBStreamsSource:
+    return DynamoDBStreamsSource(
+        streams_client(spec.region, spec.endpoint_url),
+        TableStream(table_name=spec.table_name, arn=spec.stream_arn),
+        max_records=max_records,
+    )
+
+
+def settings(spec: DynamoDBStreamsSpec) -> Settings:
+    return {
+        "table_name": spec.table_name,
+        "stream_arn": spec.stream_arn,
+        "region": spec.region,
+        "endpoint_url": spec.endpoint_url,
+    }
+
+
+def spec_from_settings(settings: Mapping[str, Any]) -> DynamoDBStreamsSpec:
+    return DynamoDBStreamsSpec(
+        table_name=settings.get("table_name"),
+        stream_arn=settings.get("stream_arn"),
+        region=settings.get("region"),
+        endpoint_url=settings.get("endpoint_url"),
+    )
+
+
+ERRORS = {
+    "ResourceNotFoundException": "no such table or stream, or not in this region and account",
+    "AccessDeniedException": "the operator needs dynamodb:ListStreams (with tableName), "
+    "DescribeStream, GetShardIterator and GetRecords",
+}
+
+KIND = StreamKind(
+    name="dynamodbStreams",
+    spec=DynamoDBStreamsSpec,
+    lister=source,
+    reader=lambda spec, settings: source(spec, settings.max_records),
+    settings=settings,
+    spec_from_settings=spec_from_settings,
+    errors=ERRORS,
+)

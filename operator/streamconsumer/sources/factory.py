@@ -1,110 +1,37 @@
-"""The one place that turns `spec.source` into a StreamSource, for the operator (shard
-listing, backlog probes) and the worker (readers) alike."""
+"""`spec.source` to a StreamSource and back, through the kinds' table
+(`sources/registry.py`): the operator's lister (shards, backlog probes), the worker's
+readers, and the worker environment that names the source."""
 
 from __future__ import annotations
 
-from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
-from streamconsumer.models.resource import KinesisConsumer, Source
-from streamconsumer.models.resource import KinesisSource as KinesisSpec
-from streamconsumer.sources.base import StreamSource
-from streamconsumer.sources.dynamodb_streams import (
-    DynamoDBStreamsSource,
-    TableStream,
-    dynamodb_client,
-    streams_client,
-)
-from streamconsumer.sources.initial_response import tolerate_missing_initial_response
-from streamconsumer.sources.kinesis import KinesisSource, StreamRef, kinesis_client
-from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_name
-from streamconsumer.sources.kinesis_fanout import FanOutKinesisSource
-from streamconsumer.worker.config import WorkerConfig
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from streamconsumer.sources.base import ReaderSettings, Settings, StreamKind, StreamSource
+from streamconsumer.sources.registry import kind_named, selected
 
 
-def make_source(source: Source, max_records: int = 1000) -> StreamSource:
-    if source.kinesis is not None:
-        kinesis = source.kinesis
-        return KinesisSource(
-            kinesis_client(kinesis.region, kinesis.endpoint_url),
-            StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
-            max_records=max_records,
-        )
-    table = source.dynamodb_streams
-    assert table is not None, "Source validates that one is set"
-    return DynamoDBStreamsSource(
-        streams_client(table.region, table.endpoint_url),
-        TableStream(
-            table_name=table.table_name,
-            arn=table.stream_arn,
-            dynamodb=dynamodb_client(table.region, table.endpoint_url)
-            if table.table_name
-            else None,
-        ),
-        max_records=max_records,
-    )
+def make_source(source: BaseModel) -> StreamSource:
+    """The operator's view of the stream: shards with lineage, backlog probes."""
+    kind, spec = selected(source)
+    return kind.lister(spec)
 
 
-def source_settings(source: Source) -> dict[str, str | None]:
+def reader_source(source: BaseModel, settings: ReaderSettings) -> StreamSource:
+    """A worker's view of the stream: readers (subscribing ones where the spec says)."""
+    kind, spec = selected(source)
+    return kind.reader(spec, settings)
+
+
+def source_settings(source: BaseModel) -> Settings:
     """The worker's environment settings (WorkerConfig fields) that name the source."""
-    if source.kinesis is not None:
-        kinesis = source.kinesis
-        return {
-            "source": "kinesis",
-            "stream_name": kinesis.stream_name,
-            "stream_arn": kinesis.stream_arn,
-            "region": kinesis.region,
-            "endpoint_url": kinesis.endpoint_url,
-            "kinesis_consumer": kinesis.consumer.value,
-        }
-    table = source.dynamodb_streams
-    assert table is not None, "Source validates that one is set"
-    return {
-        "source": "dynamodbStreams",
-        "table_name": table.table_name,
-        "stream_arn": table.stream_arn,
-        "region": table.region,
-        "endpoint_url": table.endpoint_url,
-    }
+    kind, spec = selected(source)
+    return {"source": kind.name, **kind.settings(spec)}
 
 
-def worker_source_spec(config: WorkerConfig) -> Source:
-    """The inverse of `source_settings`: the source a worker was configured with."""
-    if config.source == "dynamodbStreams":
-        return Source(
-            dynamodb_streams=DynamoDBStreamsSpec(
-                table_name=config.table_name,
-                stream_arn=config.stream_arn,
-                region=config.region,
-                endpoint_url=config.endpoint_url,
-            )
-        )
-    return Source(
-        kinesis=KinesisSpec(
-            stream_name=config.stream_name,
-            stream_arn=config.stream_arn,
-            region=config.region,
-            endpoint_url=config.endpoint_url,
-            consumer=config.kinesis_consumer,
-        )
-    )
-
-
-def worker_source(config: WorkerConfig) -> StreamSource:
-    """The source a worker reads: readers that subscribe for a fanOut Kinesis consumer."""
-    spec = worker_source_spec(config)
-    source = make_source(spec, max_records=config.max_records)
-    if spec.kinesis is None or spec.kinesis.consumer is not KinesisConsumer.FAN_OUT:
-        return source
-    assert isinstance(source, KinesisSource)
-    # SubscribeToShard holds its connection open: reads wait for events, not replies.
-    tolerate_missing_initial_response(source.client)
-    return FanOutKinesisSource(
-        source, consumer_name(config.namespace, config.consumer), config.resubscribe_seconds
-    )
-
-
-def stream_consumers(kinesis: KinesisSpec) -> StreamConsumers:
-    """Registration of the stream's consumers, for the operator."""
-    return StreamConsumers(
-        kinesis_client(kinesis.region, kinesis.endpoint_url),
-        StreamRef(name=kinesis.stream_name, arn=kinesis.stream_arn),
-    )
+def spec_from_settings(settings: Mapping[str, Any]) -> tuple[StreamKind[Any], BaseModel]:
+    """The inverse of `source_settings`: the kind and its spec, from a worker's settings."""
+    kind = kind_named(str(settings.get("source")))
+    return kind, kind.spec_from_settings(settings)

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
-from streamconsumer.sources.kinesis import StreamRef
+from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.kinesis_polling import StreamRef
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -31,10 +32,6 @@ def consumer_name(namespace: str, name: str) -> str:
         return full
     digest = hashlib.sha256(full.encode()).hexdigest()[:16]
     return f"{full[: NAME_LIMIT - len(digest) - 1]}-{digest}"
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 class StreamConsumers:
@@ -65,7 +62,7 @@ class StreamConsumers:
             self._client.register_stream_consumer(StreamARN=stream_arn, ConsumerName=name)
             log.info("stream consumer %s registered", name)
         except ClientError as error:
-            if _code(error) != "ResourceInUseException":  # it exists: ours, from before
+            if aws_error(error).code != "ResourceInUseException":  # it exists: ours, from before
                 raise
         deadline = self._clock() + timeout
         while True:
@@ -80,11 +77,23 @@ class StreamConsumers:
                 raise TimeoutError(f"stream consumer {name} not ACTIVE after {timeout:.0f} s")
             self._sleep(POLL_SECONDS)
 
+    def consumer_arn(self, name: str) -> str | None:
+        """The ARN of the consumer `name` on this stream; None if it (or the stream) is
+        gone."""
+        try:
+            return self._client.describe_stream_consumer(
+                StreamARN=self.stream_arn(), ConsumerName=name
+            )["ConsumerDescription"]["ConsumerARN"]
+        except ClientError as error:
+            if aws_error(error).code != "ResourceNotFoundException":
+                raise
+        return None
+
     def deregister(self, name: str) -> None:
         """Deregisters `name`; done if it (or the stream) is already gone."""
         try:
             self._client.deregister_stream_consumer(StreamARN=self.stream_arn(), ConsumerName=name)
             log.info("stream consumer %s deregistered", name)
         except ClientError as error:
-            if _code(error) != "ResourceNotFoundException":
+            if aws_error(error).code != "ResourceNotFoundException":
                 raise

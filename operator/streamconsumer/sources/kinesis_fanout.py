@@ -31,8 +31,9 @@ from botocore.exceptions import ClientError
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.sources.kinesis import (
+from streamconsumer.sources.kinesis_polling import (
     KinesisSource,
     StreamRef,
     in_the_future,
@@ -88,7 +89,7 @@ def resubscribe_due(subscribed_at: float, now: float, interval: float) -> bool:
 
 def retried(error: ClientError) -> bool:
     """Errors that go away by waiting: another subscription still open, or limits."""
-    return error.response.get("Error", {}).get("Code") in RETRIED_CODES
+    return aws_error(error).code in RETRIED_CODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +162,7 @@ class Pump:
                     outcome = self._subscription()
                 except ClientError as error:
                     if not retried(error):
-                        if error.response.get("Error", {}).get("Code") == NOT_FOUND:
+                        if aws_error(error).code == NOT_FOUND:
                             self.forget_arn()
                         raise
                     log.info("%s: subscription waits: %s", self.shard_id, error)

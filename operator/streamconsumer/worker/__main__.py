@@ -10,11 +10,11 @@ import sys
 
 from streamconsumer.deadletter import writer_for
 from streamconsumer.processor import load_processor, warm_up
-from streamconsumer.sources.factory import worker_source
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import EXIT_CALL_STUCK, Worker
+from streamconsumer.worker.source import worker_source
 
 
 def main() -> None:

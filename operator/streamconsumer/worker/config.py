@@ -3,14 +3,12 @@ operator writes. One model names them for both sides."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.resource import KinesisConsumer
-from streamconsumer.sources.kinesis_fanout import RESUBSCRIBE_SECONDS
+from streamconsumer.sources.registry import kind_named
 
 PREFIX = "STREAMCONSUMER_"
 
@@ -27,14 +25,17 @@ class WorkerConfig(BaseSettings):
     # signed, or the worker sends it nothing (not even its token). None: the system's CAs.
     ca_path: str | None = None
     entrypoint: str
-    source: Literal["kinesis", "dynamodbStreams"] = "kinesis"
+    # The kind of stream (sources/registry.py); each kind maps its spec onto the settings
+    # below, which workers of the previous version read as they are.
+    source: str = "kinesis"
     stream_name: str | None = None  # Kinesis
     table_name: str | None = None  # DynamoDB Streams
     stream_arn: str | None = None  # a Kinesis stream's, or a DynamoDB table stream's
     region: str | None = None
     kinesis_consumer: KinesisConsumer = KinesisConsumer.POLLING
-    # Enhanced fan-out renews each subscription this often (tests shorten it).
-    resubscribe_seconds: float = Field(default=RESUBSCRIBE_SECONDS, gt=0)
+    # Enhanced fan-out renews each subscription this often (tests shorten it); None: the
+    # kind's own period.
+    resubscribe_seconds: float | None = Field(default=None, gt=0)
     endpoint_url: str | None = None
     max_records: int = 1000
     idle_between_reads_ms: int = 500
@@ -46,6 +47,12 @@ class WorkerConfig(BaseSettings):
     # was deleted, or its StreamConsumer is gone.
     give_up_seconds: float = Field(default=30.0, gt=0)
     on_failure: FailurePolicy = Field(default_factory=FailurePolicy)  # JSON in the env
+
+    @field_validator("source")
+    @classmethod
+    def _known_kind(cls, source: str) -> str:
+        kind_named(source)  # a clear error for a kind this worker does not know
+        return source
 
     @staticmethod
     def env_name(field: str) -> str:

@@ -1,0 +1,241 @@
+"""Kinesis Data Streams read by polling, through boto3: shard listing with lineage,
+iterators for every start position, a GetRecords reader with shard-end detection,
+expired-iterator recovery and KPL de-aggregation, and a backlog probe for shards nobody
+reads.
+
+Throttling and transient errors are botocore's: its standard retry mode retries
+ProvisionedThroughputExceeded and LimitExceeded with jittered exponential back-off.
+What still fails after that reaches the caller, which pauses the shard and tries again."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import aws_kinesis_agg
+import boto3
+from aws_kinesis_agg.deaggregator import iter_deaggregate_records
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models.api import StartPosition, StartPositionType
+from streamconsumer.processor import Record
+from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.base import ReadResult
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import RecordTypeDef, ShardTypeDef
+
+_MAGIC: bytes = aws_kinesis_agg.MAGIC
+EXPIRED = "ExpiredIteratorException"  # an iterator lives 5 minutes
+
+
+def kinesis_client(
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    max_attempts: int = 5,
+    read_timeout: float = 10.0,
+) -> KinesisClient:
+    """A client whose calls end in seconds, not botocore's default minute: a stalled
+    call must never hold a lease loop or a shard longer than a lease."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        tcp_keepalive=True,
+    )
+    return boto3.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """A stream by name or by ARN: Kinesis takes either, never both."""
+
+    name: str | None = None
+    arn: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.name is None) == (self.arn is None):
+            raise ValueError("give a stream name or an ARN, not both")
+
+    def params(self) -> dict[str, str]:
+        return {"StreamARN": self.arn} if self.arn else {"StreamName": self.name or ""}
+
+
+def to_shard(raw: ShardTypeDef) -> Shard:
+    parents = tuple(p for p in (raw.get("ParentShardId"), raw.get("AdjacentParentShardId")) if p)
+    hashes = raw["HashKeyRange"]
+    sequences = raw["SequenceNumberRange"]
+    ending = sequences.get("EndingSequenceNumber")
+    return Shard(
+        id=raw["ShardId"],
+        parents=parents,
+        closed=ending is not None,
+        hash_range=(int(hashes["StartingHashKey"]), int(hashes["EndingHashKey"])),
+        sequence_range=(sequences["StartingSequenceNumber"], ending),
+    )
+
+
+def user_records(raw: Iterable[RecordTypeDef], previous: str | None) -> Iterator[Record]:
+    """Kinesis records as user records, KPL aggregates unpacked. `previous` is the sequence
+    number of the last complete record before these (where a checkpoint may rest)."""
+    for record in raw:
+        data = record["Data"]
+        sequence = record["SequenceNumber"]
+        arrival = record.get("ApproximateArrivalTimestamp")
+        if data[: len(_MAGIC)] != _MAGIC:
+            yield Record(
+                data=data,
+                partition_key=record["PartitionKey"],
+                sequence_number=sequence,
+                approximate_arrival_timestamp=arrival,
+                explicit_hash_key=None,
+                checkpoint_sequence=sequence,
+            )
+        else:
+            parts = list(iter_deaggregate_records([dict(record)], data_format="Boto3"))
+            for index, part in enumerate(parts):
+                fields = part["kinesis"]
+                aggregated = bool(fields.get("aggregated"))
+                last = index == len(parts) - 1
+                yield Record(
+                    data=base64.b64decode(fields["data"]) if aggregated else fields["data"],
+                    partition_key=fields["partitionKey"],
+                    sequence_number=sequence,
+                    approximate_arrival_timestamp=arrival,
+                    sub_sequence_number=fields.get("subSequenceNumber"),
+                    explicit_hash_key=fields.get("explicitHashKey"),
+                    # Resuming after `sequence` would skip the aggregate's remaining parts.
+                    checkpoint_sequence=sequence if last else previous,
+                )
+        previous = sequence
+
+
+class KinesisShardReader:
+    def __init__(
+        self,
+        client: KinesisClient,
+        stream: StreamRef,
+        shard_id: str,
+        start: StartPosition,
+        max_records: int = 1000,
+    ) -> None:
+        self.shard_id = shard_id
+        self._client = client
+        self._stream = stream
+        self._start = start
+        self._max_records = max_records
+        self._iterator: str | None = None
+        self._last_sequence = start.sequence_number  # last record read (for recovery)
+        self._ended: ReadResult | None = None
+
+    def _new_iterator(self) -> str:
+        position = self._start
+        if self._last_sequence is not None:
+            position = StartPosition(
+                type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
+            )
+        return shard_iterator(self._client, self._stream, self.shard_id, position)
+
+    def read(self) -> ReadResult:
+        """The next batch; raises what botocore could not retry away (the caller pauses
+        and calls again: the reader resumes after the last record it returned)."""
+        if self._ended is not None:
+            return self._ended
+        while True:
+            try:
+                if self._iterator is None:
+                    self._iterator = self._new_iterator()
+                response = self._client.get_records(
+                    ShardIterator=self._iterator, Limit=self._max_records
+                )
+                break
+            except ClientError as error:
+                if aws_error(error).code != EXPIRED:
+                    self._iterator = None  # the next call starts from a fresh iterator
+                    raise
+                self._iterator = None  # resume right after the last record read
+        records = list(user_records(response["Records"], self._last_sequence))
+        if records:
+            self._last_sequence = records[-1].sequence_number
+        self._iterator = response.get("NextShardIterator")
+        result = ReadResult(records, response.get("MillisBehindLatest"))
+        if self._iterator is None:
+            children = tuple(c["ShardId"] for c in response.get("ChildShards", []))
+            self._ended = ReadResult([], 0, shard_end=True, child_shards=children)
+            result = ReadResult(records, 0, shard_end=True, child_shards=children)
+        return result
+
+
+def shard_iterator(
+    client: KinesisClient, stream: StreamRef, shard_id: str, position: StartPosition
+) -> str:
+    params: dict[str, Any] = {
+        **stream.params(),
+        "ShardId": shard_id,
+        "ShardIteratorType": position.type.value,
+    }
+    if position.sequence_number is not None:
+        params["StartingSequenceNumber"] = position.sequence_number
+    if position.timestamp is not None:
+        params["Timestamp"] = position.timestamp
+    try:
+        return str(client.get_shard_iterator(**params)["ShardIterator"])
+    except ClientError as error:
+        if not in_the_future(error, position):
+            raise
+    # Kinesis' clock is behind ours: nothing has arrived at or after the timestamp yet,
+    # so reading from the tip skips nothing.
+    latest = StartPosition(type=StartPositionType.LATEST)
+    return shard_iterator(client, stream, shard_id, latest)
+
+
+def in_the_future(error: ClientError, position: StartPosition) -> bool:
+    code, message = aws_error(error)
+    return (
+        position.type is StartPositionType.AT_TIMESTAMP
+        and code == "InvalidArgumentException"
+        and "cannot be greater than the current" in message
+    )
+
+
+class KinesisSource:
+    def __init__(self, client: KinesisClient, stream: StreamRef, max_records: int = 1000) -> None:
+        self.client = client
+        self.stream = stream
+        self.max_records = max_records
+
+    def list_shards(self, page_size: int | None = None) -> list[Shard]:
+        paging = {"MaxResults": page_size} if page_size else {}
+        shards: list[Shard] = []
+        params: dict[str, Any] = {**self.stream.params(), **paging}
+        while True:
+            response = self.client.list_shards(**params)
+            shards.extend(to_shard(raw) for raw in response["Shards"])
+            token = response.get("NextToken")
+            if not token:
+                return shards
+            # With a NextToken, ListShards refuses the stream name.
+            params = {"NextToken": token, **paging}
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> KinesisShardReader:
+        return KinesisShardReader(self.client, self.stream, shard_id, start, self.max_records)
+
+    def backlog(self, shard_id: str, start: StartPosition) -> int | None:
+        """How far behind the tip a reader starting at `start` would be (milliseconds),
+        None when nothing waits there. Reads at most one record per shard. A closed shard
+        read to its end still needs a worker to finish it, and its children wait behind
+        it: their backlog is its own (at least 1 ms)."""
+        iterator = shard_iterator(self.client, self.stream, shard_id, start)
+        response = self.client.get_records(ShardIterator=iterator, Limit=1)
+        if response["Records"]:
+            return max(1, int(response.get("MillisBehindLatest") or 0))
+        if response.get("NextShardIterator"):
+            return None  # open, and caught up
+        trim_horizon = StartPosition(type=StartPositionType.TRIM_HORIZON)
+        children = [c["ShardId"] for c in response.get("ChildShards", [])]
+        return max([1, *(self.backlog(child, trim_horizon) or 0 for child in children)])

@@ -1,0 +1,192 @@
+"""A stream kind is one module: the pieces every kind shares are defined once (the AWS
+error reading, SHARD_END), and a new kind is one module plus one registration."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from streamconsumer.controller import driver
+from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.core import lineage
+from streamconsumer.core.lineage import SHARD_END
+from streamconsumer.models.api import CheckpointRequest, HeartbeatRequest, HeldShard
+from streamconsumer.models.base import Model
+from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.sources import registry
+from streamconsumer.sources.aws import AwsError, aws_error
+from streamconsumer.sources.base import ShardReader
+from streamconsumer.sources.factory import make_source, source_settings
+from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.source import worker_source
+
+from . import memory_kind
+from .moments import CREATED
+
+PACKAGE = Path(lineage.__file__).resolve().parents[1]
+
+
+def sources_of_the_package() -> dict[str, str]:
+    return {str(path.relative_to(PACKAGE)): path.read_text() for path in PACKAGE.rglob("*.py")}
+
+
+def test_an_aws_error_is_read_in_one_place() -> None:
+    readers = [
+        name
+        for name, text in sources_of_the_package().items()
+        if re.search(r"""\.response\.get\(\s*["']Error["']|\.response\[["']Error["']\]""", text)
+    ]
+    assert readers == ["sources/aws.py"]
+
+
+def test_aws_error_reads_a_service_error_and_anything_else() -> None:
+    error = ClientError({"Error": {"Code": "Throttled", "Message": "slow down"}}, "GetRecords")
+    assert aws_error(error) == AwsError("Throttled", "slow down")
+    assert aws_error(ClientError({}, "GetRecords")).code == ""
+    assert aws_error(TimeoutError("read timed out")) == AwsError("", "read timed out")
+
+
+def test_shard_end_is_defined_once() -> None:
+    defining = [
+        name
+        for name, text in sources_of_the_package().items()
+        if re.search(r"^SHARD_END\s*(:[^=]*)?=", text, re.MULTILINE)
+    ]
+    assert defining == ["core/lineage.py"]
+    from streamconsumer.models.api import SHARD_END as from_the_wire
+    from streamconsumer.processor import SHARD_END as for_processors
+
+    assert from_the_wire == for_processors == lineage.SHARD_END == "SHARD_END"
+
+
+# --- a new kind: one module, one registration -----------------------------------------------
+
+
+class WithMemory(Model):
+    """A `spec.source` that has the new kind's field (models.resource.Source gains one)."""
+
+    memory: memory_kind.MemorySpec | None = None
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setitem(registry.KINDS, memory_kind.KIND.name, memory_kind.KIND)
+    memory_kind.STREAMS["orders"] = {
+        "s0": memory_kind.MemoryShard(records=[b"a0", b"a1"], closed=True),
+        "s1": memory_kind.MemoryShard(parents=("s0",), records=[b"b0", b"b1", b"b2"]),
+    }
+    yield
+    memory_kind.STREAMS.clear()
+
+
+def test_a_consumer_runs_on_a_kind_registered_in_one_line(
+    registered: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The operator lists the new kind's shards and writes its worker settings; a
+    worker configured from that environment reads through the kind's reader; the lease
+    engine runs them, parents first, checkpoints to the end."""
+    source_spec = WithMemory(memory=memory_kind.MemorySpec(stream_name="orders"))
+    lister = make_source(source_spec)  # the operator's lister path
+    settings = source_settings(source_spec)
+    assert settings == {"source": "memory", "stream_name": "orders"}
+    config = WorkerConfig.model_validate(
+        {
+            "operator_url": "http://op",
+            "namespace": "team",
+            "consumer": "orders",
+            "worker_name": "w",
+            "token_path": "/t",
+            "entrypoint": "m:f",
+            **settings,
+            "max_records": 2,
+        }
+    )
+    for name, value in config.to_env().items():  # through the pod's environment
+        monkeypatch.setenv(name, value)
+    worker = worker_source(WorkerConfig.from_env())  # the worker's reader path
+    assert isinstance(worker, memory_kind.MemorySource)
+
+    spec = StreamConsumerSpec.model_validate(
+        {
+            "source": {"kinesis": {"streamName": "unused"}},  # the coordinator never reads it
+            "processor": {"image": "i", "entrypoint": "m:f"},
+            "initialPosition": "TRIM_HORIZON",
+        }
+    )
+    coordinator = Coordinator(spec, DurableState(), now=0.0, created=CREATED)
+    processed: list[bytes] = []
+    readers: dict[str, ShardReader] = {}
+    for step in range(1, 20):
+        now = float(step)
+        coordinator.set_shards(lister.list_shards())
+        coordinator.step(now)
+        coordinator.persisted(coordinator.snapshot(now), coordinator.version)  # durable
+        held = [HeldShard(shard_id=sid, epoch=1) for sid in readers]
+        answer = coordinator.heartbeat(HeartbeatRequest(worker="w", held=held), now)
+        for assignment in answer.assignments:
+            readers[assignment.shard_id] = worker.open_reader(assignment.shard_id, assignment.start)
+        for shard_id, reader in list(readers.items()):
+            result = reader.read()
+            processed += [record.data for record in result.records]
+            done = SHARD_END if result.shard_end else None
+            last = result.records[-1].checkpoint_sequence if result.records else None
+            if done or last:
+                coordinator.checkpoint(
+                    CheckpointRequest(
+                        worker="w", shard_id=shard_id, epoch=1, sequence_number=done or last
+                    )
+                )
+            if done:
+                del readers[shard_id]
+    assert processed == [b"a0", b"a1", b"b0", b"b1", b"b2"], "parents first, all of it"
+    assert lister.backlog("s1", coordinator.start_of("s1")) is None, "caught up"
+
+
+def test_an_unknown_kind_is_refused_clearly() -> None:
+    with pytest.raises(ValidationError, match="unknown kind of source 'memory'"):
+        WorkerConfig.model_validate(
+            {
+                "operator_url": "http://op",
+                "namespace": "team",
+                "consumer": "orders",
+                "worker_name": "w",
+                "token_path": "/t",
+                "entrypoint": "m:f",
+                "source": "memory",
+            }
+        )
+    with pytest.raises(ValueError, match="unknown kind of source 'memory'"):
+        make_source(WithMemory(memory=memory_kind.MemorySpec(stream_name="orders")))
+
+
+def test_the_sources_import_nothing_from_the_worker_or_the_operator() -> None:
+    upward = [
+        name
+        for name, text in sources_of_the_package().items()
+        if name.startswith("sources/")
+        and re.search(r"^\s*(from|import) streamconsumer\.(worker|controller)", text, re.M)
+    ]
+    assert upward == []
+
+
+def test_a_failed_listing_says_what_the_kinds_error_means() -> None:
+    """Degraded and the Event carry AWS's code and message, and the kind's advice."""
+    denied = ClientError(
+        {"Error": {"Code": "AccessDeniedException", "Message": "not authorized"}}, "ListStreams"
+    )
+    advice = registry.kind_named("dynamodbStreams").errors
+    said = driver.failure(denied, "listing shards", 10.0, advice)
+    assert said.startswith("listing shards: AccessDeniedException: not authorized (")
+    assert "dynamodb:ListStreams" in said
+    throttled = ClientError({"Error": {"Code": "Throttled", "Message": "slow"}}, "ListShards")
+    assert driver.failure(throttled, "listing shards", 10.0, advice) == (
+        "listing shards: Throttled: slow"
+    )
+    assert driver.failure(TimeoutError(), "listing shards", 10.0) == (
+        "listing shards timed out after 10s"
+    )
