@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sim.ledger import Ledger, Violation
 from sim.stream import SimSource
-from sim.world import EPOCH, World
+from sim.world import EPOCH, World, run_in_process
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import Outcome
 from streamconsumer.controller.leadership import ElectionDriver, LockConflict
@@ -223,16 +223,13 @@ class SimReplica:
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> None:
         incarnation = self.incarnation
-
-        def run() -> None:
-            if not self._alive(incarnation):
-                return
-            if self.world.now < self.paused_until:
-                self.world.at(self.paused_until, run)
-                return
-            callback()
-
-        self.world.after(delay, run)
+        run_in_process(
+            self.world,
+            delay,
+            callback,
+            lambda: self._alive(incarnation),
+            lambda: self.paused_until,
+        )
 
     def _alive(self, incarnation: int) -> bool:
         return self.up and self.incarnation == incarnation

@@ -17,7 +17,7 @@ from typing import Any
 from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
-from sim.world import Network, World
+from sim.world import Network, World, run_in_process
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
 from streamconsumer.deadletter.base import Letter
 from streamconsumer.models import HeartbeatRequest, HeartbeatResponse
@@ -210,15 +210,7 @@ class SimWorker:
     # --- scheduling, with pauses and death -----------------------------------------------
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> None:
-        def run() -> None:
-            if not self.alive:
-                return
-            if self.world.now < self.paused_until:
-                self.world.at(self.paused_until, run)
-                return
-            callback()
-
-        self.world.after(delay, run)
+        run_in_process(self.world, delay, callback, lambda: self.alive, lambda: self.paused_until)
 
     def pause(self, seconds: float) -> None:
         self.paused_until = max(self.paused_until, self.world.now + seconds)

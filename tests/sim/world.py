@@ -50,6 +50,27 @@ class World:
         self.now = max(self.now, until)
 
 
+def run_in_process(
+    world: World,
+    delay: float,
+    callback: Callback,
+    alive: Callable[[], bool],
+    paused_until: Callable[[], float],
+) -> None:
+    """Runs `callback` after `delay` in a process that may die (then never) or be frozen
+    (then once it resumes): a worker or an operator replica."""
+
+    def run() -> None:
+        if not alive():
+            return
+        if world.now < paused_until():
+            world.at(paused_until(), run)
+            return
+        callback()
+
+    world.after(delay, run)
+
+
 @dataclass
 class Link:
     """The network between one worker and the operator."""
