@@ -183,9 +183,9 @@ def trimmed_shards_keep_leases(patch: pytest.MonkeyPatch) -> None:
     """11.12: leases of shards that left the stream stay."""
     set_shards = Coordinator.set_shards
 
-    def keep(self: Coordinator, shards: Any) -> Any:
+    def keep(self: Coordinator, shards: Any, listing: int | None = None) -> Any:
         kept = {sid: lease for sid, lease in self.leases.items()}
-        changes = set_shards(self, shards)
+        changes = set_shards(self, shards, listing)
         self.leases.update({sid: kept[sid] for sid in kept if sid not in self.leases})
         return changes
 

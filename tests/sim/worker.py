@@ -465,6 +465,7 @@ class SimWorker:
         assert self.trouble is not None
         if self.trouble.early_ends and not result.shard_end:
             self.trouble.early_ends -= 1
+            self.ledger.ended_early.add(machine.shard_id)
             result = ReadResult(result.records, 0, shard_end=True)
         machine.read(result)
         self._poke(running)

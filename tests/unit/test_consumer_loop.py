@@ -503,3 +503,33 @@ def test_a_hung_scale_call_stops_neither_the_engine_nor_the_status() -> None:
     assert scaling_started.is_set(), "the autoscaler asked for more workers"
     assert "b" in api.status["workers"], "the status kept being written while scaling hung"
     assert api.status["leases"]["s0"]["owner"] == "a"
+
+
+def test_many_abandoned_writes_landing_late_are_still_ours() -> None:
+    """Adversarial review: with six writes abandoned by their timeouts, the oldest one
+    landing late was no longer among the remembered attempts and was taken for another
+    writer's table (StaleState: serving stopped, a checkpoint went back in memory).
+    A table stored under our own term is ours, however many attempts are out."""
+
+    class Late(FlakyApi):
+        def __init__(self) -> None:
+            super().__init__([])
+            self.held: list[dict[str, Any]] = []
+
+        def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+            if len(self.held) < 6:  # the apiserver is slow: these land later
+                self.held.append(body)
+                raise StatusUnavailable("timed out")
+            return super().replace_status(body)
+
+    api = Late()
+    writer = StatusWriter(api, "n", "c", holder="p1")
+    writer.adopt(api.get())
+    for checkpoint in range(10, 70, 10):  # six attempts, each abandoned by its timeout
+        table = {"s0": {"owner": "a", "epoch": 1, "checkpoint": str(checkpoint)}}
+        with pytest.raises(StatusUnavailable):
+            writer.write({"leases": table})
+    oldest = api.held[0]
+    FlakyApi.replace_status(api, oldest)  # the oldest lands now
+    writer.write({"leases": {"s0": {"owner": "a", "epoch": 1, "checkpoint": "70"}}})
+    assert api.status["leases"]["s0"]["checkpoint"] == "70"

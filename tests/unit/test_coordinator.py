@@ -286,3 +286,25 @@ def test_a_heartbeat_is_judged_before_it_changes_anything() -> None:
         coordinator.heartbeat(request, 0.0)
     assert "a" not in coordinator.workers
     assert coordinator.version == version
+
+
+def test_a_listing_started_before_a_shard_end_never_refuses_it() -> None:
+    """Adversarial review: a listing in flight when the SHARD_END came, answered from
+    before the reshard, refused it; so did adopting another writer's table."""
+    coordinator = fresh()
+    owning(coordinator)
+    in_flight = coordinator.listing_started()
+    with pytest.raises(CheckpointDeferred):
+        shard_end(coordinator)
+    coordinator.set_shards([Shard(f"s{i}") for i in range(4)], in_flight)  # from before
+    with pytest.raises(CheckpointDeferred):
+        shard_end(coordinator)
+    assert coordinator.relist_wanted, "no listing has started since the claim"
+    coordinator.adopt(coordinator.snapshot(0.0), 0.0)  # re-applies the same listing
+    with pytest.raises(CheckpointDeferred):
+        shard_end(coordinator)
+    after = coordinator.listing_started()
+    assert not coordinator.relist_wanted, "one is under way"
+    closed = [Shard("s0", closed=True), *(Shard(f"s{i}") for i in range(1, 4))]
+    coordinator.set_shards(closed, after)
+    assert shard_end(coordinator).state is FINISHED

@@ -293,3 +293,33 @@ def test_a_standby_takes_over_after_the_leader_dies() -> None:
     assert 15 < now <= 15 + 2 * TIMING.retry_seconds  # first read at 2 s, then every 2 s
     assert store.record is not None
     assert store.record.transitions == 1
+
+
+def test_a_standby_waits_at_least_its_own_lease_whatever_the_record_says() -> None:
+    """Adversarial review: the Lease holds whole seconds (10.5 was written as 10), and a
+    standby trusting the record took over at 10 while the holder led until 10.4."""
+    timing = ElectionTiming(lease_seconds=10.5, renew_deadline_seconds=10.4, retry_seconds=2)
+    standby = Election("b", timing, now=0)
+    standby.observe(LeaseRecord("a", 10.0, 0, "1"), 0)
+    assert standby.next_action(10.0).act is Act.WAIT
+    assert standby.next_action(10.5).act is Act.ACQUIRE
+
+
+def test_no_renewal_is_sent_once_the_term_has_lapsed() -> None:
+    """Adversarial review: a read answered after the lapse led to one more renewal."""
+    election = Election("a", TIMING, now=0)
+    election.observe(None, 0)
+    election.swapped(election.next_action(0), record("a", "1"), sent_at=0, now=0)
+    election.observe(record("a", "1"), 10.5)
+    assert election.next_action(10.5).act is Act.WAIT
+    assert election.lost(10.5)
+
+
+def test_a_term_won_and_lost_before_anyone_acted_ends_the_standby() -> None:
+    """Adversarial review: the process froze between winning and looking; it then
+    waited for leadership for ever, neither leading nor exiting."""
+    from streamconsumer.controller.lifecycle import Lifecycle, Phase
+
+    lifecycle = Lifecycle()
+    assert lifecycle.observe(leading=False, lost=True) is Phase.ENDED
+    assert lifecycle.exit_code == 1

@@ -121,6 +121,9 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             await _first(elector.until_leading(), terminating.wait())
             if terminating.is_set():
                 return 0
+            if lifecycle.observe(elector.leading(), elector.lost()) is Phase.ENDED:
+                log.error("%s: the term ended before it began; exiting", elector.identity)
+                return 1
             if label is not None:
                 await executors.run_in(executors.KUBERNETES, label.claim)
         lifecycle.observe(leading=True, lost=False)

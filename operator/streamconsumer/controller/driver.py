@@ -194,8 +194,14 @@ class ConsumerDriver:
             log.warning("%s/%s: %s; this replica stops", self.namespace, self.name, deposed)
             loop.deposed_by(str(deposed))
         except StaleState as stale:
-            self._writer.adopt(stale.current)
-            loop.write_stale(durable_from_status(stale.current.get("status")), now)
+            try:  # read before adopting: a table this version cannot parse stays theirs
+                stored = durable_from_status(stale.current.get("status"))
+            except ValueError as error:  # pydantic's ValidationError among them
+                message = f"the stored status cannot be read by this operator: {error}"
+                loop.write_failed(write, message[:1024], now)
+            else:
+                self._writer.adopt(stale.current)
+                loop.write_stale(stored, now)
         except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
             loop.write_failed(
                 write, failure(error, "writing status", self._timeouts.status_write), now

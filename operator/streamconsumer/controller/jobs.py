@@ -55,6 +55,7 @@ class ThreadJobs:
         self._executor = executor
         self._wake = wake
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._cancelled = False
 
     def start(
         self,
@@ -69,8 +70,8 @@ class ThreadJobs:
 
         def finished(task: asyncio.Task[T]) -> None:
             self._tasks.discard(task)
-            if task.cancelled():
-                return
+            if task.cancelled() or self._cancelled:
+                return  # done just before cancel(): its outcome is not delivered either
             error = task.exception()
             done(Outcome(error=error) if error is not None else Outcome(value=task.result()))
             self._wake()
@@ -78,5 +79,6 @@ class ThreadJobs:
         task.add_done_callback(finished)
 
     def cancel(self) -> None:
+        self._cancelled = True
         for task in list(self._tasks):
             task.cancel()

@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import functools
 import logging
+import math
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -78,7 +79,9 @@ class KubeLeaseLock:
         now = _micro_time(datetime.datetime.now(datetime.UTC))
         spec: dict[str, Any] = {
             "holderIdentity": holder,
-            "leaseDurationSeconds": max(1, round(lease_seconds)),
+            # Whole seconds, rounded up: a shorter recorded lease would let a standby
+            # take over before the holder's renew deadline has passed.
+            "leaseDurationSeconds": max(1, math.ceil(lease_seconds)),
             "leaseTransitions": action.transitions,
             "renewTime": now,
         }
@@ -165,6 +168,9 @@ class ElectionDriver:
         return max(0.0, self._next_round_at - self._clock())
 
     def _read(self, outcome: Outcome[LeaseRecord | None]) -> None:
+        if self.lost():
+            self._done()  # the term ended while the read was out: no renewal after it
+            return
         try:
             record = outcome.result()
         except Exception as error:  # the apiserver, the network, a timeout
@@ -248,7 +254,9 @@ class Elector:
         return self.driver.lost()
 
     async def until_leading(self) -> None:
-        while not self.leading():
+        """Returns once leading, or once the campaign is over (a term won and lost before
+        anyone looked: the lifecycle ends it)."""
+        while not self.leading() and not self.lost():
             await self.next_change()
 
     async def next_change(self) -> None:

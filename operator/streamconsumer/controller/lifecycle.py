@@ -33,10 +33,11 @@ class Lifecycle:
 
     def observe(self, leading: bool, lost: bool) -> Phase:
         """The election's view now (`lost`: we led and lead no more); returns the phase."""
-        if self.phase is Phase.STANDBY and leading:
-            self.phase = Phase.LEADING
-        elif self.phase is Phase.LEADING and lost:
+        if self.phase is not Phase.ENDED and lost:
+            # From standby too: a term won and lost before anyone acted on it.
             self._end("the term is over", 1)
+        elif self.phase is Phase.STANDBY and leading:
+            self.phase = Phase.LEADING
         return self.phase
 
     def deposed(self, reason: str) -> None:

@@ -108,6 +108,7 @@ class ConsumerLoop:
         self.write_error: str | None = None
         self.conditions: list[Condition] = []
         self._syncing = False
+        self._listing: int | None = None  # the number of the listing under way
         self._last_sync = -float("inf")
         self._relist_wait = settings.relist_seconds
         self._writing = False
@@ -152,6 +153,7 @@ class ConsumerLoop:
 
     def sync_started(self, now: float) -> None:
         self._syncing, self._last_sync = True, now
+        self._listing = self.coordinator.listing_started()
 
     def sync_succeeded(self, shards: Sequence[Shard], now: float) -> None:
         self._syncing = False
@@ -159,7 +161,7 @@ class ConsumerLoop:
             self.source_error = None
             self.events.append(Event("Normal", "StreamAvailable", "listing shards again"))
             self.coordinator.version += 1  # the condition changes
-        changes: ShardChanges = self.coordinator.set_shards(shards)
+        changes: ShardChanges = self.coordinator.set_shards(shards, self._listing)
         if changes.new:
             self.events.append(
                 Event("Normal", "Resharded", f"new shards: {', '.join(changes.new)}")

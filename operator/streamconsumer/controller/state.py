@@ -117,9 +117,9 @@ class Coordinator:
         self.shards: list[Shard] = []
         self._by_id: dict[str, Shard] = {}
         self.shards_known = False
-        self.listings = 0  # complete listings taken so far
-        self.relist_wanted = False  # a SHARD_END waits for a listing newer than itself
-        self._shard_end_claims: dict[str, int] = {}  # shard -> listings when first claimed
+        self._listings_started = 0
+        self._listing = 0  # the number of the listing the shards come from
+        self._shard_end_claims: dict[str, int] = {}  # shard -> listings started by then
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
@@ -174,8 +174,20 @@ class Coordinator:
 
     # --- the engine ----------------------------------------------------------------
 
-    def set_shards(self, shards: Sequence[Shard]) -> ShardChanges:
-        """Takes a complete listing of the stream."""
+    def listing_started(self) -> int:
+        """A listing of the stream starts: its number, for `set_shards`."""
+        self._listings_started += 1
+        return self._listings_started
+
+    @property
+    def relist_wanted(self) -> bool:
+        """A SHARD_END waits for a listing started after it, and none has started yet."""
+        return any(c >= self._listings_started for c in self._shard_end_claims.values())
+
+    def set_shards(self, shards: Sequence[Shard], listing: int | None = None) -> ShardChanges:
+        """Takes a complete listing of the stream: the one numbered `listing` by
+        `listing_started` (None: one started just now)."""
+        self._listing = self.listing_started() if listing is None else listing
         shards = list(shards)
         known = {shard.id for shard in self.shards}
         listed = {shard.id for shard in shards}
@@ -189,8 +201,6 @@ class Coordinator:
         self.shards = shards
         self._by_id = {shard.id: shard for shard in shards}
         self.shards_known = True
-        self.listings += 1
-        self.relist_wanted = False
         if changed:
             self._changed()
         if self._reset_waiting is not None:
@@ -403,11 +413,10 @@ class Coordinator:
         if shard is not None and shard.closed:
             self._shard_end_claims.pop(request.shard_id, None)
             return True
-        claimed = self._shard_end_claims.setdefault(request.shard_id, self.listings)
-        if self.listings > claimed:
-            return False  # listed again since the claim, and still open: refused
-        self.relist_wanted = True
-        return None
+        claimed = self._shard_end_claims.setdefault(request.shard_id, self._listings_started)
+        if self._listing > claimed:
+            return False  # listed by a listing started after the claim: still open, refused
+        return None  # come back: a listing is asked for (relist_wanted)
 
     # --- resets --------------------------------------------------------------------
 
@@ -464,7 +473,7 @@ class Coordinator:
         self.backlog = {}
         self._reset_waiting = None
         if self.shards_known:
-            self.set_shards(self.shards)  # drops leases of shards gone since
+            self.set_shards(self.shards, self._listing)  # drops leases of shards gone since
         asked = self._reset_asked
         if asked is not None and (self.last_reset is None or self.last_reset.id != asked.id):
             self.request_reset(asked)  # asked for, not saved yet: the adopted table lacks it

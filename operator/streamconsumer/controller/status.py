@@ -24,16 +24,6 @@ from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term, WorkerSummary
 
-_DURABLE_LEASE_FIELDS = (
-    "owner",
-    "epoch",
-    "checkpoint",
-    "state",
-    "handoffTo",
-    "start",
-    "resetting",
-)
-
 
 def _condition(
     previous: dict[str, Condition],
@@ -147,24 +137,6 @@ def render(
     )
 
 
-def durable_part(status: dict[str, Any] | None) -> tuple[Any, ...]:
-    """What tells one lease table from another (lag, conditions and workers are views);
-    the term that wrote it is part of it."""
-    status = status or {}
-    term = status.get("term") or {}
-    leases = {
-        sid: tuple(body.get(f) for f in _DURABLE_LEASE_FIELDS)
-        for sid, body in (status.get("leases") or {}).items()
-    }
-    return (
-        sorted(leases.items()),
-        status.get("finishedShards") or [],
-        status.get("promisedLeaseSeconds"),
-        (status.get("lastReset") or {}).get("id"),
-        (term.get("number"), term.get("holder")),
-    )
-
-
 def term_of(status: dict[str, Any] | None) -> Term | None:
     term = (status or {}).get("term")
     return Term.model_validate(term) if term else None
@@ -223,17 +195,14 @@ class Superseded(Exception):
 
 
 class StatusWriter:
-    """Writes under the resourceVersion last seen, fenced by a term (docs/design.md#term-fence):
-    its first write that lands raises the status' term number to one past what it read,
-    and from then on a conflict whose stored term is not its own means a newer term took
-    over (Deposed: never write again). Before that, another writer's table (a late write
-    of an older term) is adopted and fenced anew (StaleState).
-
-    A conflict is otherwise resolved by reading the object back: if its lease table is
-    the one we last wrote or one of ours whose answer we have not had (a timeout after
-    the write landed), retry; only the newest attempt ever retries, so an abandoned one
-    can never put an older table back. Attempts run on threads that may outlive their
-    job's timeout: shared state is touched under a lock."""
+    """Writes under the resourceVersion last seen, fenced by a term
+    (docs/design.md#term-fence): its first write that lands raises the status' term
+    number to one past what it read. A conflict is resolved by reading the object back:
+    under our own term the table is ours (retry); under another term it is an older
+    term's late write before our fence (StaleState: adopt it, fence again) or a newer
+    term after it (Deposed: never write again). Only the newest attempt ever retries, so
+    an abandoned one can never put an older table back. Attempts run on threads that may
+    outlive their job's timeout: shared state is touched under a lock."""
 
     def __init__(self, api: StatusApi, namespace: str, name: str, holder: str) -> None:
         self.api = api
@@ -243,7 +212,6 @@ class StatusWriter:
         self.resource_version: str | None = None
         self.spec: dict[str, Any] = {}
         self.last_written: dict[str, Any] | None = None
-        self._unconfirmed: list[tuple[Any, ...]] = []  # attempts that may still land
         self.term: Term | None = None
         self.fenced = False
         self.writes = 0
@@ -254,7 +222,6 @@ class StatusWriter:
         """Starts from the object as read (its status is the durable lease table)."""
         with self._lock:
             self._adopt(body)
-            self._unconfirmed = []
 
     def _adopt(self, body: dict[str, Any]) -> None:
         self.resource_version = body["metadata"]["resourceVersion"]
@@ -272,7 +239,6 @@ class StatusWriter:
             assert self.term is not None, "adopt the object before writing"
             self._attempts += 1
             status = {**status, "term": self.term.wire()}
-            self._unconfirmed = [*self._unconfirmed[-4:], durable_part(status)]
             return Attempt(self._attempts, status, self.resource_version)
 
     def write(self, status: dict[str, Any]) -> None:
@@ -303,24 +269,23 @@ class StatusWriter:
                 if attempt.number == self._attempts:
                     self.resource_version = written["metadata"]["resourceVersion"]
                     self.last_written = written.get("status")
-                    self._unconfirmed = []
-                # else: an abandoned attempt landed late; the newest one will find it
-                # among the unconfirmed at its conflict and carry on from there
+                # else: an abandoned attempt landed late; the newest one meets it at its
+                # conflict, sees our term, and carries on from there
                 self.writes += 1
             return
         raise StatusUnavailable("status write kept conflicting")
 
     def _resolve(self, attempt: Attempt, current: dict[str, Any]) -> str | None:
-        """After a conflict: the resourceVersion to retry under, or raise."""
+        """After a conflict: the resourceVersion to retry under, or raise. Only this
+        process writes under its term, so a stored table under it is ours (a spec edit
+        moved the resourceVersion, or a write of ours landed unanswered): retry."""
         if attempt.number != self._attempts:
             raise Superseded(f"status write {attempt.number} was superseded")
         stored_term = term_of(current.get("status"))
-        if self.fenced and stored_term != self.term:
-            raise Deposed(f"term {stored_term} fenced the status")
-        stored = durable_part(current.get("status"))
-        mine = durable_part(self.last_written)
-        if stored != mine and stored not in self._unconfirmed:
-            raise StaleState(current)
+        if stored_term != self.term:
+            if self.fenced:
+                raise Deposed(f"term {stored_term} fenced the status")
+            raise StaleState(current)  # an older term's write landed before our fence
         self._adopt(current)
         return self.resource_version
 

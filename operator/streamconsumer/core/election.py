@@ -141,6 +141,8 @@ class Election:
     def next_action(self, now: float) -> Action:
         if not self._known:
             raise RuntimeError("observe the record before acting")
+        if self._term is not None and not self._within_term(now):
+            self._ended = True  # lapsed: no renewal may be sent for a term that is over
         if self._ended:
             return Action(Act.WAIT)  # a term is never resumed: exit, come back a standby
         record = self._record
@@ -150,7 +152,10 @@ class Election:
             if self._term is None:  # ours from an earlier life: a new term all the same
                 return Action(Act.ACQUIRE, record.version, record.transitions + 1)
             return Action(Act.RENEW, record.version, record.transitions)
-        if not record.holder or now - self._observed_at >= record.lease_seconds:
+        # The holder's recorded duration, but never less than ours: the record holds
+        # whole seconds, and a holder's renew deadline must end before we may take over.
+        wait = max(record.lease_seconds, self.timing.lease_seconds)
+        if not record.holder or now - self._observed_at >= wait:
             return Action(Act.ACQUIRE, record.version, record.transitions + 1)
         return Action(Act.WAIT)
 
@@ -160,7 +165,8 @@ class Election:
         if self._term is not None:
             return self.timing.retry_seconds
         if record is not None and record.holder and record.holder != self.identity:
-            expires = self._observed_at + record.lease_seconds - now
+            wait = max(record.lease_seconds, self.timing.lease_seconds)
+            expires = self._observed_at + wait - now
             return max(0.0, min(self.timing.retry_seconds, expires))
         return self.timing.retry_seconds
 
