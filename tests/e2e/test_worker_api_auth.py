@@ -53,6 +53,21 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
             f"{base}/checkpoint", json=payload, headers=auth | (headers or {}), timeout=10
         )
 
+    def shard_end_on_an_open_shard() -> httpx.Response:
+        """Deferred first (503: the last listing may predate a reshard; one is asked
+        for), refused once a listing started after it still shows the shard open."""
+        first = checkpoint(pod_token, sequenceNumber="SHARD_END")
+        assert first.status_code == 503, (first.status_code, first.text)
+        assert first.headers.get("Retry-After")
+        answers: list[httpx.Response] = []
+
+        def refused() -> bool:
+            answers.append(checkpoint(pod_token, sequenceNumber="SHARD_END"))
+            return answers[-1].status_code != 503
+
+        wait_for(refused, 30, "a listing newer than the SHARD_END")
+        return answers[-1]
+
     cases = {
         "no token": (checkpoint(None), 401),
         "not a token": (checkpoint("not-a-token"), 401),
@@ -69,7 +84,7 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
         "malformed": (checkpoint(pod_token, sequenceNumber="12abc"), 400),
         "a wire version not served": (checkpoint(pod_token, {WIRE_VERSION_HEADER: "0"}), 400),
         "larger than any checkpoint": (checkpoint(pod_token, padding="x" * 5000), 413),
-        "SHARD_END on an open shard": (checkpoint(pod_token, sequenceNumber="SHARD_END"), 400),
+        "SHARD_END on an open shard": (shard_end_on_an_open_shard(), 400),
         "stale epoch": (checkpoint(pod_token, epoch=epoch + 5), 409),
         "unknown shard": (checkpoint(pod_token, shardId="shardId-999"), 400),
     }

@@ -345,8 +345,8 @@ def apply_checkpoint(
     if sequence_number == SHARD_END:
         if shard_closed is None:
             raise CheckpointDeferred(
-                f"{lease.shard_id}: the stream has not been listed since the operator started; "
-                "SHARD_END is taken once it is (retry)"
+                f"{lease.shard_id}: no listing newer than this SHARD_END shows the shard "
+                "closed yet; one is on its way (retry)"
             )
         if not shard_closed:
             raise CheckpointRefused(

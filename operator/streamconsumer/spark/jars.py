@@ -116,6 +116,9 @@ def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m streamconsumer.spark.jars DIR [group:artifact:version...]")
     directory, extra = Path(sys.argv[1]), sys.argv[2:]
+    # The fetch needs a JVM of its own: a Spark Connect address in the environment (a
+    # worker's SPARK_REMOTE) would make the builder refuse a local master.
+    os.environ.pop("SPARK_REMOTE", None)
     malformed = [c for c in extra if c.count(":") != 2]
     if malformed:
         sys.exit(f"not Maven coordinates (group:artifact:version): {', '.join(malformed)}")
