@@ -10,6 +10,7 @@ status is 1 if there was any."""
 from __future__ import annotations
 
 import argparse
+import logging
 import random
 import sys
 import time
@@ -83,6 +84,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20.0)
     parser.add_argument("--seed", type=int, default=None, help="of the chunks' seeds")
     args = parser.parse_args()
+    # The simulated replicas log as the operator does (a new leader at WARNING): the
+    # soak's output is its tally.
+    logging.getLogger("streamconsumer").setLevel(logging.ERROR)
     tally = soak(args.minutes, random.Random(args.seed))
     print(
         f"\nsoak: {tally.examples} examples, {tally.steps} steps, "
