@@ -308,3 +308,17 @@ def test_a_listing_started_before_a_shard_end_never_refuses_it() -> None:
     closed = [Shard("s0", closed=True), *(Shard(f"s{i}") for i in range(1, 4))]
     coordinator.set_shards(closed, after)
     assert shard_end(coordinator).state is FINISHED
+
+
+def test_adopting_another_table_keeps_a_reset_not_saved_yet() -> None:
+    """Issue 22.1: a new term's fence met an older term's late write and adopted its
+    table; a reset asked for meanwhile, not saved yet, was dropped with the rest."""
+    from streamconsumer.models.resource import ResetPosition, ResetRequest
+
+    coordinator = fresh()
+    owning(coordinator)
+    coordinator.request_reset(ResetRequest(id="r1", to=ResetPosition(timestamp=None)))
+    other = Coordinator(SPEC, DurableState(), now=0.0, created=CREATED).snapshot(0.0)
+    coordinator.adopt(other, 1.0)
+    assert coordinator.last_reset is not None
+    assert coordinator.last_reset.id == "r1"
