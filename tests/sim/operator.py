@@ -524,6 +524,10 @@ class SimOperators:
 
         replica.schedule(0.0, lambda: handle(replica, respond))
 
+    def disconnect(self, worker: str) -> None:
+        """The worker closed its connection (its request timed out)."""
+        self._connections.pop(worker, None)
+
     def heartbeat(self, request: HeartbeatRequest, answer: Callable[[Any], None]) -> None:
         self._call(request.worker, lambda r, respond: r.heartbeat(request, respond), answer)
 

@@ -321,7 +321,12 @@ class SimWorker:
                 settled = True
                 receive(answer)
 
-        self.schedule(timeout, lambda: settle(None))
+        def timed_out() -> None:
+            if not settled:  # as httpx: a connection whose answer timed out is closed
+                self.operator.disconnect(self.name)
+                settle(None)
+
+        self.schedule(timeout, timed_out)
         going = self.network.transit(self.name)
         if going is None:
             return
