@@ -20,6 +20,7 @@ With `initialPosition: LATEST` the records that arrived before the consumer was 
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ class Ledger:
     _resets_seen: set[str] = field(default_factory=set)
     _reset_shards: set[str] = field(default_factory=set)
     # shard -> (from this epoch on, the sequence the first delivery must start with)
-    _reset_expected: dict[str, tuple[int, int]] = field(default_factory=dict)
+    _reset_expected: dict[str, tuple[int, float]] = field(default_factory=dict)
     paused_since: float | None = None  # spec.paused set at this time (and still set)
 
     def _first_owed(self, shard_id: str) -> int:
@@ -119,10 +120,13 @@ class Ledger:
         expected = self._reset_expected.get(shard_id)
         if expected is not None and epoch >= expected[0] and records:
             del self._reset_expected[shard_id]
-            if int(records[0]) != expected[1]:
-                raise Violation(
-                    f"{shard_id}: reset to {expected[1]}, resumed at {records[0]} instead"
-                )
+            # The first record that arrived at or after the reset's instant, which may
+            # have arrived only after the reset was saved.
+            arrivals, sequences = self._shard(shard_id).arrivals, self._shard(shard_id).sequences
+            index = bisect.bisect_left(arrivals, expected[1])
+            first = sequences[index] if index < len(sequences) else None
+            if int(records[0]) != first:
+                raise Violation(f"{shard_id}: reset to {first}, resumed at {records[0]} instead")
         for other in self._running.get(shard_id, []):
             if other.worker != worker and not other.zombie:
                 raise Violation(f"{shard_id}: {worker} and {other.worker} deliver at once")
@@ -268,8 +272,8 @@ class Ledger:
         self.passed.update(waived)
         pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
         self._next_undone[shard_id] = self._past_passed(shard, pointer)
-        if index < len(shard.sequences):
-            self._reset_expected[shard_id] = (epoch, shard.sequences[index])
+        instant = -math.inf if timestamp is None else simulated(datetime.fromisoformat(timestamp))
+        self._reset_expected[shard_id] = (epoch, instant)
 
     # --- the end -------------------------------------------------------------------------
 
