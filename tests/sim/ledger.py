@@ -124,9 +124,9 @@ class Ledger:
             # have arrived only after the reset was saved.
             arrivals, sequences = self._shard(shard_id).arrivals, self._shard(shard_id).sequences
             index = bisect.bisect_left(arrivals, expected[1])
-            first = sequences[index] if index < len(sequences) else None
-            if int(records[0]) != first:
-                raise Violation(f"{shard_id}: reset to {first}, resumed at {records[0]} instead")
+            owed = sequences[index] if index < len(sequences) else None
+            if int(records[0]) != owed:
+                raise Violation(f"{shard_id}: reset to {owed}, resumed at {records[0]} instead")
         for other in self._running.get(shard_id, []):
             if other.worker != worker and not other.zombie:
                 raise Violation(f"{shard_id}: {worker} and {other.worker} deliver at once")
