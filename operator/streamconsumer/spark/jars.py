@@ -116,9 +116,11 @@ def main() -> None:
     if len(sys.argv) < 2:
         sys.exit("usage: python -m streamconsumer.spark.jars DIR [group:artifact:version...]")
     directory, extra = Path(sys.argv[1]), sys.argv[2:]
-    # The fetch needs a JVM of its own: a Spark Connect address in the environment (a
-    # worker's SPARK_REMOTE) would make the builder refuse a local master.
-    os.environ.pop("SPARK_REMOTE", None)
+    # The fetch needs a JVM of its own: a Spark Connect address or mode inherited from
+    # the environment (a worker's SPARK_REMOTE, or what a Connect session sets) would make
+    # the builder refuse a local master.
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):
+        os.environ.pop(name, None)
     malformed = [c for c in extra if c.count(":") != 2]
     if malformed:
         sys.exit(f"not Maven coordinates (group:artifact:version): {', '.join(malformed)}")
