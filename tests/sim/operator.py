@@ -32,13 +32,13 @@ from streamconsumer.controller.status import (
 from streamconsumer.core.election import Action, Election, ElectionTiming, LeaseRecord
 from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest
+from streamconsumer.models.api import checkpoint_hold_seconds
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
 from streamconsumer.worker.shard import Answer
 
 T = TypeVar("T")
 NAME, NAMESPACE = "sim", "sim"
 TICK = 0.2  # the runner's idle loop period
-WAIT_SECONDS = 10.0  # checkpoint(wait=true) answers unsaved after this
 TIMEOUTS = Timeouts(listing=30.0, status_write=10.0, scale=10.0)
 WRITE_LATENCY = (0.002, 0.03)
 SLOW_WRITE_LATENCY = (2.0, 25.0)  # an apiserver under load: some land past the timeout
@@ -413,7 +413,7 @@ class SimReplica:
                 self._waiters.remove(waiter)
                 respond(Answer.ACCEPTED, False)
 
-        self.schedule(WAIT_SECONDS, give_up)
+        self.schedule(checkpoint_hold_seconds(loop.coordinator.lease_duration), give_up)
 
 
 class SimOperators:

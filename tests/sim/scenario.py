@@ -19,7 +19,6 @@ from sim.operator import SimApiServer, SimOperators
 from sim.stream import SimSource, SimStream
 from sim.worker import (
     SLOW_CALL_SECONDS,
-    WAITING_CHECKPOINT_TIMEOUT,
     Recorder,
     SimWorker,
     Sink,
@@ -27,6 +26,7 @@ from sim.worker import (
 )
 from sim.world import Network, World, wall
 from streamconsumer.core.lineage import SHARD_END
+from streamconsumer.models.api import MAX_CHECKPOINT_HOLD_SECONDS
 from streamconsumer.models.resource import (
     RESET_ANNOTATION,
     ResetPosition,
@@ -34,6 +34,7 @@ from streamconsumer.models.resource import (
     StreamConsumerSpec,
 )
 from streamconsumer.processor import RecordProcessor
+from streamconsumer.worker.core import MAX_REQUEST_SECONDS
 
 SETTLE = 90.0  # the quiet period after the faults, in which everything must be processed
 GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
@@ -270,7 +271,8 @@ class Simulation:
         until = now + fault.seconds
         if fault.kind in OUTAGES:
             # A request lost near its end may be waited for a whole client timeout.
-            self.outages.append((now, until + WAITING_CHECKPOINT_TIMEOUT + 1.0))
+            longest_wait = MAX_REQUEST_SECONDS + MAX_CHECKPOINT_HOLD_SECONDS
+            self.outages.append((now, until + longest_wait + 1.0))
         if fault.kind == "slow_calls":  # a drain waits for the calls under way
             self.outages.append((now, until + 2 * SLOW_CALL_SECONDS))
         workers = [w for w in self.deployment.workers if w.alive]

@@ -41,7 +41,6 @@ from streamconsumer.worker.shard import (
     Wait,
 )
 
-WAITING_CHECKPOINT_TIMEOUT = 15.0  # as worker/runtime.py
 IDLE_READ = 0.5
 DRAIN_SECONDS = 25.0
 SLOW_CALL_SECONDS = 30.0  # the longest a slow processor call takes
@@ -370,7 +369,7 @@ class SimWorker:
         if isinstance(step, SendCheckpoint):
             wait = step.request.wait
             self._request(
-                WAITING_CHECKPOINT_TIMEOUT if wait else self.core.request_timeout,
+                self.core.waiting_timeout if wait else self.core.request_timeout,
                 lambda respond: self.operator.checkpoint(step.request, respond),
                 lambda answer: self._checkpointed(running, answer),
             )

@@ -8,6 +8,7 @@ import asyncio
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client as k8s
@@ -348,3 +349,35 @@ def test_a_shard_end_on_a_listed_open_shard_is_400() -> None:
     assert (status, answer["error"]) == (400, "bad_request")
     assert "open" in answer["message"]
     assert coordinator.leases["s0"].state is ACTIVE
+
+
+def test_a_waiting_checkpoint_is_answered_before_the_worker_gives_up_on_it() -> None:
+    """A `wait: true` checkpoint whose status write does not come is answered unsaved
+    (the worker sends it again) well within the lease: a worker waits for it no longer
+    (WorkerCore.waiting_timeout), so one that went to a frozen replica is sent again to
+    the new leader before the shard's fence runs out."""
+    spec = SPEC.model_copy(
+        update={"leases": SPEC.leases.model_copy(update={"duration_seconds": 3})}
+    )
+    clock = Clock()
+    coordinator = Coordinator(spec, DurableState(), now=clock.now, created=CREATED)
+    coordinator.set_shards([Shard("s0"), Shard("s1")])
+    registry = Registry(clock, startup_grace=0.0)
+    registry.add(fenced_consumer("n", "c", coordinator))
+    api = WorkerApi(registry, Accepting(), clock)
+    granted(api, coordinator)
+    request = {"worker": "w", "shardId": "s0", "epoch": 1, "sequenceNumber": "7", "wait": True}
+
+    async def run() -> dict[str, Any]:
+        async with TestClient(TestServer(api.app())) as client:
+            response = await client.post(
+                f"{BASE}/checkpoint",
+                json=request,
+                headers={"Authorization": "Bearer t"},
+                timeout=aiohttp.ClientTimeout(total=spec.leases.duration_seconds),
+            )
+            answer: dict[str, Any] = await response.json()
+            return answer
+
+    answer = asyncio.run(run())  # a timeout here: held past the lease
+    assert (answer["checkpoint"], answer["persisted"]) == ("7", False)

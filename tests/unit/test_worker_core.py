@@ -202,3 +202,13 @@ def test_lease_lost_is_a_notice_made_after_the_fence_only_its_timeout_counts() -
     assert isinstance(machine.next(7.0), LoseLease)  # the fence closed at 6 s
     assert core.watch(7.0) == 37.0
     assert core.overran is None
+
+
+def test_a_waiting_checkpoint_is_given_up_within_the_lease() -> None:
+    """Issue 22 (the freeze e2e): a release or SHARD_END sent to a replica that then froze
+    must be sent again to the new leader before the shard's fence runs out, so the wait
+    for its answer (the operator's hold plus the request timeout) stays inside the lease."""
+    core = WorkerCore("w", prefetch=2)
+    for lease_ms in (1_000, 3_000, 6_000, 20_000, 60_000, 3_600_000):
+        core.answered(answer(lease_ms=lease_ms), 0.0, 0.1)
+        assert core.request_timeout < core.waiting_timeout < lease_ms / 1000, lease_ms

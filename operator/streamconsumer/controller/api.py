@@ -42,11 +42,11 @@ from streamconsumer.models.api import (
     OLDEST_WIRE_VERSION,
     WIRE_VERSION,
     WIRE_VERSION_HEADER,
+    checkpoint_hold_seconds,
     heartbeat_body_limit,
 )
 
 log = logging.getLogger(__name__)
-CHECKPOINT_WAIT_SECONDS = 10.0
 RETRY_AFTER_SECONDS = 1
 
 
@@ -262,7 +262,8 @@ class WorkerApi:
         if message.wait:
             try:
                 await asyncio.wait_for(
-                    consumer.persisted(consumer.coordinator.version), CHECKPOINT_WAIT_SECONDS
+                    consumer.persisted(consumer.coordinator.version),
+                    checkpoint_hold_seconds(consumer.coordinator.lease_duration),
                 )
                 persisted = True
             except TimeoutError:

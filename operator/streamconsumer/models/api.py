@@ -60,6 +60,17 @@ note per skipped batch (up to 100 per shard, texts up to 2048 characters), not o
 action; 256 KiB lets a small consumer's older workers report a hundred of them."""
 CHECKPOINT_BODY_BYTES = 4 * 1024
 """A checkpoint request at its bounds is about 700 bytes."""
+MAX_CHECKPOINT_HOLD_SECONDS = 10.0
+"""The longest the operator holds a `wait: true` checkpoint for its status write."""
+
+
+def checkpoint_hold_seconds(lease_seconds: float) -> float:
+    """How long the operator holds a `wait: true` checkpoint until a status write holds it,
+    before answering `persisted: false` (the worker then sends it again). A third of the
+    worker lease: a worker waits this plus its request timeout, so a closing request sent
+    to a replica that froze or died is sent again, to the new leader, within one lease
+    (docs/design.md#crash-safe-operator)."""
+    return min(MAX_CHECKPOINT_HOLD_SECONDS, lease_seconds / 3)
 
 
 def heartbeat_body_limit(max_held: int) -> int:

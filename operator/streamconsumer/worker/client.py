@@ -22,7 +22,11 @@ from streamconsumer.models import (
     HeartbeatRequest,
     HeartbeatResponse,
 )
-from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
+from streamconsumer.models.api import (
+    MAX_CHECKPOINT_HOLD_SECONDS,
+    WIRE_VERSION,
+    WIRE_VERSION_HEADER,
+)
 
 log = logging.getLogger(__name__)
 Answer = TypeVar("Answer", bound=BaseModel)
@@ -64,10 +68,11 @@ class OperatorClient:
         # Verify against the operator's CA only when given one; else httpx's default CAs.
         self._tls = ssl.create_default_context(cafile=ca_path) if ca_path else None
         self.operator_wire_version: int | None = None  # as its last answer said
-        # A wait=true checkpoint may be held until the status is written (up to 10 s).
+        # Each call passes its own timeout (WorkerCore.request_timeout, waiting_timeout);
+        # this default is the longest a waiting checkpoint may take.
         self._http = httpx.Client(
             base_url=base_url,
-            timeout=httpx.Timeout(timeout, read=15.0),
+            timeout=httpx.Timeout(timeout, read=timeout + MAX_CHECKPOINT_HOLD_SECONDS),
             verify=self._tls if self._tls is not None else True,
         )
 

@@ -27,6 +27,7 @@ from streamconsumer.models import (
     HeldShard,
     RevocationReason,
 )
+from streamconsumer.models.api import checkpoint_hold_seconds
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.worker.shard import CALL_NAMES, LoseLease, ShardMachine, Stop
 
@@ -74,6 +75,15 @@ class WorkerCore:
         if self._lease is None:
             return MAX_REQUEST_SECONDS
         return max(MIN_REQUEST_SECONDS, min(MAX_REQUEST_SECONDS, self._lease / 3))
+
+    @property
+    def waiting_timeout(self) -> float:
+        """How long to wait for the answer to a `wait: true` checkpoint (a release or
+        SHARD_END): the operator's hold plus the request timeout. Within the lease, so
+        one sent to a replica that froze or died is sent again to the new leader before
+        the shard's fence runs out (docs/design.md#crash-safe-operator)."""
+        lease = MAX_REQUEST_SECONDS * 3 if self._lease is None else self._lease
+        return self.request_timeout + checkpoint_hold_seconds(lease)
 
     # --- heartbeats ----------------------------------------------------------------------
 

@@ -42,7 +42,6 @@ from streamconsumer.worker.shard import (
 
 log = logging.getLogger(__name__)
 MAX_WAIT_SECONDS = 1.0  # wake up at least this often (a fence may have closed)
-WAITING_CHECKPOINT_SECONDS = 15.0
 EXIT_REFUSED = 2  # the operator refused this worker for too long
 EXIT_CALL_STUCK = 3  # a processor call outlived its shard's fence, or hung past the timeout
 
@@ -305,8 +304,7 @@ class Worker:
             machine.returned(time.monotonic())
 
     def _checkpoint(self, request: CheckpointRequest) -> Answer:
-        # wait=true may be held until the status is written (up to the operator's 10 s).
-        timeout = WAITING_CHECKPOINT_SECONDS if request.wait else self.core.request_timeout
+        timeout = self.core.waiting_timeout if request.wait else self.core.request_timeout
         try:
             response = self._operator.checkpoint(request, timeout)
         except OperatorUnavailable as error:
