@@ -18,11 +18,17 @@ from typing import Any, TypeVar
 from sim.ledger import Ledger, Violation
 from sim.stream import SimSource
 from sim.world import EPOCH, World, run_in_process
+from streamconsumer.controller import answers
+from streamconsumer.controller.answers import ROUTES, Reply
+from streamconsumer.controller.auth import Caller
+from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import Outcome
 from streamconsumer.controller.leadership import ElectionDriver, LockConflict
 from streamconsumer.controller.lifecycle import Lifecycle, Phase
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.names import worker_service_account
+from streamconsumer.controller.registry import ManagedConsumer, Registry
 from streamconsumer.controller.status import (
     Conflict,
     StatusInvalid,
@@ -30,15 +36,15 @@ from streamconsumer.controller.status import (
     StatusWriter,
 )
 from streamconsumer.core.election import Action, Election, ElectionTiming, LeaseRecord
-from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
-from streamconsumer.models import CheckpointRequest, HeartbeatRequest
-from streamconsumer.models.api import checkpoint_hold_seconds
+from streamconsumer.models.api import WIRE_VERSION_HEADER
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
-from streamconsumer.worker.shard import Answer
 
 T = TypeVar("T")
 NAME, NAMESPACE = "sim", "sim"
 TICK = 0.2  # the runner's idle loop period
+# What a newer release may add to the wire: each side must take it and go on.
+FROM_A_NEWER_OPERATOR = {"leaseHints": {"rebalanceAfterMs": 5000}, "operatorBuild": "next"}
+STARTUP_GRACE = OperatorConfig.model_fields["startup_grace_seconds"].default
 TIMEOUTS = Timeouts(listing=30.0, status_write=10.0, scale=10.0)
 WRITE_LATENCY = (0.002, 0.03)
 SLOW_WRITE_LATENCY = (2.0, 25.0)  # an apiserver under load: some land past the timeout
@@ -196,7 +202,24 @@ class FlakySource:
         return self._source.backlog(shard_id, start)
 
 
-Respond = Callable[[Any, bool], None]  # (answer or None for a 503, close the connection?)
+Respond = Callable[[Reply], None]
+
+
+class SimConsumer(ManagedConsumer):
+    """The registry's record of the consumer, woken on the simulated clock (production
+    wakes its asyncio daemon)."""
+
+    def __init__(self, loop: ConsumerLoop, wake: Callable[[], None]) -> None:
+        super().__init__(NAMESPACE, NAME, loop)
+        self._sim_wake = wake
+
+    def wake(self) -> None:
+        self._sim_wake()
+
+
+def review(token: str) -> Caller:
+    """TokenReview, simulated: a worker's token names its pod."""
+    return Caller(namespace=NAMESPACE, service_account=worker_service_account(NAME), pod_name=token)
 
 
 class SimReplica:
@@ -243,7 +266,8 @@ class SimReplica:
         self.loop: ConsumerLoop | None = None
         self.lifecycle = Lifecycle()
         self.holder = f"{self.pod}/{incarnation}"  # unique per process, as in production
-        self._waiters: list[tuple[int, Callable[[Answer], None]]] = []
+        self.registry = Registry(self.clock, startup_grace=STARTUP_GRACE)
+        self._held: list[tuple[int, Reply, Respond]] = []  # checkpoints waiting for a write
         self._tick_at: float | None = None
         self._plan = 0
         self.elector = ElectionDriver(
@@ -292,6 +316,7 @@ class SimReplica:
         phase = self.lifecycle.observe(self.elector.leading(), self.elector.lost())
         if phase is Phase.LEADING and was is Phase.STANDBY:
             self.operators.label = self  # LeaderLabel.claim: the Service follows it
+            self.registry.leading()
             self.schedule(self.world.rng.uniform(0.05, 0.5), self._load)  # kopf starts
         elif phase is Phase.ENDED and self.up:
             self._exit()  # exit 1: the pod starts it again as a standby
@@ -308,6 +333,7 @@ class SimReplica:
             api.get(), writer, LoopSettings(shard_sync_seconds=1.0), self.clock(), lambda: 1
         )
         self.coordinator = loop.coordinator
+        self.registry.add(SimConsumer(loop, self.wake))
         self.driver = ConsumerDriver(
             NAMESPACE,
             NAME,
@@ -347,6 +373,7 @@ class SimReplica:
                 self._look()
             self.driver.stop()  # the daemon returned: kopf does not start it again
             self.driver = self.loop = None
+            self.registry.remove(NAMESPACE, NAME)
             return
         self.driver.tick()
         self.wake(TICK)
@@ -354,9 +381,9 @@ class SimReplica:
     def _saved(self) -> None:
         assert self.loop is not None
         saved = self.loop.coordinator.persisted_version
-        for waiter in [w for w in self._waiters if w[0] <= saved]:
-            self._waiters.remove(waiter)
-            waiter[1](Answer.SAVED)
+        for held in [h for h in self._held if h[0] <= saved]:
+            self._held.remove(held)
+            held[2](held[1].settled(persisted=True))
 
     def spec_changed(self, spec: StreamConsumerSpec) -> None:
         if self.loop is not None:
@@ -370,50 +397,40 @@ class SimReplica:
 
     # --- the worker API ------------------------------------------------------------------
 
-    def _serving(self) -> ConsumerLoop | None:
-        """As WorkerApi: a replica that does not lead answers 503 and closes; a consumer
-        not loaded or not fenced yet, 503."""
-        if not (self.lifecycle.leading and self.elector.leading()):
-            return None
-        return self.loop if self.loop is not None and self.loop.serving else None
-
-    def heartbeat(self, request: HeartbeatRequest, respond: Respond) -> None:
-        loop = self._serving()
-        if loop is None:
-            respond(None, not self.lifecycle.leading)
+    def serve(self, path: str, headers: dict[str, str], body: bytes, respond: Respond) -> None:
+        """As WorkerApi, through the production `answers`: the same checks, bytes and
+        replies; a held checkpoint is answered once saved or when its hold runs out."""
+        leading = self.lifecycle.leading and self.elector.leading()
+        token = answers.front_door(
+            leading, headers.get(WIRE_VERSION_HEADER), headers.get("Authorization")
+        )
+        if isinstance(token, Reply):
+            respond(token)
             return
-        response = loop.coordinator.heartbeat(request, self.clock())
-        self.wake()
-        respond(response, False)
-
-    def checkpoint(self, request: CheckpointRequest, respond: Respond) -> None:
-        loop = self._serving()
-        if loop is None:
-            respond(Answer.UNREACHABLE, not self.lifecycle.leading)
+        consumer = answers.admit(review(token), NAMESPACE, NAME, self.registry)
+        if isinstance(consumer, Reply):
+            respond(consumer)
             return
-        try:
-            lease = loop.coordinator.checkpoint(request)
-        except CheckpointDeferred:
-            respond(Answer.UNREACHABLE, False)
-            self.wake()
+        route = ROUTES[path]
+        limit = route.body_limit(consumer)
+        if len(body) > limit:
+            respond(answers.too_large(limit))
             return
-        except CheckpointRefused as refused:
-            respond(Answer.LOST if refused.lease_lost else Answer.INVALID, False)
+        reply = route.receive(consumer, body, review(token), self.clock())
+        if reply.status == 200 and path == answers.CHECKPOINT.path:
+            self.operators.ledger.accepted(reply.body["shardId"], reply.body.get("checkpoint"))
+        if (hold := reply.hold) is None:
+            respond(reply)
             return
-        self.operators.ledger.accepted(request.shard_id, lease.checkpoint)
-        self.wake()
-        if not request.wait:
-            respond(Answer.ACCEPTED, False)
-            return
-        waiter = (loop.coordinator.version, lambda answer: respond(answer, False))
-        self._waiters.append(waiter)
+        held = (hold.version, reply, respond)
+        self._held.append(held)
 
         def give_up() -> None:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-                respond(Answer.ACCEPTED, False)
+            if held in self._held:
+                self._held.remove(held)
+                respond(reply.settled(persisted=False))
 
-        self.schedule(checkpoint_hold_seconds(loop.coordinator.lease_duration), give_up)
+        self.schedule(hold.seconds, give_up)
 
 
 class SimOperators:
@@ -429,8 +446,10 @@ class SimOperators:
         ledger: Ledger,
         scale: Callable[[int], None],
         replicas: int = 1,
+        newer_peers: bool = False,
     ) -> None:
         self.world = world
+        self.newer_peers = newer_peers
         self.api = api
         self.ledger = ledger
         self.scale = scale
@@ -507,29 +526,29 @@ class SimOperators:
             self._connections[worker] = (replica, replica.incarnation)
         return replica
 
-    def _call(
+    def call(
         self,
         worker: str,
-        handle: Callable[[SimReplica, Respond], None],
-        answer: Callable[[Any], None],
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        answer: Callable[[tuple[int, bytes]], None],
     ) -> None:
+        """One request on the worker's connection; `answer` gets the reply's status and
+        bytes (with a newer operator's extra field when the run's peers are newer)."""
         replica = self._route(worker)
         if replica is None:
             return
 
-        def respond(result: Any, close: bool) -> None:
-            if close:
+        def respond(reply: Reply) -> None:
+            if reply.close:
                 self._connections.pop(worker, None)
-            answer(result)
+            if self.newer_peers and reply.status == 200:
+                reply = Reply(reply.status, {**reply.body, **FROM_A_NEWER_OPERATOR})
+            answer((reply.status, reply.content()))
 
-        replica.schedule(0.0, lambda: handle(replica, respond))
+        replica.schedule(0.0, lambda: replica.serve(path, headers, body, respond))
 
     def disconnect(self, worker: str) -> None:
         """The worker closed its connection (its request timed out)."""
         self._connections.pop(worker, None)
-
-    def heartbeat(self, request: HeartbeatRequest, answer: Callable[[Any], None]) -> None:
-        self._call(request.worker, lambda r, respond: r.heartbeat(request, respond), answer)
-
-    def checkpoint(self, request: CheckpointRequest, answer: Callable[[Answer], None]) -> None:
-        self._call(request.worker, lambda r, respond: r.checkpoint(request, respond), answer)

@@ -332,6 +332,11 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.refused_shard_end_let_go,
         "never processed",
     ),
+    "22.8 each side meets fields of a newer release": Regression(
+        Run(seed=8, shards=2, replicas=2, operators=2, newer_peers=True, duration=30),
+        reverts.wire_refuses_unknown_fields,
+        "never processed",
+    ),
     "22.6 a table's stream replaced while its tail waits": Regression(
         Run(
             seed=22,
@@ -349,12 +354,15 @@ REGRESSIONS: dict[str, Regression] = {
         "started before the old stream's",
     ),
     "22.2 the Lease deleted: a deposed leader runs on with no consumer": Regression(
+        # Re-seeded when the simulation took the production wire (answers.py): a replica
+        # that does not lead now closes every connection, as production does; the Lease
+        # re-created slowly lets the old leader's daemon return before it leads again.
         Run(
-            seed=779,
+            seed=18,
             shards=2,
             replicas=2,
-            operators=3,
-            faults=(F(18.37, "lease_deleted", 2, 1.83),),
+            operators=2,
+            faults=(F(17.0, "lease_slow", 0, 4.0), F(18.0, "lease_deleted", 0, 2.0)),
             duration=50,
         ),
         reverts.terms_resume,

@@ -450,3 +450,23 @@ def terms_resume(patch: pytest.MonkeyPatch) -> None:
         ("next_action", next_action),
     ]:
         patch.setattr(Election, name, method)
+
+
+def wire_refuses_unknown_fields(patch: pytest.MonkeyPatch) -> None:
+    """22.8: messages as they were parsed before wire version 2: a field the reader does
+    not know is an error, so every answer of a newer operator (and every request of a
+    newer worker) fails."""
+    from pydantic import ConfigDict
+
+    from streamconsumer.models.base import WireModel
+
+    def subclasses(cls: type[WireModel]) -> Iterator[type[WireModel]]:
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    for message in list(subclasses(WireModel)):
+        strict: Any = type(
+            message.__name__, (message,), {"model_config": ConfigDict(extra="forbid")}
+        )
+        patch.setattr(message, "model_validate_json", strict.model_validate_json)

@@ -115,6 +115,7 @@ class Run:
     on_failure: str = "block"  # block | skip | deadLetter, after POLICY_RETRIES
     history: int = 0  # records in the stream before the consumer is created
     operators: int = 1  # operator replicas, one leading at a time
+    newer_peers: bool = False  # each side's messages carry fields of a newer release
 
 
 @dataclass
@@ -214,7 +215,13 @@ class Simulation:
         self.api = SimApiServer(world, self.ledger, spec)
         self.source = SimSource(self.stream)
         self.operator = SimOperators(
-            world, self.api, self.source, self.ledger, self._autoscaled, run.operators
+            world,
+            self.api,
+            self.source,
+            self.ledger,
+            self._autoscaled,
+            run.operators,
+            newer_peers=run.newer_peers,
         )
         self.network = Network(world)
         self.trouble = Trouble(world)

@@ -37,4 +37,5 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         history=draw(st.sampled_from((0, 20))),
         on_failure=draw(st.sampled_from(("block", "skip", "deadLetter"))),
         operators=draw(st.integers(1, 3)),
+        newer_peers=draw(st.booleans()),
     )

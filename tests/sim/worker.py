@@ -8,27 +8,37 @@ letter cannot fit must say so in every heartbeat (blocked, naming the record).""
 
 from __future__ import annotations
 
-import functools
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World, run_in_process
+from streamconsumer.controller.answers import CHECKPOINT as CHECKPOINT_ROUTE
+from streamconsumer.controller.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
 from streamconsumer.deadletter.base import Letter
-from streamconsumer.models import HeartbeatRequest, HeartbeatResponse
+from streamconsumer.models import CheckpointResponse, HeartbeatRequest
+from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
+from streamconsumer.models.base import WireModel
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, RecordProcessor
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.worker.calls import call_processor
+from streamconsumer.worker.client import (
+    OperatorRefused,
+    OperatorUnavailable,
+    checkpoint_answer,
+    checkpoint_outcome,
+    heartbeat_answer,
+    request_headers,
+)
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import (
-    Answer,
     Call,
     DeadLetter,
     Deliver,
@@ -46,6 +56,9 @@ DRAIN_SECONDS = 25.0
 SLOW_CALL_SECONDS = 30.0  # the longest a slow processor call takes
 NEVER = 1e9  # a hung call's duration: it returns after every run has ended
 QUEUE_LIMIT = 256 * 1024  # the dead-letter queue's MaximumMessageSize
+HEARTBEAT, CHECKPOINT = HEARTBEAT_ROUTE.path, CHECKPOINT_ROUTE.path
+# What a newer release may add to the wire: each side must take it and go on.
+FROM_A_NEWER_WORKER = {"heldHints": {"prefetchDepth": 4}, "workerBuild": "next"}
 
 
 @dataclass
@@ -253,8 +266,9 @@ class SimWorker:
         sent_at = self.clock()
         self._request(
             self.core.request_timeout,
-            lambda respond: self.operator.heartbeat(request, respond),
-            lambda response: self._answered_heartbeat(response, sent_at),
+            HEARTBEAT,
+            request,
+            lambda reply: self._answered_heartbeat(reply, sent_at),
         )
 
     def _check_blocked_reported(self, request: HeartbeatRequest) -> None:
@@ -274,21 +288,23 @@ class SimWorker:
                     f"({failing})"
                 )
 
-    def _answered_heartbeat(self, response: HeartbeatResponse | None, sent_at: float) -> None:
+    def _answered_heartbeat(self, reply: tuple[int, bytes] | None, sent_at: float) -> None:
+        """As the runtime's heartbeat thread, reading the answer's bytes as it does."""
         self._beating = False
-        if response is None:
-            self.core.failed(None, self.clock())
+        try:
+            if reply is None:
+                raise OperatorUnavailable("no answer")
+            response = heartbeat_answer(*reply)
+        except (OperatorUnavailable, OperatorRefused) as error:
+            refused = str(error) if isinstance(error, OperatorRefused) else None
+            self.core.failed(refused, self.clock())
         else:
             started, resend = self.core.answered(response, sent_at, self.clock())
             for machine in started:
                 reader = self.source.open_reader(machine.shard_id, machine.assignment.start)
                 self.running[machine.shard_id] = Running(machine, reader)
             for request in resend:
-                self._request(
-                    self.core.request_timeout,
-                    functools.partial(self.operator.checkpoint, request),
-                    lambda answer: None,
-                )
+                self._request(self.core.request_timeout, CHECKPOINT, request, lambda _: None)
             for running in list(self.running.values()):
                 self._poke(running)
                 self._read(running)
@@ -307,14 +323,27 @@ class SimWorker:
     def _request(
         self,
         timeout: float,
-        send: Callable[[Callable[[Any], None]], None],
-        receive: Callable[[Any], None],
+        path: str,
+        message: WireModel,
+        receive: Callable[[tuple[int, bytes] | None], None],
     ) -> None:
-        """One request: delivered (or lost) to the operator, answered (or lost) back,
-        timing out at the worker. `receive` gets None for no answer."""
+        """One request as JSON bytes: delivered (or lost) to the operator, answered (or
+        lost) back, timing out at the worker. `receive` gets the reply's status and
+        bytes, or None for no answer. A newer worker's wire adds a field and says a
+        newer version."""
+        headers = request_headers(self.name)
+        body = message.wire()
+        if self.operator.newer_peers:
+            headers[WIRE_VERSION_HEADER] = str(WIRE_VERSION + 1)
+            body |= FROM_A_NEWER_WORKER
+        content = json.dumps(body).encode()
+
+        def send(respond: Callable[[tuple[int, bytes]], None]) -> None:
+            self.operator.call(self.name, path, headers, content, respond)
+
         settled = False
 
-        def settle(answer: object) -> None:
+        def settle(answer: tuple[int, bytes] | None) -> None:
             nonlocal settled
             if not settled:
                 settled = True
@@ -334,7 +363,7 @@ class SimWorker:
             if not self.operator.up:
                 return
 
-            def respond(answer: object) -> None:
+            def respond(answer: tuple[int, bytes]) -> None:
                 coming = self.network.transit(self.name)
                 if coming is not None:
                     self.schedule(coming, lambda: settle(answer))
@@ -370,8 +399,9 @@ class SimWorker:
             wait = step.request.wait
             self._request(
                 self.core.waiting_timeout if wait else self.core.request_timeout,
-                lambda respond: self.operator.checkpoint(step.request, respond),
-                lambda answer: self._checkpointed(running, answer),
+                CHECKPOINT,
+                step.request,
+                lambda reply: self._checkpointed(running, step.request.shard_id, reply),
             )
             return
         records: list[Record] = list(step.batch.records) if isinstance(step, Deliver) else []
@@ -441,8 +471,15 @@ class SimWorker:
         self._watch_at = None
         self._watch()
 
-    def _checkpointed(self, running: Running, answer: Answer | None) -> None:
-        running.machine.answered(Answer.UNREACHABLE if answer is None else answer, self.clock())
+    def _checkpointed(
+        self, running: Running, shard_id: str, reply: tuple[int, bytes] | None
+    ) -> None:
+        def read() -> CheckpointResponse:
+            if reply is None:
+                raise OperatorUnavailable("no answer")
+            return checkpoint_answer(*reply)
+
+        running.machine.answered(checkpoint_outcome(shard_id, read), self.clock())
         self._poke(running)
 
     def _read(self, running: Running) -> None:

@@ -10,9 +10,11 @@ larger than any legal message. 503 with Retry-After means "come back soon": the 
 could not be reviewed right now, the consumer is still being loaded, or a SHARD_END
 waits for the first listing of the stream. Every answer carries our wire version.
 
-Checks run cheapest and least trusting first: the token before the body is read, the
-body's size before it is parsed (the limit grows with the consumer's shard count: a
-heartbeat lists at most one item per shard)."""
+What each request gets is decided in `answers.py` (sans-I/O, run by the simulation
+too); this module serves it: the token reviewed before the body is read, the body read
+no further than the consumer's limit (it grows with the consumer's shard count: a
+heartbeat lists at most one item per shard), a held checkpoint answered once the status
+holds it."""
 
 from __future__ import annotations
 
@@ -23,74 +25,41 @@ from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ValidationError
 
-from streamconsumer.controller import metrics
+from streamconsumer.controller import answers, metrics
+from streamconsumer.controller.answers import ROUTES, Reply, Route
 from streamconsumer.controller.auth import Caller, ReviewUnavailable
-from streamconsumer.controller.names import worker_service_account
-from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
-from streamconsumer.models import (
-    CheckpointRequest,
-    CheckpointResponse,
-    ErrorResponse,
-    HeartbeatRequest,
-)
-from streamconsumer.models.api import (
-    CHECKPOINT_BODY_BYTES,
-    MAX_HELD_SHARDS,
-    OLDEST_WIRE_VERSION,
-    WIRE_VERSION,
-    WIRE_VERSION_HEADER,
-    checkpoint_hold_seconds,
-    heartbeat_body_limit,
-)
+from streamconsumer.controller.registry import Registry
+from streamconsumer.models.api import MAX_HELD_SHARDS, WIRE_VERSION_HEADER, heartbeat_body_limit
 
 log = logging.getLogger(__name__)
-RETRY_AFTER_SECONDS = 1
 
 
 class Reviewer(Protocol):
     async def review(self, token: str) -> Caller | None: ...
 
 
-_ERRORS = {
-    400: "bad_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    409: "lease_lost",
-    413: "too_large",
-}
-
-
-def _error(status: int, error: str, message: str) -> web.Response:
-    body = ErrorResponse.model_validate({"error": error, "message": message})
-    return web.json_response(body.wire(), status=status)
+def _response(reply: Reply) -> web.Response:
+    response = web.Response(
+        body=reply.content(), status=reply.status, content_type="application/json"
+    )
+    response.headers.update(reply.headers())
+    if reply.close:
+        response.force_close()
+    return response
 
 
 @web.middleware
 async def _wire(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """Our wire version on every answer; aiohttp's own 4xx (no route, wrong method, too
-    large) as JSON like ours."""
+    """aiohttp's own 4xx (no route, wrong method, too large) as JSON like ours."""
     try:
-        response = await handler(request)
+        return await handler(request)
     except web.HTTPException as raised:
         if raised.status < 400 or raised.status >= 500:
             raise
-        response = _error(raised.status, _ERRORS.get(raised.status, "bad_request"), raised.reason)
-    response.headers[WIRE_VERSION_HEADER] = str(WIRE_VERSION)
-    return response
-
-
-def _wire_version(request: web.Request) -> int | None:
-    """The caller's wire version (no header: 1, the wire before versions); None if the
-    header is not a number."""
-    raw = request.headers.get(WIRE_VERSION_HEADER, "1").strip()
-    return int(raw) if raw.isdigit() else None
+        return _response(answers.error(raised.status, raised.reason))
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes | None:
@@ -104,25 +73,6 @@ async def _read_body(request: web.Request, limit: int) -> bytes | None:
             return bytes(body)
         body += chunk
     return None
-
-
-def _unavailable(message: str) -> web.Response:
-    body = ErrorResponse(error="unavailable", message=message)
-    return web.json_response(
-        body.wire(), status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)}
-    )
-
-
-def _validation_message(error: ValidationError) -> str:
-    parts = []
-    for issue in error.errors()[:5]:
-        where = ".".join(str(p) for p in issue["loc"]) or "body"
-        parts.append(f"{where}: {issue['msg']}")
-    return "; ".join(parts)
-
-
-Handler = Callable[[web.Request, Any, Caller], Awaitable[web.Response]]
-BodyLimit = Callable[[ManagedConsumer], int]  # the largest body accepted, for a consumer
 
 
 def _always() -> bool:
@@ -150,14 +100,8 @@ class WorkerApi:
             client_max_size=heartbeat_body_limit(MAX_HELD_SHARDS), middlewares=[_wire]
         )
         base = "/v1/namespaces/{namespace}/streamconsumers/{name}"
-        app.router.add_post(
-            f"{base}/heartbeat",
-            self._guarded(HeartbeatRequest, self.heartbeat, _heartbeat_limit),
-        )
-        app.router.add_post(
-            f"{base}/checkpoint",
-            self._guarded(CheckpointRequest, self.checkpoint, lambda _: CHECKPOINT_BODY_BYTES),
-        )
+        for path, route in ROUTES.items():
+            app.router.add_post(f"{base}/{path}", self._serving(route))
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/metrics", self.serve_metrics)
         return app
@@ -169,114 +113,37 @@ class WorkerApi:
         body = generate_latest(metrics.REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
-    def _guarded(
-        self, model: type[Any], handler: Handler, body_limit: BodyLimit
-    ) -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def guarded(request: web.Request) -> web.Response:
-            if not self.leading():
-                # Close the connection too: a worker's keep-alive would otherwise stay on
-                # this pod (a Service keeps established connections where they are).
-                response = _unavailable("this operator replica does not lead; the leader serves")
-                response.force_close()
-                return response
-            version = _wire_version(request)
-            if version is None or version < OLDEST_WIRE_VERSION:
-                return _error(
-                    400,
-                    "bad_request",
-                    f"{WIRE_VERSION_HEADER} {request.headers.get(WIRE_VERSION_HEADER)!r} is "
-                    f"not served: this operator serves versions {OLDEST_WIRE_VERSION} to "
-                    f"{WIRE_VERSION} (and ignores what a newer one adds)",
-                )
-            namespace = request.match_info["namespace"]
-            name = request.match_info["name"]
-            header = request.headers.get("Authorization", "")
-            if not header.startswith("Bearer ") or not header[7:].strip():
-                return _error(401, "unauthorized", "a Bearer ServiceAccount token is required")
-            try:
-                caller = await self.reviewer.review(header[7:].strip())
-            except ReviewUnavailable as error:
-                return _unavailable(str(error))
-            if caller is None:
-                return _error(401, "unauthorized", "the token was not accepted by TokenReview")
-            if caller.namespace != namespace or caller.service_account != worker_service_account(
-                name
-            ):
-                return _error(
-                    403, "forbidden", f"not a worker of streamconsumer {namespace}/{name}"
-                )
-            consumer = self.registry.get(namespace, name)
-            if consumer is None:
-                if self.registry.starting(namespace, name):
-                    return _unavailable(f"streamconsumer {namespace}/{name} is being loaded")
-                return _error(
-                    404, "not_found", f"streamconsumer {namespace}/{name} is not managed here"
-                )
-            if not consumer.serving:
-                return _unavailable(
-                    f"streamconsumer {namespace}/{name}: this term's status is not saved yet"
-                )
-            limit = body_limit(consumer)
-            body = await _read_body(request, limit)
-            if body is None:
-                return _error(413, "too_large", f"the body is larger than {limit} bytes")
-            try:
-                message = model.model_validate_json(body)
-            except ValidationError as error:
-                return _error(400, "bad_request", _validation_message(error))
-            if caller.pod_name is None or caller.pod_name != message.worker:
-                return _error(
-                    403, "forbidden", f"this token cannot speak for worker {message.worker}"
-                )
-            return await handler(request, message, caller)
+    def _serving(self, route: Route[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def serve(request: web.Request) -> web.Response:
+            return _response(await self._answer(route, request))
 
-        return guarded
+        return serve
 
-    async def heartbeat(
-        self, request: web.Request, message: HeartbeatRequest, caller: Caller
-    ) -> web.Response:
-        consumer = self.registry.get(request.match_info["namespace"], request.match_info["name"])
-        assert consumer is not None
-        response = consumer.coordinator.heartbeat(message, self.clock())
-        consumer.wake()
-        return web.json_response(response.wire())
-
-    async def checkpoint(
-        self, request: web.Request, message: CheckpointRequest, caller: Caller
-    ) -> web.Response:
-        consumer = self.registry.get(request.match_info["namespace"], request.match_info["name"])
-        assert consumer is not None
-        try:
-            lease = consumer.coordinator.checkpoint(message)
-        except CheckpointDeferred as deferred:
-            return _unavailable(str(deferred))
-        except CheckpointRefused as refused:
-            result = "lease_lost" if refused.lease_lost else "invalid"
-            metrics.CHECKPOINTS.labels(consumer.namespace, consumer.name, result).inc()
-            if refused.lease_lost:
-                return _error(409, "lease_lost", str(refused))
-            return _error(400, "bad_request", str(refused))
-        metrics.CHECKPOINTS.labels(consumer.namespace, consumer.name, "ok").inc()
-        consumer.wake()
-        persisted = False
-        if message.wait:
-            try:
-                await asyncio.wait_for(
-                    consumer.persisted(consumer.coordinator.version),
-                    checkpoint_hold_seconds(consumer.coordinator.lease_duration),
-                )
-                persisted = True
-            except TimeoutError:
-                persisted = False
-        body = CheckpointResponse(
-            shard_id=message.shard_id,
-            epoch=lease.epoch,
-            checkpoint=lease.checkpoint,
-            persisted=persisted,
+    async def _answer(self, route: Route[Any], request: web.Request) -> Reply:
+        headers = request.headers
+        token = answers.front_door(
+            self.leading(), headers.get(WIRE_VERSION_HEADER), headers.get("Authorization")
         )
-        return web.json_response(body.wire())
-
-
-def _heartbeat_limit(consumer: ManagedConsumer) -> int:
-    """A heartbeat lists at most the shards the operator knows of this consumer."""
-    return heartbeat_body_limit(consumer.coordinator.claimable_shards())
+        if isinstance(token, Reply):
+            return token
+        try:
+            caller = await self.reviewer.review(token)
+        except ReviewUnavailable as error:
+            return answers.unavailable(str(error))
+        namespace, name = request.match_info["namespace"], request.match_info["name"]
+        consumer = answers.admit(caller, namespace, name, self.registry)
+        if isinstance(consumer, Reply):
+            return consumer
+        assert caller is not None  # admitted
+        limit = route.body_limit(consumer)
+        body = await _read_body(request, limit)
+        if body is None:
+            return answers.too_large(limit)
+        reply = route.receive(consumer, body, caller, self.clock())
+        if reply.hold is None:
+            return reply
+        try:
+            await asyncio.wait_for(consumer.persisted(reply.hold.version), reply.hold.seconds)
+        except TimeoutError:
+            return reply.settled(persisted=False)
+        return reply.settled(persisted=True)

@@ -3,13 +3,17 @@ or plain HTTP for local development.
 
 Every call says our wire version (a header); every answer says the operator's. An
 answer that does not parse (a newer operator's changed field, a proxy's error page) is a
-failed call, retried like an outage: it never ends the thread that made the call."""
+failed call, retried like an outage: it never ends the thread that made the call. What
+an answer means is read by functions of status and bytes (`heartbeat_answer`,
+`checkpoint_answer`), which the simulation runs too."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import ssl
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,9 +31,10 @@ from streamconsumer.models.api import (
     WIRE_VERSION,
     WIRE_VERSION_HEADER,
 )
+from streamconsumer.worker.shard import Answer
 
 log = logging.getLogger(__name__)
-Answer = TypeVar("Answer", bound=BaseModel)
+Parsed = TypeVar("Parsed", bound=BaseModel)
 
 
 class OperatorUnavailable(RuntimeError):
@@ -78,17 +83,15 @@ class OperatorClient:
 
     def _post(
         self, path: str, body: dict[str, object], timeout: float | None = None
-    ) -> httpx.Response:
+    ) -> tuple[int, bytes]:
+        """The answer's status and body; OperatorUnavailable if none came."""
         try:
             # Projected tokens are rotated on disk: read it for every call.
             token = self._token_path.read_text().strip()
             response = self._http.post(
                 self._prefix + path,
                 json=body,
-                headers={
-                    "Authorization": f"Bearer {token}",
-                    WIRE_VERSION_HEADER: str(WIRE_VERSION),
-                },
+                headers=request_headers(token),
                 timeout=httpx.USE_CLIENT_DEFAULT if timeout is None else timeout,
             )
         except (httpx.HTTPError, OSError) as error:
@@ -100,37 +103,22 @@ class OperatorClient:
                     "nothing was sent, not even the token"
                 ) from error
             raise OperatorUnavailable(f"{path}: {error}") from error
-        self._heard(response)
-        if response.status_code >= 500:
-            raise OperatorUnavailable(f"{path}: HTTP {response.status_code}: {_message(response)}")
-        return response
+        self._heard(response.headers.get(WIRE_VERSION_HEADER))
+        return response.status_code, response.content
 
     def heartbeat(
         self, request: HeartbeatRequest, timeout: float | None = None
     ) -> HeartbeatResponse:
-        response = self._post("/heartbeat", request.wire(), timeout)
-        if response.status_code != 200:
-            raise OperatorRefused(
-                f"heartbeat refused ({response.status_code}): {_message(response)}"
-            )
-        return _parsed(HeartbeatResponse, response, "heartbeat")
+        return heartbeat_answer(*self._post("/heartbeat", request.wire(), timeout))
 
     def checkpoint(
         self, request: CheckpointRequest, timeout: float | None = None
     ) -> CheckpointResponse:
-        response = self._post("/checkpoint", request.wire(), timeout)
-        if response.status_code == 200:
-            return _parsed(CheckpointResponse, response, "checkpoint")
-        if response.status_code in (400, 409):
-            raise OperatorRefused(_message(response), lease_lost=response.status_code == 409)
-        # 401/403/404: this worker's standing is the heartbeat's business; retry.
-        raise OperatorUnavailable(
-            f"checkpoint refused ({response.status_code}): {_message(response)}"
-        )
+        return checkpoint_answer(*self._post("/checkpoint", request.wire(), timeout))
 
-    def _heard(self, response: httpx.Response) -> None:
+    def _heard(self, header: str | None) -> None:
         """Notes the operator's wire version (none: version 1, before versions)."""
-        raw = response.headers.get(WIRE_VERSION_HEADER, "1")
+        raw = header or "1"
         version = int(raw) if raw.isdigit() else None
         if version != self.operator_wire_version:
             self.operator_wire_version = version
@@ -158,9 +146,49 @@ def _untrusted(error: BaseException) -> bool:
     return False
 
 
-def _parsed(model: type[Answer], response: httpx.Response, call: str) -> Answer:
+def request_headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", WIRE_VERSION_HEADER: str(WIRE_VERSION)}
+
+
+def heartbeat_answer(status: int, content: bytes) -> HeartbeatResponse:
+    """What the operator's answer to a heartbeat means (the simulation reads it so too):
+    OperatorUnavailable, try again soon; OperatorRefused (401/403/404), which counts
+    toward giving up."""
+    if status >= 500:
+        raise OperatorUnavailable(f"heartbeat: HTTP {status}: {_message(content)}")
+    if status != 200:
+        raise OperatorRefused(f"heartbeat refused ({status}): {_message(content)}")
+    return _parsed(HeartbeatResponse, content, "heartbeat")
+
+
+def checkpoint_answer(status: int, content: bytes) -> CheckpointResponse:
+    """What the operator's answer to a checkpoint means: OperatorRefused for a stale
+    epoch (409, the lease is lost) or a request it will never take (400); every other
+    failure is OperatorUnavailable, to send again (401/403/404: this worker's standing
+    is the heartbeat's business)."""
+    if status == 200:
+        return _parsed(CheckpointResponse, content, "checkpoint")
+    if status in (400, 409):
+        raise OperatorRefused(_message(content), lease_lost=status == 409)
+    raise OperatorUnavailable(f"checkpoint: HTTP {status}: {_message(content)}")
+
+
+def checkpoint_outcome(shard_id: str, send: Callable[[], CheckpointResponse]) -> Answer:
+    """A checkpoint's outcome as its ShardMachine takes it."""
     try:
-        return model.model_validate_json(response.content)
+        response = send()
+    except OperatorUnavailable as error:
+        log.warning("%s: checkpoint waits for the operator: %s", shard_id, error)
+        return Answer.UNREACHABLE
+    except OperatorRefused as refused:
+        log.warning("%s: checkpoint refused: %s", shard_id, refused)
+        return Answer.LOST if refused.lease_lost else Answer.INVALID
+    return Answer.SAVED if response.persisted else Answer.ACCEPTED
+
+
+def _parsed(model: type[Parsed], content: bytes, call: str) -> Parsed:
+    try:
+        return model.model_validate_json(content)
     except ValidationError as error:
         raise OperatorUnavailable(
             f"{call}: the operator's answer does not parse ({error.error_count()} errors, "
@@ -168,10 +196,11 @@ def _parsed(model: type[Answer], response: httpx.Response, call: str) -> Answer:
         ) from error
 
 
-def _message(response: httpx.Response) -> str:
+def _message(content: bytes) -> str:
+    text = content.decode(errors="replace")
     try:
-        body = response.json()
+        body = json.loads(text)
     except ValueError:
-        return response.text[:500]
+        return text[:500]
     message = body.get("message") if isinstance(body, dict) else None
-    return str(message) if message is not None else response.text[:500]
+    return str(message) if message is not None else text[:500]

@@ -25,6 +25,7 @@ from streamconsumer.worker.client import (
     OperatorRefused,
     OperatorUnavailable,
     OperatorUntrusted,
+    checkpoint_outcome,
 )
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
@@ -305,12 +306,6 @@ class Worker:
 
     def _checkpoint(self, request: CheckpointRequest) -> Answer:
         timeout = self.core.waiting_timeout if request.wait else self.core.request_timeout
-        try:
-            response = self._operator.checkpoint(request, timeout)
-        except OperatorUnavailable as error:
-            log.warning("%s: checkpoint waits for the operator: %s", request.shard_id, error)
-            return Answer.UNREACHABLE
-        except OperatorRefused as refused:
-            log.warning("%s: checkpoint refused: %s", request.shard_id, refused)
-            return Answer.LOST if refused.lease_lost else Answer.INVALID
-        return Answer.SAVED if response.persisted else Answer.ACCEPTED
+        return checkpoint_outcome(
+            request.shard_id, lambda: self._operator.checkpoint(request, timeout)
+        )
