@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, TypeVar
 
 from sim.ledger import Ledger, Violation
@@ -23,7 +23,7 @@ from streamconsumer.controller.answers import ROUTES, Reply
 from streamconsumer.controller.auth import Caller
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
-from streamconsumer.controller.jobs import Outcome
+from streamconsumer.controller.jobs import Job, Outcome
 from streamconsumer.controller.leadership import ElectionDriver, LockConflict
 from streamconsumer.controller.lifecycle import Lifecycle, Phase
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
@@ -123,33 +123,27 @@ class SimJobs:
         self._alive = alive
         self._deliver = deliver
 
-    def start(
-        self,
-        kind: str,
-        call: Callable[[], T],
-        timeout: float,
-        done: Callable[[Outcome[T]], None],
-    ) -> None:
+    def start(self, job: Job[Any]) -> None:
         settled = False
 
-        def settle(outcome: Outcome[T]) -> None:
+        def settle(outcome: Outcome[Any]) -> None:
             nonlocal settled
             if settled or not self._alive():
                 return
             settled = True
-            self._deliver(lambda: done(outcome))
+            self._deliver(lambda: job.done(outcome))
 
         def land() -> None:
             try:
-                outcome: Outcome[T] = Outcome(value=call())
+                outcome: Outcome[Any] = Outcome(value=job.call())
             except Violation:
                 raise  # the ledger's check inside the simulated apiserver: not an I/O error
             except Exception as error:
                 outcome = Outcome(error=error)
             settle(outcome)
 
-        self._world.after(self._latency(kind), land)
-        self._world.after(timeout, lambda: settle(Outcome(error=TimeoutError())))
+        self._world.after(self._latency(job.kind), land)
+        self._world.after(job.timeout, lambda: settle(Outcome(error=TimeoutError())))
 
 
 class SimLease:
@@ -433,33 +427,29 @@ class SimReplica:
         self.schedule(hold.seconds, give_up)
 
 
+@dataclass(eq=False)
 class SimOperators:
     """The operator Deployment: its replicas, their Lease, and the worker API's Service,
     which selects the pod labelled leader. A worker keeps its connection to one replica
     process until that process dies or answers with `Connection: close`."""
 
-    def __init__(
-        self,
-        world: World,
-        api: SimApiServer,
-        source: SimSource,
-        ledger: Ledger,
-        scale: Callable[[int], None],
-        replicas: int = 1,
-        newer_peers: bool = False,
-    ) -> None:
-        self.world = world
-        self.newer_peers = newer_peers
-        self.api = api
-        self.ledger = ledger
-        self.scale = scale
+    world: World
+    api: SimApiServer
+    source: InitVar[SimSource]
+    ledger: Ledger
+    scale: Callable[[int], None]
+    count: InitVar[int] = 1  # replicas
+    newer_peers: bool = False
+
+    def __post_init__(self, source: SimSource, count: int) -> None:
+        world = self.world
         self.timing = ElectionTiming(
             lease_seconds=4.0, renew_deadline_seconds=3.0, retry_seconds=1.0
         )
         self.lease = SimLease(world)
         self.faults = StreamFaults()
         self.flaky_source = FlakySource(source, self.faults, world)
-        self.replicas = [SimReplica(self, index) for index in range(replicas)]
+        self.replicas = [SimReplica(self, index) for index in range(count)]
         self.label: SimReplica | None = None  # the pod the Service selects
         self._connections: dict[str, tuple[SimReplica, int]] = {}
 

@@ -16,7 +16,7 @@ from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.state import Coordinator
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
-from streamconsumer.processor import Progress, Record
+from streamconsumer.processor import Progress
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import Answer, ShardMachine, Step, Stop
@@ -50,16 +50,7 @@ def a_raising_call_stays_delivered(patch: pytest.MonkeyPatch) -> None:
 def a_retried_batch_is_buffered_again(patch: pytest.MonkeyPatch) -> None:
     """11.3: the batching processor adds a retried batch to its buffer again."""
 
-    def process_records(self: BatchingProcessor, records: list[Record], checkpointer: Any) -> None:
-        if records and not self._buffer:
-            self._since = self._clock()
-        self._buffer.extend(records)
-        full = len(self._buffer) >= self.max_records
-        waited = self._since is not None and self._clock() - self._since >= self.max_wait
-        if self._buffer and (full or waited):
-            self.flush(checkpointer)
-
-    patch.setattr(BatchingProcessor, "process_records", process_records)
+    patch.setattr(BatchingProcessor, "_unbuffer", lambda self, kept, since: None)
 
 
 def unowned_shards_show_no_lag(patch: pytest.MonkeyPatch) -> None:

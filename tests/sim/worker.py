@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperators
@@ -168,30 +168,26 @@ class Running:
     unwritable: str | None = None  # the record whose dead letter the queue cannot hold
 
 
+@dataclass(eq=False)
 class SimWorker:
-    def __init__(
-        self,
-        world: World,
-        name: str,
-        network: Network,
-        operator: SimOperators,
-        source: SimSource,
-        ledger: Ledger,
-        make_processor: Callable[[SimWorker], RecordProcessor],
-        wants_empty: bool,
-        on_exit: Callable[[SimWorker], None],
-        policy: FailurePolicy | None = None,
-    ) -> None:
-        self.world = world
-        self.name = name
-        self.network = network
-        self.operator = operator
-        self.source = source
-        self.ledger = ledger
-        self.make_processor = make_processor
-        self.on_exit = on_exit
+    """One worker process: the production WorkerCore and ShardMachines, driven on the
+    simulated clock, its requests crossing the simulated network as JSON."""
+
+    world: World
+    name: str
+    network: Network
+    operator: SimOperators
+    source: SimSource
+    ledger: Ledger
+    make_processor: Callable[[SimWorker], RecordProcessor]
+    wants_empty: InitVar[bool]
+    on_exit: Callable[[SimWorker], None]
+    policy: InitVar[FailurePolicy | None] = None
+
+    def __post_init__(self, wants_empty: bool, policy: FailurePolicy | None) -> None:
+        world = self.world
         self.core = WorkerCore(
-            name,
+            self.name,
             prefetch=3,
             wants_empty_batches=wants_empty,
             rng=world.rng,

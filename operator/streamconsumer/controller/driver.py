@@ -13,6 +13,7 @@ writer learns that a newer term fenced the status stops for good (`deposed`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
 from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.jobs import Jobs, Outcome
+from streamconsumer.controller.jobs import Job, Jobs, Outcome
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
 from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import (
@@ -111,10 +112,12 @@ class ConsumerDriver:
             self._advice = selected(self._source_spec)[0].errors
         if "listing" not in self._busy and loop.sync_due(now):
             loop.sync_started(now)
-            self._start("listing", self._source.list_shards, self._timeouts.listing, self._listed)
+            self._start(
+                Job("listing", self._source.list_shards, self._timeouts.listing, self._listed)
+            )
         if "probe" not in self._busy and (probes := loop.probes_due(now)):
             call = functools.partial(_measure, self._source, probes)
-            self._start("probe", call, self._timeouts.listing, self._probed)
+            self._start(Job("probe", call, self._timeouts.listing, self._probed))
         for action in loop.step(self._clock()):
             metrics.count_action(self.namespace, self.name, action)
         self._gauges.update(
@@ -129,34 +132,28 @@ class ConsumerDriver:
         ):
             scale = functools.partial(self._scale, decision[1])
             self._start(
-                "scale", scale, self._timeouts.scale, functools.partial(self._scaled, decision)
+                Job("scale", scale, self._timeouts.scale, functools.partial(self._scaled, decision))
             )
         if "status" not in self._busy and (due := loop.write_due(self._clock())) is not None:
             # Prepared now, so its resourceVersion is the one seen now (docs/design.md#one-driver).
             write = functools.partial(self._writer.send, self._writer.prepare(due.body))
-            self._start(
-                "status", write, self._timeouts.status_write, functools.partial(self._written, due)
-            )
+            written = functools.partial(self._written, due)
+            self._start(Job("status", write, self._timeouts.status_write, written))
         self._flush_events()
 
     # --- jobs -----------------------------------------------------------------------
 
-    def _start(
-        self,
-        kind: str,
-        call: Callable[[], Any],
-        timeout: float,
-        done: Callable[[Outcome[Any]], None],
-    ) -> None:
-        self._busy.add(kind)
+    def _start(self, job: Job[Any]) -> None:
+        """One job of each kind at a time; none is delivered once the driver stopped."""
+        self._busy.add(job.kind)
 
         def finished(outcome: Outcome[Any]) -> None:
-            self._busy.discard(kind)
+            self._busy.discard(job.kind)
             if not self.stopped:
-                done(outcome)
+                job.done(outcome)
                 self._flush_events()
 
-        self._jobs.start(kind, call, timeout, finished)
+        self._jobs.start(dataclasses.replace(job, done=finished))
 
     def _listed(self, outcome: Outcome[list[Shard]]) -> None:
         try:

@@ -31,17 +31,20 @@ class Outcome(Generic[T]):
         return self.value  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class Job(Generic[T]):
+    """A blocking call to run elsewhere: `done` gets its outcome exactly once, in the
+    driver's context, at the latest `timeout` seconds after the job started. `kind`
+    names it (in task names, and for the simulation's latencies)."""
+
+    kind: str
+    call: Callable[[], T]
+    timeout: float
+    done: Callable[[Outcome[T]], None]
+
+
 class Jobs(Protocol):
-    def start(
-        self,
-        kind: str,
-        call: Callable[[], T],
-        timeout: float,
-        done: Callable[[Outcome[T]], None],
-    ) -> None:
-        """Runs `call` elsewhere; `done` gets its outcome exactly once, in the driver's
-        context, at the latest `timeout` seconds from now."""
-        ...
+    def start(self, job: Job[Any]) -> None: ...
 
 
 class ThreadJobs:
@@ -57,23 +60,17 @@ class ThreadJobs:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cancelled = False
 
-    def start(
-        self,
-        kind: str,
-        call: Callable[[], T],
-        timeout: float,
-        done: Callable[[Outcome[T]], None],
-    ) -> None:
-        running = asyncio.get_running_loop().run_in_executor(self._executor, call)
-        task = asyncio.create_task(asyncio.wait_for(running, timeout), name=f"job-{kind}")
+    def start(self, job: Job[Any]) -> None:
+        running = asyncio.get_running_loop().run_in_executor(self._executor, job.call)
+        task = asyncio.create_task(asyncio.wait_for(running, job.timeout), name=f"job-{job.kind}")
         self._tasks.add(task)
 
-        def finished(task: asyncio.Task[T]) -> None:
+        def finished(task: asyncio.Task[Any]) -> None:
             self._tasks.discard(task)
             if task.cancelled() or self._cancelled:
                 return  # done just before cancel(): its outcome is not delivered either
             error = task.exception()
-            done(Outcome(error=error) if error is not None else Outcome(value=task.result()))
+            job.done(Outcome(error=error) if error is not None else Outcome(value=task.result()))
             self._wake()
 
         task.add_done_callback(finished)

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.jobs import Jobs, Outcome, ThreadJobs
+from streamconsumer.controller.jobs import Job, Jobs, Outcome, ThreadJobs
 from streamconsumer.core.election import Act, Action, Election, LeaseRecord
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ class ElectionDriver:
         if self._busy or self.lost() or self._clock() < self._next_round_at:
             return
         self._busy = True
-        self._jobs.start("lease-read", self._lock.get, self._timeout, self._read)
+        self._jobs.start(Job("lease-read", self._lock.get, self._timeout, self._read))
 
     def until_due(self) -> float:
         """Seconds until `tick` has something to do (a round under way: its timeout)."""
@@ -185,9 +185,8 @@ class ElectionDriver:
         swap = functools.partial(
             self._lock.swap, action, self.identity, self.election.timing.lease_seconds
         )
-        self._jobs.start(
-            "lease-swap", swap, self._timeout, functools.partial(self._swapped, action, sent_at)
-        )
+        swapped = functools.partial(self._swapped, action, sent_at)
+        self._jobs.start(Job("lease-swap", swap, self._timeout, swapped))
 
     def _swapped(self, action: Action, sent_at: float, outcome: Outcome[LeaseRecord]) -> None:
         try:

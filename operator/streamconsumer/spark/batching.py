@@ -89,9 +89,14 @@ class BatchingProcessor(BaseRecordProcessor):
             try:
                 self.flush(checkpointer)
             except BaseException:
-                del self._buffer[kept:]
-                self._since = since
+                self._unbuffer(kept, since)
                 raise
+
+    def _unbuffer(self, kept: int, since: float | None) -> None:
+        """A call that raised leaves the buffer as it was: the worker retries the same
+        records, which must not be gathered twice."""
+        del self._buffer[kept:]
+        self._since = since
 
     def flush(self, checkpointer: Checkpointer) -> None:
         """Commits the gathered records, then checkpoints them."""
