@@ -368,4 +368,43 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.terms_resume,
         "never processed",
     ),
+    "22.14 a draining worker's release, taken and not saved, outlives a frozen leader": Regression(
+        # Found by the soak: the release was planned onward at once and its worker told
+        # LOST; the leader froze (slow status writes) before saving it, and the shard's
+        # new owner replayed what had been released.
+        Run(
+            seed=387,
+            shards=3,
+            replicas=1,
+            lease=10.0,
+            processor="recorder",
+            checkpoint_every=3,
+            faults=(
+                F(at=1.0, kind="scale", arg=0, seconds=7.52),
+                F(at=1.0, kind="status_errors", arg=0, seconds=9.18),
+                F(at=1.0, kind="operator_pause", arg=0, seconds=11.68),
+                F(at=1.0, kind="listing_errors", arg=0, seconds=1.08),
+                F(at=40.23, kind="early_end", arg=0, seconds=8.5),
+                F(at=44.6, kind="listing_slow", arg=0, seconds=11.17),
+                F(at=51.73, kind="early_end", arg=0, seconds=11.55),
+                F(at=59.73, kind="restream", arg=3, seconds=3.17),
+                F(at=70.35, kind="early_end", arg=0, seconds=2.44),
+                F(at=79.39, kind="poison", arg=5, seconds=7.3),
+                F(at=80.63, kind="status_errors", arg=0, seconds=2.47),
+                F(at=98.51, kind="early_end", arg=0, seconds=5.32),
+                F(at=99.57, kind="early_end", arg=0, seconds=2.74),
+                F(at=108.88, kind="status_slow", arg=0, seconds=7.57),
+                F(at=118.68, kind="operator_pause", arg=0, seconds=9.77),
+            ),
+            duration=120.0,
+            puts_per_second=6.0,
+            autoscale=True,
+            initial_position="TRIM_HORIZON",
+            on_failure="skip",
+            history=20,
+            operators=3,
+        ),
+        reverts.an_unsaved_release_is_lost,
+        "duplicates although every fault was planned",
+    ),
 }

@@ -461,3 +461,9 @@ def wire_refuses_unknown_fields(patch: pytest.MonkeyPatch) -> None:
             message.__name__, (message,), {"model_config": ConfigDict(extra="forbid")}
         )
         patch.setattr(message, "model_validate_json", strict.model_validate_json)
+
+
+def an_unsaved_release_is_lost(patch: pytest.MonkeyPatch) -> None:
+    """A release taken but not saved yet is forgotten once its shard is planned for
+    another worker: the releasing worker is told LOST and lets go of it."""
+    patch.setattr(Coordinator, "_unsaved_release", lambda self, shard, worker, epoch: None)

@@ -124,6 +124,42 @@ def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
     assert all(a.start.sequence_number == "7" for a in granted), "resumes after the checkpoint"
 
 
+def test_a_release_not_saved_yet_is_never_called_lost_while_its_shard_moves_on() -> None:
+    """Found by the soak: a draining worker's release was taken, the shard planned for
+    another worker at once, and the releasing worker told LOST (heartbeat) and 409 (its
+    repeated release), so it let go of a release only the operator's memory held; the
+    leader froze before saving it and the new owner replayed what had been released."""
+    coordinator = fresh()
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)
+    saved(coordinator)
+    held = [(a.shard_id, a.epoch) for a in beat(coordinator, "a", 0.1).assignments]
+    beat(coordinator, "b", 0.2)
+    coordinator.step(0.2)
+    moving = [r.shard_id for r in beat(coordinator, "a", 0.3, *held).revocations]
+    shard, epoch = moving[0], dict(held)[moving[0]]
+    release = CheckpointRequest(
+        worker="a", shard_id=shard, epoch=epoch, sequence_number="7", release=True
+    )
+    coordinator.checkpoint(release)
+    coordinator.step(0.4)
+    assert coordinator.leases[shard].epoch > epoch, "planned for b, not saved"
+
+    answer = beat(coordinator, "a", 0.5, *held)
+    assert shard not in {
+        r.shard_id for r in answer.revocations if r.reason is RevocationReason.LOST
+    }
+    repeated = coordinator.checkpoint(release)
+    assert (repeated.epoch, repeated.checkpoint, repeated.state) == (epoch, "7", RELEASED)
+
+    saved(coordinator, 0.6)  # now the release is durable: the old epoch is lost as ever
+    answer = beat(coordinator, "a", 0.7, *held)
+    assert (shard, RevocationReason.LOST) in {(r.shard_id, r.reason) for r in answer.revocations}
+    with pytest.raises(CheckpointRefused) as refused:
+        coordinator.checkpoint(release)
+    assert refused.value.lease_lost
+
+
 def test_stale_epoch_is_lost_and_fenced() -> None:
     coordinator = fresh()
     beat(coordinator, "a", 0.0)

@@ -26,6 +26,7 @@ from streamconsumer.core.leases import (
     ACTIVE,
     FINISHED,
     HANDOFF,
+    RELEASED,
     Action,
     EngineSettings,
     ShardLease,
@@ -120,6 +121,11 @@ class Coordinator:
         self._listings_started = 0
         self._listing = 0  # the number of the listing the shards come from
         self._shard_end_claims: dict[str, int] = {}  # shard -> listings started by then
+        # Releases taken but not saved yet: shard -> (the worker, its epoch, the lease as
+        # released, the version holding it). The worker repeats its release until it is
+        # saved, while the shard may already be planned for another owner; the repeat is
+        # answered from here, never as a loss (docs/design.md#hand-off-on-planned-moves).
+        self._unsaved_releases: dict[str, tuple[str, int, ShardLease, int]] = {}
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
@@ -256,6 +262,8 @@ class Coordinator:
         owned: list[HeldShard] = []
         for shard_id, claim in held.items():
             lease = self.leases.get(shard_id)
+            if self._unsaved_release(shard_id, name, claim.epoch) is not None:
+                continue  # letting go: its release is not saved yet, nor lost
             if lease is None or lease.owner != name or lease.epoch != claim.epoch:
                 revocations.append(
                     Revocation(shard_id=shard_id, epoch=claim.epoch, reason=RevocationReason.LOST)
@@ -381,6 +389,15 @@ class Coordinator:
         """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid),
         or CheckpointDeferred (a SHARD_END before the first listing: asked again later)."""
         lease = self.leases.get(request.shard_id)
+        released = self._unsaved_release(request.shard_id, request.worker, request.epoch)
+        repeated = (
+            released is not None
+            and request.release
+            and request.sequence_number in (None, released.checkpoint)
+        )
+        if repeated and (lease is None or lease.epoch != request.epoch):
+            assert released is not None
+            return released  # a repeat, while the shard is planned for another owner
         if (
             lease is None
             and request.sequence_number == SHARD_END
@@ -400,7 +417,17 @@ class Coordinator:
         if updated != lease:
             self.leases[request.shard_id] = updated
             self._changed()
+            if request.release and updated.state is RELEASED:
+                entry = (request.worker, request.epoch, updated, self.version)
+                self._unsaved_releases[request.shard_id] = entry
         return updated
+
+    def _unsaved_release(self, shard_id: str, worker: str, epoch: int) -> ShardLease | None:
+        """The lease as `worker` released it under `epoch`, if that is not saved yet."""
+        entry = self._unsaved_releases.get(shard_id)
+        if entry is None or entry[:2] != (worker, epoch):
+            return None
+        return entry[2]
 
     def _closed(self, request: CheckpointRequest) -> bool | None:
         """What the listing says of a shard a SHARD_END names; None: not known yet. A
@@ -462,6 +489,9 @@ class Coordinator:
         """The status now holds `snapshot` (taken at `version`)."""
         self.durable = snapshot
         self.persisted_version = max(self.persisted_version, version)
+        for shard_id, entry in list(self._unsaved_releases.items()):
+            if entry[3] <= self.persisted_version:
+                del self._unsaved_releases[shard_id]
 
     def adopt(self, durable: DurableState, now: float) -> None:
         """Another writer saved a newer table: start over from it. Nothing of ours that
@@ -472,6 +502,7 @@ class Coordinator:
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
         self._reset_waiting = None
+        self._unsaved_releases = {}  # the adopted table decides; a repeat is judged by it
         if self.shards_known:
             self.set_shards(self.shards, self._listing)  # drops leases of shards gone since
         asked = self._reset_asked
