@@ -115,7 +115,6 @@ def test_an_error_without_a_service_answer_keeps_the_iterator() -> None:
         {"Records": [kinesis_record("10")], "NextShardIterator": "it-2"},
         expected_params={"ShardIterator": "it-1", "Limit": 1000},
     )
-    reader = kinesis_reader(kinesis)
     unanswered = EndpointConnectionError(endpoint_url="http://kinesis")
     answer = kinesis.get_records
     calls = iter([unanswered])
@@ -127,6 +126,7 @@ def test_an_error_without_a_service_answer_keeps_the_iterator() -> None:
         return answer(**params)
 
     kinesis.get_records = get_records
+    reader = kinesis_reader(kinesis)
     with stubber:
         with pytest.raises(EndpointConnectionError):
             reader.read()
