@@ -1,10 +1,30 @@
-"""What a failed AWS call says, read one way for every source and the operator."""
+"""AWS calls one way for every source, dead-letter target and the operator: how a
+client is set up (`client_options`), and what a failed call says (`aws_error`)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
+
+
+def client_options(
+    region: str | None,
+    endpoint_url: str | None,
+    max_attempts: int = 5,
+    read_timeout: float = 10.0,
+) -> dict[str, Any]:
+    """boto3.client's keywords for calls that end in seconds, not botocore's default
+    minute: a stalled call must never hold a lease loop or a shard longer than a lease.
+    Throttling and transient errors are retried (standard mode: jittered back-off)."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        tcp_keepalive=True,
+    )
+    return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
 
 
 class AwsError(NamedTuple):

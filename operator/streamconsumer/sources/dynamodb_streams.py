@@ -45,14 +45,13 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.aws import aws_error, client_options
 from streamconsumer.sources.base import ReadResult, Settings, StreamKind
 from streamconsumer.sources.cursor import ShardCursor
 
@@ -71,28 +70,15 @@ _deserializer = TypeDeserializer()
 log = logging.getLogger(__name__)
 
 
-def _client_settings(
-    region: str | None, endpoint_url: str | None, max_attempts: int, read_timeout: float
-) -> dict[str, Any]:
-    """Calls that end in seconds, not botocore's default minute: a stalled call must never
-    hold a lease loop or a shard longer than a lease (as for Kinesis)."""
-    config = Config(
-        retries={"mode": "standard", "max_attempts": max_attempts},
-        connect_timeout=5,
-        read_timeout=read_timeout,
-        tcp_keepalive=True,
-    )
-    return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
-
-
 def streams_client(
     region: str | None = None,
     endpoint_url: str | None = None,
     max_attempts: int = 5,
     read_timeout: float = 10.0,
 ) -> DynamoDBStreamsClient:
-    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
-    return boto3.client("dynamodbstreams", **settings)
+    """A client whose calls end in seconds (`client_options`)."""
+    options = client_options(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("dynamodbstreams", **options)
 
 
 class NoStreamError(RuntimeError):

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 import aws_kinesis_agg
 import boto3
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.aws import aws_error, client_options
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.sources.cursor import ShardCursor
 
@@ -42,15 +41,9 @@ def kinesis_client(
     max_attempts: int = 5,
     read_timeout: float = 10.0,
 ) -> KinesisClient:
-    """A client whose calls end in seconds, not botocore's default minute: a stalled
-    call must never hold a lease loop or a shard longer than a lease."""
-    config = Config(
-        retries={"mode": "standard", "max_attempts": max_attempts},
-        connect_timeout=5,
-        read_timeout=read_timeout,
-        tcp_keepalive=True,
-    )
-    return boto3.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
+    """A client whose calls end in seconds (`client_options`)."""
+    options = client_options(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("kinesis", **options)
 
 
 @dataclass(frozen=True)
