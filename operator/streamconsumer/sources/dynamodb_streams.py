@@ -51,7 +51,12 @@ from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error, client_options
+from streamconsumer.sources.aws import (
+    aws_error,
+    client_options,
+    endpoint_from_settings,
+    endpoint_settings,
+)
 from streamconsumer.sources.base import ReadResult, Settings, StreamKind
 from streamconsumer.sources.cursor import ShardCursor
 
@@ -433,8 +438,7 @@ def settings(spec: DynamoDBStreamsSpec) -> Settings:
     return {
         "table_name": spec.table_name,
         "stream_arn": spec.stream_arn,
-        "region": spec.region,
-        "endpoint_url": spec.endpoint_url,
+        **endpoint_settings(spec),
     }
 
 
@@ -442,8 +446,7 @@ def spec_from_settings(settings: Mapping[str, Any]) -> DynamoDBStreamsSpec:
     return DynamoDBStreamsSpec(
         table_name=settings.get("table_name"),
         stream_arn=settings.get("stream_arn"),
-        region=settings.get("region"),
-        endpoint_url=settings.get("endpoint_url"),
+        **endpoint_from_settings(settings),
     )
 
 
