@@ -17,17 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from botocore.config import Config
-
 from streamconsumer.processor import Record
-
-CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 5},
-    connect_timeout=5,
-    read_timeout=10,
-    tcp_keepalive=True,
-)
-"""Calls that end in seconds: a stuck target must not hold a shard past its lease."""
 
 T = TypeVar("T")
 

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, Letter, chunks
+from streamconsumer.deadletter.base import FailedBatch, Letter, chunks
 from streamconsumer.models.failure import KinesisDeadLetters as Target
+from streamconsumer.sources.aws import client_options
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
@@ -23,12 +24,7 @@ class KinesisDeadLetters:
     name = "Kinesis record"
 
     def __init__(self, target: Target) -> None:
-        self._client = boto3.client(
-            "kinesis",
-            region_name=target.region,
-            endpoint_url=target.endpoint_url,
-            config=CLIENT_CONFIG,
-        )
+        self._client = boto3.client("kinesis", **client_options(target.region, target.endpoint_url))
         self._stream: dict[str, Any] = (
             {"StreamARN": target.stream_arn} if target.stream_arn else {}
         ) or {"StreamName": target.stream_name}

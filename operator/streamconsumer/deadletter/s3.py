@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import boto3
 
-from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, Letter
+from streamconsumer.deadletter.base import FailedBatch, Letter
 from streamconsumer.models.failure import S3DeadLetters as Target
+from streamconsumer.sources.aws import client_options
 
 OBJECT_BYTES = 5 * 1024**3  # one PutObject
 
@@ -15,9 +16,7 @@ class S3DeadLetters:
     name = "S3 object"
 
     def __init__(self, target: Target) -> None:
-        self._client = boto3.client(
-            "s3", region_name=target.region, endpoint_url=target.endpoint_url, config=CLIENT_CONFIG
-        )
+        self._client = boto3.client("s3", **client_options(target.region, target.endpoint_url))
         self._bucket = target.bucket
         self._prefix = target.prefix
 

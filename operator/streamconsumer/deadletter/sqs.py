@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import boto3
 
-from streamconsumer.deadletter.base import CLIENT_CONFIG, FailedBatch, Letter, chunks
+from streamconsumer.deadletter.base import FailedBatch, Letter, chunks
 from streamconsumer.models.failure import SqsDeadLetters as Target
+from streamconsumer.sources.aws import client_options
 
 SEND_BATCH_LIMIT = 10
 SEND_BATCH_BYTES = 1024 * 1024  # one SendMessageBatch's bodies together
@@ -15,9 +16,7 @@ class SqsDeadLetters:
     name = "SQS message"
 
     def __init__(self, target: Target) -> None:
-        self._client = boto3.client(
-            "sqs", region_name=target.region, endpoint_url=target.endpoint_url, config=CLIENT_CONFIG
-        )
+        self._client = boto3.client("sqs", **client_options(target.region, target.endpoint_url))
         self._queue_url = target.queue_url
         self._limit: int | None = None
 

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from streamconsumer.models.base import Model, with_rules
 from streamconsumer.models.failure import FailurePolicy
@@ -40,6 +40,21 @@ def _same(field: str) -> str:
 _NEW_STREAM = "create a new StreamConsumer to read another stream"
 
 
+def _named_once(kind: str, name: str) -> ConfigDict:
+    """CEL for `source.<kind>`: the stream is named by its `name` field or by streamARN,
+    exactly one, and neither that nor its region can change under a consumer (its
+    leases and checkpoints belong to that stream's shards)."""
+    return with_rules(
+        (
+            f"has(self.{name}) != has(self.streamARN)",
+            f"set exactly one of source.{kind}.{name} and source.{kind}.streamARN",
+        ),
+        (_same(name), f"{name} cannot change: {_NEW_STREAM}"),
+        (_same("streamARN"), f"streamARN cannot change: {_NEW_STREAM}"),
+        (_same("region"), f"region cannot change: {_NEW_STREAM}"),
+    )
+
+
 class KinesisConsumer(StrEnum):
     """How workers read a Kinesis stream: GetRecords (shared 2 MB/s per shard) or enhanced
     fan-out (SubscribeToShard through a registered consumer: its own 2 MB/s per shard, and
@@ -49,20 +64,28 @@ class KinesisConsumer(StrEnum):
     FAN_OUT = "fanOut"
 
 
-class KinesisSource(Model):
+class AwsStreamSource(Model):
+    """What every AWS stream source has beside its stream: a region, fixed with the
+    stream (`_named_once`), and a custom endpoint, which may change."""
+
+    region: str | None = Field(
+        default=None, max_length=64, description="AWS region; defaults to the operator's."
+    )
+    endpoint_url: str | None = Field(
+        default=None,
+        alias="endpointURL",
+        max_length=2048,
+        pattern=r"^https?://",
+        description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
+    )
+
+
+class KinesisSource(AwsStreamSource):
     """Where to read: a Kinesis data stream, by name or ARN. The stream cannot change
     under a consumer (its leases and checkpoints belong to that stream's shards); the
     endpoint can."""
 
-    model_config = with_rules(
-        (
-            "has(self.streamName) != has(self.streamARN)",
-            "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
-        ),
-        (_same("streamName"), f"streamName cannot change: {_NEW_STREAM}"),
-        (_same("streamARN"), f"streamARN cannot change: {_NEW_STREAM}"),
-        (_same("region"), f"region cannot change: {_NEW_STREAM}"),
-    )
+    model_config = _named_once("kinesis", "streamName")
 
     stream_name: str | None = Field(
         default=None,
@@ -78,16 +101,6 @@ class KinesisSource(Model):
         max_length=2048,
         description="ARN of the stream; region and account come from it.",
     )
-    region: str | None = Field(
-        default=None, max_length=64, description="AWS region; defaults to the operator's."
-    )
-    endpoint_url: str | None = Field(
-        default=None,
-        alias="endpointURL",
-        max_length=2048,
-        pattern=r"^https?://",
-        description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
-    )
     consumer: KinesisConsumer = Field(
         default=KinesisConsumer.POLLING,
         description=(
@@ -97,20 +110,12 @@ class KinesisSource(Model):
     )
 
 
-class DynamoDBStreamsSource(Model):
+class DynamoDBStreamsSource(AwsStreamSource):
     """Where to read: a DynamoDB table's change stream, by table name (its latest stream)
-    or by stream ARN. Like a Kinesis stream, it cannot change under a consumer."""
+    or by stream ARN. Like a Kinesis stream, it cannot change under a consumer. A custom
+    endpoint serves both DynamoDB and DynamoDB Streams (DynamoDB Local in tests)."""
 
-    model_config = with_rules(
-        (
-            "has(self.tableName) != has(self.streamARN)",
-            "set exactly one of source.dynamodbStreams.tableName and "
-            "source.dynamodbStreams.streamARN",
-        ),
-        (_same("tableName"), f"tableName cannot change: {_NEW_STREAM}"),
-        (_same("streamARN"), f"streamARN cannot change: {_NEW_STREAM}"),
-        (_same("region"), f"region cannot change: {_NEW_STREAM}"),
-    )
+    model_config = _named_once("dynamodbStreams", "tableName")
 
     table_name: str | None = Field(
         default=None,
@@ -127,17 +132,6 @@ class DynamoDBStreamsSource(Model):
         r"/stream/[0-9A-Za-z:._-]+$",
         max_length=2048,
         description="ARN of the table's stream (DescribeTable's LatestStreamArn).",
-    )
-    region: str | None = Field(
-        default=None, max_length=64, description="AWS region; defaults to the operator's."
-    )
-    endpoint_url: str | None = Field(
-        default=None,
-        alias="endpointURL",
-        max_length=2048,
-        pattern=r"^https?://",
-        description="Custom endpoint for both DynamoDB and DynamoDB Streams (DynamoDB "
-        "Local in tests).",
     )
 
 

@@ -1,10 +1,35 @@
-"""What a failed AWS call says, read one way for every source and the operator."""
+"""AWS one way for every source, dead-letter target and the operator: how a client is
+set up (`client_options`), what a failed call says (`aws_error`), and how an AWS
+source's region and endpoint travel in the worker's settings (`endpoint_settings`)."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
+from botocore.config import Config
 from botocore.exceptions import ClientError
+
+from streamconsumer.models.resource import AwsStreamSource
+from streamconsumer.sources.base import Settings
+
+
+def client_options(
+    region: str | None,
+    endpoint_url: str | None,
+    max_attempts: int = 5,
+    read_timeout: float = 10.0,
+) -> dict[str, Any]:
+    """boto3.client's keywords for calls that end in seconds, not botocore's default
+    minute: a stalled call must never hold a lease loop or a shard longer than a lease.
+    Throttling and transient errors are retried (standard mode: jittered back-off)."""
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        connect_timeout=5,
+        read_timeout=read_timeout,
+        tcp_keepalive=True,
+    )
+    return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
 
 
 class AwsError(NamedTuple):
@@ -20,3 +45,14 @@ def aws_error(error: BaseException) -> AwsError:
         details = error.response.get("Error", {})
         return AwsError(str(details.get("Code") or ""), str(details.get("Message") or error))
     return AwsError("", str(error))
+
+
+def endpoint_settings(spec: AwsStreamSource) -> Settings:
+    """An AWS source's region and endpoint as the worker's settings carry them: the
+    same two settings for every AWS kind."""
+    return {"region": spec.region, "endpoint_url": spec.endpoint_url}
+
+
+def endpoint_from_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec fields `endpoint_settings` came from."""
+    return {"region": settings.get("region"), "endpoint_url": settings.get("endpoint_url")}

@@ -45,15 +45,20 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.aws import (
+    aws_error,
+    client_options,
+    endpoint_from_settings,
+    endpoint_settings,
+)
 from streamconsumer.sources.base import ReadResult, Settings, StreamKind
+from streamconsumer.sources.cursor import ShardCursor
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -70,28 +75,15 @@ _deserializer = TypeDeserializer()
 log = logging.getLogger(__name__)
 
 
-def _client_settings(
-    region: str | None, endpoint_url: str | None, max_attempts: int, read_timeout: float
-) -> dict[str, Any]:
-    """Calls that end in seconds, not botocore's default minute: a stalled call must never
-    hold a lease loop or a shard longer than a lease (as for Kinesis)."""
-    config = Config(
-        retries={"mode": "standard", "max_attempts": max_attempts},
-        connect_timeout=5,
-        read_timeout=read_timeout,
-        tcp_keepalive=True,
-    )
-    return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
-
-
 def streams_client(
     region: str | None = None,
     endpoint_url: str | None = None,
     max_attempts: int = 5,
     read_timeout: float = 10.0,
 ) -> DynamoDBStreamsClient:
-    settings = _client_settings(region, endpoint_url, max_attempts, read_timeout)
-    return boto3.client("dynamodbstreams", **settings)
+    """A client whose calls end in seconds (`client_options`)."""
+    options = client_options(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("dynamodbstreams", **options)
 
 
 class NoStreamError(RuntimeError):
@@ -262,20 +254,21 @@ class DynamoDBStreamsShardReader:
         self._client = client
         self._stream_arn = stream_arn  # asked once, at the first iterator
         self._arn: str | None = None
-        self._start = start
         self._max_records = min(max_records, MAX_RECORDS)
         self._now = now
-        self._iterator: str | None = None
-        self._last_sequence = start.sequence_number  # last record read (for recovery)
+        self._cursor = ShardCursor(
+            from_position(start),
+            open_at=self._iterator_at,
+            get_records=client.get_records,
+            limit=self._max_records,
+            # Expired (15 minutes) or trimmed under our iterator: a fresh one, once a read.
+            renewable={EXPIRED, TRIMMED},
+            max_renewals=1,
+        )
         self._not_before = not_before(start)  # AT_TIMESTAMP: leave out what came before
         self._ended: ReadResult | None = None
 
-    def _new_iterator(self) -> str:
-        position = from_position(self._start)
-        if self._last_sequence is not None:
-            position = StartPosition(
-                type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
-            )
+    def _iterator_at(self, position: StartPosition) -> str:
         if self._arn is None:
             self._arn = self._stream_arn()
         arn = self._arn
@@ -296,32 +289,15 @@ class DynamoDBStreamsShardReader:
         return shard_iterator(self._client, arn, self.shard_id, trim_horizon)
 
     def read(self) -> ReadResult:
-        """The next batch; raises what botocore could not retry away (the caller pauses
-        and calls again: the reader resumes after the last record it returned)."""
+        """`ShardReader.read`; records created before an AT_TIMESTAMP start are left out."""
         if self._ended is not None:
             return self._ended
-        renewals = 0
-        while True:
-            try:
-                if self._iterator is None:
-                    self._iterator = self._new_iterator()
-                response = self._client.get_records(
-                    ShardIterator=self._iterator, Limit=self._max_records
-                )
-                break
-            except ClientError as error:
-                self._iterator = None  # the next try starts from a fresh iterator
-                renewals += 1
-                # Expired (15 minutes) or trimmed under our iterator: a new one, once.
-                if aws_error(error).code not in (EXPIRED, TRIMMED) or renewals > 1:
-                    raise
+        response = self._cursor.read()
         records = list(user_records(response.get("Records", [])))
-        if records:
-            self._last_sequence = records[-1].sequence_number
+        more = self._cursor.advance(records, response.get("NextShardIterator"))
         if self._not_before is not None:
             records = self._from_timestamp(records)
-        self._iterator = response.get("NextShardIterator")
-        if self._iterator is None:  # a closed shard, read to its end
+        if not more:  # a closed shard, read to its end
             self._ended = ReadResult([], 0, shard_end=True)
             return ReadResult(records, 0, shard_end=True)
         return ReadResult(records, lag_millis(records, self._now) if records else 0)
@@ -462,8 +438,7 @@ def settings(spec: DynamoDBStreamsSpec) -> Settings:
     return {
         "table_name": spec.table_name,
         "stream_arn": spec.stream_arn,
-        "region": spec.region,
-        "endpoint_url": spec.endpoint_url,
+        **endpoint_settings(spec),
     }
 
 
@@ -471,8 +446,7 @@ def spec_from_settings(settings: Mapping[str, Any]) -> DynamoDBStreamsSpec:
     return DynamoDBStreamsSpec(
         table_name=settings.get("table_name"),
         stream_arn=settings.get("stream_arn"),
-        region=settings.get("region"),
-        endpoint_url=settings.get("endpoint_url"),
+        **endpoint_from_settings(settings),
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from streamconsumer.models.resource import KinesisConsumer
 from streamconsumer.models.resource import KinesisSource as KinesisSpec
+from streamconsumer.sources.aws import endpoint_from_settings, endpoint_settings
 from streamconsumer.sources.base import (
     FanOutSupport,
     ReaderSettings,
@@ -66,9 +67,8 @@ def settings(spec: KinesisSpec) -> Settings:
     return {
         "stream_name": spec.stream_name,
         "stream_arn": spec.stream_arn,
-        "region": spec.region,
-        "endpoint_url": spec.endpoint_url,
         "kinesis_consumer": spec.consumer.value,
+        **endpoint_settings(spec),
     }
 
 
@@ -76,9 +76,8 @@ def spec_from_settings(settings: Mapping[str, Any]) -> KinesisSpec:
     return KinesisSpec(
         stream_name=settings.get("stream_name"),
         stream_arn=settings.get("stream_arn"),
-        region=settings.get("region"),
-        endpoint_url=settings.get("endpoint_url"),
         consumer=settings.get("kinesis_consumer") or KinesisConsumer.POLLING,
+        **endpoint_from_settings(settings),
     )
 
 

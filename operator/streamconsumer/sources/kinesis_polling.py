@@ -10,6 +10,7 @@ What still fails after that reaches the caller, which pauses the shard and tries
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import aws_kinesis_agg
 import boto3
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error
+from streamconsumer.sources.aws import aws_error, client_options
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.cursor import ShardCursor
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -40,15 +41,9 @@ def kinesis_client(
     max_attempts: int = 5,
     read_timeout: float = 10.0,
 ) -> KinesisClient:
-    """A client whose calls end in seconds, not botocore's default minute: a stalled
-    call must never hold a lease loop or a shard longer than a lease."""
-    config = Config(
-        retries={"mode": "standard", "max_attempts": max_attempts},
-        connect_timeout=5,
-        read_timeout=read_timeout,
-        tcp_keepalive=True,
-    )
-    return boto3.client("kinesis", region_name=region, endpoint_url=endpoint_url, config=config)
+    """A client whose calls end in seconds (`client_options`)."""
+    options = client_options(region, endpoint_url, max_attempts, read_timeout)
+    return boto3.client("kinesis", **options)
 
 
 @dataclass(frozen=True)
@@ -125,46 +120,24 @@ class KinesisShardReader:
         max_records: int = 1000,
     ) -> None:
         self.shard_id = shard_id
-        self._client = client
-        self._stream = stream
-        self._start = start
-        self._max_records = max_records
-        self._iterator: str | None = None
-        self._last_sequence = start.sequence_number  # last record read (for recovery)
+        self._cursor = ShardCursor(
+            start,
+            open_at=functools.partial(shard_iterator, client, stream, shard_id),
+            get_records=client.get_records,
+            limit=max_records,
+            renewable={EXPIRED},  # a fresh iterator for each that expired, however often
+        )
         self._ended: ReadResult | None = None
 
-    def _new_iterator(self) -> str:
-        position = self._start
-        if self._last_sequence is not None:
-            position = StartPosition(
-                type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=self._last_sequence
-            )
-        return shard_iterator(self._client, self._stream, self.shard_id, position)
-
     def read(self) -> ReadResult:
-        """The next batch; raises what botocore could not retry away (the caller pauses
-        and calls again: the reader resumes after the last record it returned)."""
+        """`ShardReader.read`: botocore retries throttling; what it could not retry away
+        reaches the caller."""
         if self._ended is not None:
             return self._ended
-        while True:
-            try:
-                if self._iterator is None:
-                    self._iterator = self._new_iterator()
-                response = self._client.get_records(
-                    ShardIterator=self._iterator, Limit=self._max_records
-                )
-                break
-            except ClientError as error:
-                if aws_error(error).code != EXPIRED:
-                    self._iterator = None  # the next call starts from a fresh iterator
-                    raise
-                self._iterator = None  # resume right after the last record read
-        records = list(user_records(response["Records"], self._last_sequence))
-        if records:
-            self._last_sequence = records[-1].sequence_number
-        self._iterator = response.get("NextShardIterator")
+        response = self._cursor.read()
+        records = list(user_records(response["Records"], self._cursor.last_sequence))
         result = ReadResult(records, response.get("MillisBehindLatest"))
-        if self._iterator is None:
+        if not self._cursor.advance(records, response.get("NextShardIterator")):
             children = tuple(c["ShardId"] for c in response.get("ChildShards", []))
             self._ended = ReadResult([], 0, shard_end=True, child_shards=children)
             result = ReadResult(records, 0, shard_end=True, child_shards=children)

@@ -76,8 +76,9 @@ class Deliver:
 
 
 @dataclass(frozen=True)
-class Skip:
-    """The failure policy passes the batch over: log and count it."""
+class GivenUp:
+    """A batch whose retries are used up, the error it last raised and how often it
+    was tried: what the failure policy passes over (`Skip`, `DeadLetter`)."""
 
     batch: ReadResult
     error: str
@@ -85,12 +86,13 @@ class Skip:
 
 
 @dataclass(frozen=True)
-class DeadLetter:
-    """Write the batch's records, with the error, to the dead-letter target."""
+class Skip(GivenUp):
+    """The failure policy passes the batch over: log and count it."""
 
-    batch: ReadResult
-    error: str
-    attempts: int
+
+@dataclass(frozen=True)
+class DeadLetter(GivenUp):
+    """Write the batch's records, with the error, to the dead-letter target."""
 
 
 @dataclass(frozen=True)
