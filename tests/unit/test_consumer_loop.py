@@ -456,9 +456,12 @@ def test_a_hung_scale_call_stops_neither_the_engine_nor_the_status() -> None:
             "scaleUpStabilizationSeconds": 0,
         }
         coordinator = Coordinator(
-            spec(autoscaling=autoscaling), DurableState(), now=time.monotonic(), created=CREATED
+            spec(autoscaling=autoscaling),
+            DurableState(),
+            now=time.monotonic(),
+            created=CREATED,
+            desired_replicas=0,
         )
-        coordinator.desired_replicas = 0
         writer = StatusWriter(api, "n", "c", holder="test")
         writer.adopt(api.get())
         settings = LoopSettings(shard_sync_seconds=0.1, status_interval_seconds=0.1)

@@ -233,12 +233,12 @@ def load(
     writer.adopt(body)
     spec = StreamConsumerSpec.model_validate(body.get("spec", {}))
     status = body.get("status") or {}
-    coordinator = Coordinator(spec, durable_from_status(status), now, created=creation_time(body))
+    desired = status.get("desiredReplicas")
+    durable, created = durable_from_status(status), creation_time(body)
+    coordinator = Coordinator(spec, durable, now, created=created, desired_replicas=desired)
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
         if (reset := ResetRequest.on(body)) is not None:
             coordinator.request_reset(reset)
-    desired = status.get("desiredReplicas")
-    coordinator.desired_replicas = desired
     return ConsumerLoop(
         name,
         coordinator,

@@ -221,8 +221,7 @@ class ConsumerLoop:
             return []  # nothing is decided before the term's fence has landed
         actions = self.coordinator.step(now)
         self.events.extend(describe(action) for action in actions)
-        notes, self.coordinator.passed_over = self.coordinator.passed_over, []
-        self.events.extend(describe_passed_over(note) for note in notes)
+        self.events.extend(map(describe_passed_over, self.coordinator.take_passed_over()))
         return actions
 
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
@@ -242,8 +241,7 @@ class ConsumerLoop:
         self.events.append(
             Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
         )
-        self.coordinator.desired_replicas = after
-        self.coordinator.version += 1
+        self.coordinator.scaled_to(after)
 
     # --- the status -------------------------------------------------------------------
 

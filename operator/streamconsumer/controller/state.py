@@ -108,7 +108,13 @@ class Coordinator:
     the status must show; the status writer persists up to a version."""
 
     def __init__(
-        self, spec: StreamConsumerSpec, durable: DurableState, now: float, *, created: datetime
+        self,
+        spec: StreamConsumerSpec,
+        durable: DurableState,
+        now: float,
+        *,
+        created: datetime,
+        desired_replicas: int | None = None,
     ) -> None:
         self.spec = spec
         self.created = created  # the resource's creationTimestamp: where LATEST starts
@@ -134,7 +140,7 @@ class Coordinator:
         self._reset_asked: ResetRequest | None = None  # the last one asked, saved or not
         self.version = 0
         self.persisted_version = 0
-        self.desired_replicas: int | None = None  # set by the lag autoscaler
+        self.desired_replicas = desired_replicas  # the lag autoscaler's last word
         # After a (re)start nobody has been heard yet: every owner in the status keeps its
         # leases for the longest lease any worker may have been promised
         # (docs/design.md#crash-safe-operator).
@@ -177,6 +183,16 @@ class Coordinator:
 
     def _changed(self) -> None:
         self.version += 1
+
+    def scaled_to(self, replicas: int) -> None:
+        """The lag autoscaler set the worker count (the status shows it)."""
+        self.desired_replicas = replicas
+        self._changed()
+
+    def take_passed_over(self) -> list[PassedOverNote]:
+        """The passed-over notes reported since the last call, to be told as Events."""
+        notes, self.passed_over = self.passed_over, []
+        return notes
 
     # --- the engine ----------------------------------------------------------------
 
