@@ -337,6 +337,18 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.wire_refuses_unknown_fields,
         "never processed",
     ),
+    "22.3 a renewal answered after the renew deadline": Regression(
+        Run(
+            seed=1,
+            shards=2,
+            replicas=2,
+            operators=2,
+            faults=(F(15.0, "lease_slow", 0, 6.0),),
+            duration=50,
+        ),
+        reverts.a_lapse_resumes,
+        "never processed",
+    ),
     "22.6 a table's stream replaced while its tail waits": Regression(
         Run(
             seed=22,

@@ -467,3 +467,13 @@ def an_unsaved_release_is_lost(patch: pytest.MonkeyPatch) -> None:
     """A release taken but not saved yet is forgotten once its shard is planned for
     another worker: the releasing worker is told LOST and lets go of it."""
     patch.setattr(Coordinator, "_unsaved_release", lambda self, shard, worker, epoch: None)
+
+
+def a_lapse_resumes(patch: pytest.MonkeyPatch) -> None:
+    """22.3: a renewal answered after the renew deadline resumes the term, and a lapse
+    alone is no loss: the consume daemon that returned in the lapse is never started
+    again, and the replica leads on with no consumer."""
+    from streamconsumer.core.election import Election
+
+    patch.setattr(Election, "_end_if_lapsed", lambda self, now: self._ended)
+    patch.setattr(Election, "lost", lambda self, now: self._term is not None and self._ended)

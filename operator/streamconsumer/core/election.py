@@ -99,12 +99,16 @@ class Election:
                 self._renewed_at = sent_at
             # else: won too late to lead at all; the next round acquires afresh
             return
-        if not self._within_term(now):
-            # The renewal came back after the deadline: in between we did not lead, and
-            # whatever stopped for that stays stopped. The lapse is the end of the term.
+        if not self._end_if_lapsed(now):
+            self._renewed_at = sent_at
+
+    def _end_if_lapsed(self, now: float) -> bool:
+        """Whether the term is over, ending it if its renew deadline has passed: in a
+        lapse we did not lead, and whatever stopped for that stays stopped (a renewal
+        answered after the deadline does not resume it)."""
+        if self._term is not None and not self._within_term(now):
             self._ended = True
-            return
-        self._renewed_at = sent_at
+        return self._ended
 
     def swap_failed(self, action: Action) -> None:
         """A conflict or an error: the record must be read again before acting."""
@@ -141,9 +145,7 @@ class Election:
     def next_action(self, now: float) -> Action:
         if not self._known:
             raise RuntimeError("observe the record before acting")
-        if self._term is not None and not self._within_term(now):
-            self._ended = True  # lapsed: no renewal may be sent for a term that is over
-        if self._ended:
+        if self._end_if_lapsed(now):  # no renewal may be sent for a term that is over
             return Action(Act.WAIT)  # a term is never resumed: exit, come back a standby
         record = self._record
         if record is None:
