@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from streamconsumer.controller.driver import ConsumerDriver
+from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
-from streamconsumer.controller.state import Coordinator
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress
@@ -26,15 +26,15 @@ Revert = Callable[[pytest.MonkeyPatch], None]
 
 def lineage_forgets_finished_shards(patch: pytest.MonkeyPatch) -> None:
     """11.1: no finished set; a parent is known finished only while a child's lease lives."""
-    step = Coordinator.step
+    step = LeaseCoordinator.step
 
-    def forgetful(self: Coordinator, now: float) -> Any:
+    def forgetful(self: LeaseCoordinator, now: float) -> Any:
         self.finished.clear()
         actions = step(self, now)
         self.finished.clear()
         return actions
 
-    patch.setattr(Coordinator, "step", forgetful)
+    patch.setattr(LeaseCoordinator, "step", forgetful)
 
 
 def a_raising_call_stays_delivered(patch: pytest.MonkeyPatch) -> None:
@@ -60,7 +60,7 @@ def unowned_shards_show_no_lag(patch: pytest.MonkeyPatch) -> None:
 
 def grants_visible_before_saved(patch: pytest.MonkeyPatch) -> None:
     """11.5: a grant reaches its worker before the status holds it."""
-    patch.setattr(Coordinator, "_saved", lambda self, lease: True)
+    patch.setattr(LeaseCoordinator, "_saved", lambda self, lease: True)
 
 
 def write_errors_restart_the_loop(patch: pytest.MonkeyPatch) -> None:
@@ -123,9 +123,9 @@ def release_without_position(patch: pytest.MonkeyPatch) -> None:
 
 def shorter_lease_cuts_promises(patch: pytest.MonkeyPatch) -> None:
     """11.8: a new lease duration applies to fences already promised."""
-    update = Coordinator.update_spec
+    update = LeaseCoordinator.update_spec
 
-    def update_spec(self: Coordinator, spec: Any) -> None:
+    def update_spec(self: LeaseCoordinator, spec: Any) -> None:
         before = self.lease_duration
         update(self, spec)
         shift = (self.lease_duration - before) * 4 / 3  # lease + grace, as heard then
@@ -136,7 +136,7 @@ def shorter_lease_cuts_promises(patch: pytest.MonkeyPatch) -> None:
         )
         self._promises = {}
 
-    patch.setattr(Coordinator, "update_spec", update_spec)
+    patch.setattr(LeaseCoordinator, "update_spec", update_spec)
 
 
 def fence_renewed_before_revocations(patch: pytest.MonkeyPatch) -> None:
@@ -172,15 +172,15 @@ def retries_ignore_handoffs(patch: pytest.MonkeyPatch) -> None:
 
 def trimmed_shards_keep_leases(patch: pytest.MonkeyPatch) -> None:
     """11.12: leases of shards that left the stream stay."""
-    set_shards = Coordinator.set_shards
+    set_shards = LeaseCoordinator.set_shards
 
-    def keep(self: Coordinator, shards: Any, listing: int | None = None) -> Any:
+    def keep(self: LeaseCoordinator, shards: Any, listing: int | None = None) -> Any:
         kept = {sid: lease for sid, lease in self.leases.items()}
         changes = set_shards(self, shards, listing)
         self.leases.update({sid: kept[sid] for sid in kept if sid not in self.leases})
         return changes
 
-    patch.setattr(Coordinator, "set_shards", keep)
+    patch.setattr(LeaseCoordinator, "set_shards", keep)
 
 
 def fixed_heartbeat_timeout(patch: pytest.MonkeyPatch) -> None:
@@ -192,9 +192,9 @@ def fixed_heartbeat_timeout(patch: pytest.MonkeyPatch) -> None:
 def idle_engine_without_listing(patch: pytest.MonkeyPatch) -> None:
     """Found by the simulation: before its first listing the engine does nothing (no
     expiry, no hand-off), so a restart while Kinesis is slow blocks every drain."""
-    step = Coordinator.step
+    step = LeaseCoordinator.step
     patch.setattr(
-        Coordinator, "step", lambda self, now: step(self, now) if self.shards_known else []
+        LeaseCoordinator, "step", lambda self, now: step(self, now) if self.shards_known else []
     )
 
 
@@ -210,7 +210,7 @@ def backlog_hidden_behind_a_finished_looking_shard(patch: pytest.MonkeyPatch) ->
         result = backlog(self, shard_id, start)
         return result if self.open_reader(shard_id, start).read().records else None
 
-    def owners_first(self: Coordinator) -> dict[str, int]:
+    def owners_first(self: LeaseCoordinator) -> dict[str, int]:
         lag = dict(self.backlog)
         for name, progress in self.workers.items():
             for shard_id, millis in progress.millis_behind.items():
@@ -220,7 +220,7 @@ def backlog_hidden_behind_a_finished_looking_shard(patch: pytest.MonkeyPatch) ->
         return lag
 
     patch.setattr(SimSource, "backlog", shallow)
-    patch.setattr(Coordinator, "lag_millis", owners_first)
+    patch.setattr(LeaseCoordinator, "lag_millis", owners_first)
 
 
 @contextlib.contextmanager
@@ -233,29 +233,29 @@ def reverted(revert: Revert) -> Iterator[None]:
 def latest_read_at_every_move(patch: pytest.MonkeyPatch) -> None:
     """13.5: `initialPosition: LATEST` is handed to each new owner as LATEST, so a shard
     that moves before its first checkpoint skips what arrived meanwhile."""
-    start_position = Coordinator._start_position
+    start_position = LeaseCoordinator._start_position
 
-    def latest_again(self: Coordinator, lease: Any, parents: list[str]) -> StartPosition:
+    def latest_again(self: LeaseCoordinator, lease: Any, parents: list[str]) -> StartPosition:
         position = start_position(self, lease, parents)
         if position.type is StartPositionType.AT_TIMESTAMP and not self.spec.initial_timestamp:
             return StartPosition(type=StartPositionType.LATEST)
         return position
 
-    patch.setattr(Coordinator, "_start_position", latest_again)
+    patch.setattr(LeaseCoordinator, "_start_position", latest_again)
 
 
 def pause_ignored(patch: pytest.MonkeyPatch) -> None:
     """13.4: `spec.paused` is not read: workers keep consuming."""
-    step = Coordinator.step
+    step = LeaseCoordinator.step
 
-    def unpaused(self: Coordinator, now: float) -> Any:
+    def unpaused(self: LeaseCoordinator, now: float) -> Any:
         paused, self.spec = self.spec.paused, self.spec.model_copy(update={"paused": False})
         try:
             return step(self, now)
         finally:
             self.spec = self.spec.model_copy(update={"paused": paused})
 
-    patch.setattr(Coordinator, "step", unpaused)
+    patch.setattr(LeaseCoordinator, "step", unpaused)
 
 
 def passed_over_at_the_first_failure(patch: pytest.MonkeyPatch) -> None:
@@ -281,9 +281,9 @@ def passing_over_checkpoints_unflushed_records(patch: pytest.MonkeyPatch) -> Non
 def reset_without_handoff(patch: pytest.MonkeyPatch) -> None:
     """13.4: a reset takes the shard from its owner at once, so the next owner starts
     while the last one may still deliver."""
-    request_reset = Coordinator.request_reset
+    request_reset = LeaseCoordinator.request_reset
 
-    def at_once(self: Coordinator, request: Any) -> None:
+    def at_once(self: LeaseCoordinator, request: Any) -> None:
         request_reset(self, request)
         for shard_id in self.last_reset.shards if self.last_reset else ():
             lease = self.leases[shard_id]
@@ -291,7 +291,7 @@ def reset_without_handoff(patch: pytest.MonkeyPatch) -> None:
                 lease, owner=None, state=RELEASED, checkpoint=None, resetting=False
             )
 
-    patch.setattr(Coordinator, "request_reset", at_once)
+    patch.setattr(LeaseCoordinator, "request_reset", at_once)
 
 
 def release_forgets_the_reset(patch: pytest.MonkeyPatch) -> None:
@@ -305,7 +305,7 @@ def release_forgets_the_reset(patch: pytest.MonkeyPatch) -> None:
         return replace(updated, start=None) if updated.checkpoint else updated
 
     patch.setattr(leases, "apply_checkpoint", forgetting)
-    patch.setattr("streamconsumer.controller.state.apply_checkpoint", forgetting)
+    patch.setattr("streamconsumer.controller.lease_coordinator.apply_checkpoint", forgetting)
 
 
 def calls_outlive_their_fence(patch: pytest.MonkeyPatch) -> None:
@@ -364,7 +364,7 @@ def shard_end_taken_for_open_shards(patch: pytest.MonkeyPatch) -> None:
     def trusting(lease: Any, *args: Any, **kwargs: Any) -> Any:
         return apply_checkpoint(lease, *args, **{**kwargs, "shard_closed": True})
 
-    patch.setattr("streamconsumer.controller.state.apply_checkpoint", trusting)
+    patch.setattr("streamconsumer.controller.lease_coordinator.apply_checkpoint", trusting)
 
 
 def refused_shard_end_let_go(patch: pytest.MonkeyPatch) -> None:
@@ -466,7 +466,7 @@ def wire_refuses_unknown_fields(patch: pytest.MonkeyPatch) -> None:
 def an_unsaved_release_is_lost(patch: pytest.MonkeyPatch) -> None:
     """A release taken but not saved yet is forgotten once its shard is planned for
     another worker: the releasing worker is told LOST and lets go of it."""
-    patch.setattr(Coordinator, "_unsaved_release", lambda self, shard, worker, epoch: None)
+    patch.setattr(LeaseCoordinator, "_unsaved_release", lambda self, shard, worker, epoch: None)
 
 
 def a_lapse_resumes(patch: pytest.MonkeyPatch) -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.state import Coordinator
 
 
-def fenced_consumer(namespace: str, name: str, coordinator: Coordinator) -> ManagedConsumer:
+def fenced_consumer(namespace: str, name: str, coordinator: LeaseCoordinator) -> ManagedConsumer:
     """`coordinator` served from a loop whose first write (the fence) has landed."""
     loop = ConsumerLoop(name, coordinator, LoopSettings(), lambda: 1)
     fence = loop.write_due(0.0)

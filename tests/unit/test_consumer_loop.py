@@ -13,10 +13,14 @@ import pytest
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.driver import ConsumerDriver, SourceFactory, Timeouts
 from streamconsumer.controller.jobs import ThreadJobs
+from streamconsumer.controller.lease_coordinator import (
+    DurableState,
+    LeaseCoordinator,
+    durable_from_status,
+)
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.state import Coordinator, DurableState, durable_from_status
 from streamconsumer.controller.status import (
     Conflict,
     StatusInvalid,
@@ -48,7 +52,7 @@ def spec(**extra: Any) -> StreamConsumerSpec:
 
 
 def make_loop(**extra: Any) -> ConsumerLoop:
-    coordinator = Coordinator(spec(**extra), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(**extra), DurableState(), now=0.0, created=CREATED)
     autoscaler = Autoscaler(0) if "autoscaling" in extra else None
     settings = LoopSettings(shard_sync_seconds=10.0, relist_seconds=1.0)
     return ConsumerLoop("c", coordinator, settings, lambda: 1, autoscaler)
@@ -64,7 +68,7 @@ def test_nothing_is_decided_before_the_fence_and_the_restart_wait_starts_when_it
     a new term whose fence took longer than a lease expired every worker at its first
     step, although none could have renewed: a replay of everything since the checkpoints."""
     status = {"leases": {"s0": {"owner": "w", "epoch": 2, "state": "Active", "checkpoint": "5"}}}
-    coordinator = Coordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
     loop = ConsumerLoop("c", coordinator, LoopSettings(), lambda: 1)
     loop.sync_started(0.0)
     loop.sync_succeeded([Shard("s0")], 0.0)
@@ -255,7 +259,9 @@ def test_the_runner_keeps_stepping_and_writing_while_a_listing_hangs() -> None:
     source = HungSource()
 
     async def run() -> ManagedConsumer:
-        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
+        coordinator = LeaseCoordinator(
+            spec(), DurableState(), now=time.monotonic(), created=CREATED
+        )
         writer = StatusWriter(api, "n", "c", holder="test")
         writer.adopt(api.get())
         loop = ConsumerLoop(
@@ -333,7 +339,9 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
     built: list[str | None] = []
 
     async def run() -> None:
-        coordinator = Coordinator(spec(), DurableState(), now=time.monotonic(), created=CREATED)
+        coordinator = LeaseCoordinator(
+            spec(), DurableState(), now=time.monotonic(), created=CREATED
+        )
         writer = StatusWriter(api, "n", "c", holder="test")
         writer.adopt(api.get())
         loop = ConsumerLoop("c", coordinator, LoopSettings(shard_sync_seconds=0.1), lambda: 1)
@@ -455,7 +463,7 @@ def test_a_hung_scale_call_stops_neither_the_engine_nor_the_status() -> None:
             "targetLagSeconds": 1,
             "scaleUpStabilizationSeconds": 0,
         }
-        coordinator = Coordinator(
+        coordinator = LeaseCoordinator(
             spec(autoscaling=autoscaling),
             DurableState(),
             now=time.monotonic(),

@@ -13,8 +13,12 @@ from kubernetes import client as k8s
 
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import TokenReviewer
+from streamconsumer.controller.lease_coordinator import (
+    DurableState,
+    LeaseCoordinator,
+    durable_from_status,
+)
 from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.state import Coordinator, DurableState, durable_from_status
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeldShard
 from streamconsumer.models.resource import StreamConsumerSpec
@@ -37,14 +41,14 @@ def spec(lease_seconds: float = 10) -> StreamConsumerSpec:
     )
 
 
-def beat(coordinator: Coordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
+def beat(coordinator: LeaseCoordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
     request = HeartbeatRequest(
         worker=worker, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
     )
     return coordinator.heartbeat(request, now)
 
 
-def finish(coordinator: Coordinator, shard_id: str) -> None:
+def finish(coordinator: LeaseCoordinator, shard_id: str) -> None:
     lease = coordinator.leases[shard_id]
     assert lease.owner is not None
     coordinator.checkpoint(
@@ -59,7 +63,7 @@ def finish(coordinator: Coordinator, shard_id: str) -> None:
 
 def test_split_then_merge_back_never_restarts_the_original_shard() -> None:
     """11.1: lineage forgot a finished grandparent once its children's leases left."""
-    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("p", closed=True)])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -82,7 +86,7 @@ def test_split_then_merge_back_never_restarts_the_original_shard() -> None:
 
 def test_a_grant_reaches_no_worker_before_the_status_holds_it() -> None:
     """11.5: a grant left the operator before it was saved."""
-    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -96,7 +100,7 @@ def test_a_grant_reaches_no_worker_before_the_status_holds_it() -> None:
 
 def test_lowering_the_lease_duration_waits_out_fences_already_promised() -> None:
     """11.8: a shorter lease duration expired workers whose fences ran on the longer one."""
-    coordinator = Coordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -111,7 +115,7 @@ def test_lowering_the_lease_duration_waits_out_fences_already_promised() -> None
 
 def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
     """11.8 with a restart: the status keeps the longest lease still promised."""
-    coordinator = Coordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -120,7 +124,7 @@ def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
     coordinator.update_spec(spec(lease_seconds=2))
     saved = coordinator.snapshot(2.0)
     assert saved.promised_lease_seconds == 10
-    restarted = Coordinator(spec(lease_seconds=2), saved, now=3.0, created=CREATED)
+    restarted = LeaseCoordinator(spec(lease_seconds=2), saved, now=3.0, created=CREATED)
     restarted.set_shards([Shard("s0")])
     restarted.step(8.0)
     assert restarted.leases["s0"].owner == "a"
@@ -128,7 +132,7 @@ def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
 
 def test_a_shard_that_left_the_stream_unfinished_loses_its_lease() -> None:
     """11.12: leases of shards trimmed by retention stayed forever."""
-    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0"), Shard("s1")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -315,7 +319,7 @@ def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
             "s1": {"owner": "a", "epoch": 1, "state": "Active"},
         }
     }
-    coordinator = Coordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
     assert not coordinator.shards_known
     coordinator.heartbeat(
         HeartbeatRequest(
@@ -332,7 +336,7 @@ def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
 
 
 def test_a_draining_owners_last_report_does_not_hide_a_measured_backlog() -> None:
-    coordinator = Coordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.core.leases import HANDOFF, RELEASED
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, StartPositionType
@@ -52,7 +52,7 @@ def test_finished_shards_never_move_and_unknown_ones_are_refused() -> None:
 
 
 def test_an_owned_shard_is_handed_off_before_it_moves_once_per_request() -> None:
-    coordinator = Coordinator(SPEC, DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("a"), Shard("b", closed=True), Shard("c", ("b",))])
     coordinator.heartbeat(HeartbeatRequest(worker="w"), 0.0)
     coordinator.step(0.0)

@@ -1,6 +1,6 @@
 """The worker's per-shard state machine, driven without threads (KCL lifecycle order,
 retries that never skip, hand-off, loss, self-fencing, checkpoints that wait for the
-operator), and once through the real threaded runtime against a real Coordinator."""
+operator), and once through the real threaded runtime against a real LeaseCoordinator."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import pytest
 
-from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import (
@@ -174,7 +174,7 @@ def test_reading_stops_at_prefetch_and_at_shard_end() -> None:
     assert drive.machine.next(0.0) != Wait()
 
 
-# --- the threaded runtime, against a real Coordinator in-process ----------------------------
+# --- the threaded runtime, against a real LeaseCoordinator in-process ----------------------------
 
 
 SPEC = StreamConsumerSpec.model_validate(
@@ -187,11 +187,13 @@ SPEC = StreamConsumerSpec.model_validate(
 
 
 class InProcessOperator:
-    """The operator's protocol without HTTP: a real Coordinator, its engine stepped and its
+    """The operator's protocol without HTTP: a real LeaseCoordinator, its engine stepped and its
     table 'saved' on every call."""
 
     def __init__(self, shards: list[Shard]) -> None:
-        self.coordinator = Coordinator(SPEC, DurableState(), now=time.monotonic(), created=CREATED)
+        self.coordinator = LeaseCoordinator(
+            SPEC, DurableState(), now=time.monotonic(), created=CREATED
+        )
         self.coordinator.set_shards(shards)
         self.lock = threading.Lock()
 

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from streamconsumer.controller import driver
-from streamconsumer.controller.state import Coordinator, DurableState
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.core import lineage
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import CheckpointRequest, HeartbeatRequest, HeldShard
@@ -118,7 +118,7 @@ def test_a_consumer_runs_on_a_kind_registered_in_one_line(
             "initialPosition": "TRIM_HORIZON",
         }
     )
-    coordinator = Coordinator(spec, DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(spec, DurableState(), now=0.0, created=CREATED)
     processed: list[bytes] = []
     readers: dict[str, ShardReader] = {}
     for step in range(1, 20):

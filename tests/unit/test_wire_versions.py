@@ -22,8 +22,8 @@ from pydantic.alias_generators import to_camel
 
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import Caller
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.state import Coordinator, DurableState
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeldShard
 from streamconsumer.models.api import (
@@ -138,9 +138,9 @@ def serving(app: Callable[[], web.Application]) -> Iterator[str]:
 
 
 @contextmanager
-def current_operator() -> Iterator[tuple[str, Coordinator]]:
+def current_operator() -> Iterator[tuple[str, LeaseCoordinator]]:
     clock = Clock()
-    coordinator = Coordinator(SPEC, DurableState(), now=clock.now, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=clock.now, created=CREATED)
     coordinator.set_shards([Shard("s0"), Shard("s1", closed=True)])
 
     def app() -> web.Application:
@@ -152,7 +152,7 @@ def current_operator() -> Iterator[tuple[str, Coordinator]]:
         yield url, coordinator
 
 
-def granted(coordinator: Coordinator) -> None:
+def granted(coordinator: LeaseCoordinator) -> None:
     coordinator.heartbeat(HeartbeatRequest(worker="w"), 100.0)
     coordinator.step(100.0)
     coordinator.persisted(coordinator.snapshot(100.0), coordinator.version)

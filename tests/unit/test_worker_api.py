@@ -16,8 +16,8 @@ from multidict import CIMultiDictProxy
 
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import AUDIENCE, Caller, TokenReviewer
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.controller.state import Coordinator, DurableState
 from streamconsumer.core.leases import ACTIVE, ShardLease
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import HeartbeatRequest
@@ -101,8 +101,8 @@ def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
 
 def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     """Issue 22.1: a new term answers nobody from the status it only read."""
+    from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
     from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-    from streamconsumer.controller.state import Coordinator, DurableState
     from streamconsumer.models.resource import StreamConsumerSpec
 
     from .moments import CREATED
@@ -117,7 +117,10 @@ def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     registry = Registry(clock, startup_grace=0.0)
     registry.leading()
     loop = ConsumerLoop(
-        "c", Coordinator(spec, DurableState(), clock(), created=CREATED), LoopSettings(), lambda: 1
+        "c",
+        LeaseCoordinator(spec, DurableState(), clock(), created=CREATED),
+        LoopSettings(),
+        lambda: 1,
     )
 
     async def call() -> tuple[int, int]:
@@ -216,9 +219,9 @@ SPEC = StreamConsumerSpec.model_validate(
 BASE = "/v1/namespaces/n/streamconsumers/c"
 
 
-def managed(listed: bool = True) -> tuple[WorkerApi, Coordinator]:
+def managed(listed: bool = True) -> tuple[WorkerApi, LeaseCoordinator]:
     clock = Clock()
-    coordinator = Coordinator(SPEC, DurableState(), now=clock.now, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=clock.now, created=CREATED)
     if listed:
         coordinator.set_shards([Shard("s0"), Shard("s1")])
     registry = Registry(clock, startup_grace=0.0)
@@ -226,7 +229,7 @@ def managed(listed: bool = True) -> tuple[WorkerApi, Coordinator]:
     return WorkerApi(registry, Accepting(), clock), coordinator
 
 
-def granted(api: WorkerApi, coordinator: Coordinator) -> None:
+def granted(api: WorkerApi, coordinator: LeaseCoordinator) -> None:
     """Worker w holds s0 and s1 under epoch 1, saved."""
     coordinator.heartbeat(HeartbeatRequest(worker="w"), api.clock())
     coordinator.step(api.clock())
@@ -360,7 +363,7 @@ def test_a_waiting_checkpoint_is_answered_before_the_worker_gives_up_on_it() -> 
         update={"leases": SPEC.leases.model_copy(update={"duration_seconds": 3})}
     )
     clock = Clock()
-    coordinator = Coordinator(spec, DurableState(), now=clock.now, created=CREATED)
+    coordinator = LeaseCoordinator(spec, DurableState(), now=clock.now, created=CREATED)
     coordinator.set_shards([Shard("s0"), Shard("s1")])
     registry = Registry(clock, startup_grace=0.0)
     registry.add(fenced_consumer("n", "c", coordinator))

@@ -25,8 +25,12 @@ from pydantic import ValidationError
 from streamconsumer.controller import metrics
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.jobs import Job, Jobs, Outcome
+from streamconsumer.controller.lease_coordinator import (
+    LeaseCoordinator,
+    creation_time,
+    durable_from_status,
+)
 from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
-from streamconsumer.controller.state import Coordinator, creation_time, durable_from_status
 from streamconsumer.controller.status import (
     Deposed,
     StaleState,
@@ -235,7 +239,7 @@ def load(
     status = body.get("status") or {}
     desired = status.get("desiredReplicas")
     durable, created = durable_from_status(status), creation_time(body)
-    coordinator = Coordinator(spec, durable, now, created=created, desired_replicas=desired)
+    coordinator = LeaseCoordinator(spec, durable, now, created=created, desired_replicas=desired)
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
         if (reset := ResetRequest.on(body)) is not None:
             coordinator.request_reset(reset)

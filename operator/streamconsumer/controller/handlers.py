@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from streamconsumer.controller import children, consumers, executors, fanout
 from streamconsumer.controller.context import context_of
-from streamconsumer.controller.state import Coordinator
+from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     RESET_ANNOTATION,
@@ -156,7 +156,7 @@ async def reset_requested(
         consumer.wake()
 
 
-def _request_reset(body: kopf.Body, coordinator: Coordinator) -> None:
+def _request_reset(body: kopf.Body, coordinator: LeaseCoordinator) -> None:
     try:
         request = ResetRequest.on(body)
     except ValidationError as error:

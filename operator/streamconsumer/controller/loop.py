@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.state import (
-    Coordinator,
+from streamconsumer.controller.lease_coordinator import (
     DurableState,
+    LeaseCoordinator,
     PassedOverNote,
     ShardChanges,
 )
@@ -93,7 +93,7 @@ class ConsumerLoop:
     def __init__(
         self,
         name: str,
-        coordinator: Coordinator,
+        coordinator: LeaseCoordinator,
         settings: LoopSettings,
         generation: Callable[[], int | None],
         autoscaler: Autoscaler | None = None,
@@ -160,7 +160,7 @@ class ConsumerLoop:
         if self.source_error is not None:
             self.source_error = None
             self.events.append(Event("Normal", "StreamAvailable", "listing shards again"))
-            self.coordinator.version += 1  # the condition changes
+            self.coordinator.status_changed()  # the condition changes
         changes: ShardChanges = self.coordinator.set_shards(shards, self._listing)
         if changes.new:
             self.events.append(
@@ -191,7 +191,7 @@ class ConsumerLoop:
         if self.source_error is None:
             self.events.append(Event("Warning", "StreamUnavailable", error))
         if error != self.source_error:
-            self.coordinator.version += 1
+            self.coordinator.status_changed()
         self.source_error = error
 
     # --- backlog of unowned shards ----------------------------------------------------
@@ -272,7 +272,7 @@ class ConsumerLoop:
             self.coordinator.grant_restart_wait(now)
         if self.write_error is not None:
             self.write_error = None
-            self.coordinator.version += 1  # clear the condition
+            self.coordinator.status_changed()  # clear the condition
 
     def write_failed(self, write: StatusWrite, error: str, now: float) -> None:
         """Transient (5xx, timeout) or invalid (422): retried with back-off either way —

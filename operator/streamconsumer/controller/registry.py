@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
-from streamconsumer.controller.state import Coordinator
 
 
 class ManagedConsumer:
@@ -15,7 +15,7 @@ class ManagedConsumer:
         self.namespace = namespace
         self.name = name
         self.loop = loop
-        self.coordinator: Coordinator = loop.coordinator
+        self.coordinator: LeaseCoordinator = loop.coordinator
         self._wake = asyncio.Event()
         self._waiting: list[tuple[int, asyncio.Future[None]]] = []  # (version, waiter)
 

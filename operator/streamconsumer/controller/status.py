@@ -19,7 +19,11 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller.children import label_selector
-from streamconsumer.controller.state import Coordinator, DurableState, durable_fields
+from streamconsumer.controller.lease_coordinator import (
+    DurableState,
+    LeaseCoordinator,
+    durable_fields,
+)
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term, WorkerSummary
@@ -52,7 +56,7 @@ def _condition(
 
 def render(
     name: str,
-    coordinator: Coordinator,
+    coordinator: LeaseCoordinator,
     snapshot: DurableState,
     generation: int | None,
     previous: list[Condition],

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.state import (
+from streamconsumer.controller.lease_coordinator import (
     MAX_PENDING_NOTES,
-    Coordinator,
     DurableState,
+    LeaseCoordinator,
     durable_from_status,
 )
 from streamconsumer.core.leases import (
@@ -41,26 +41,26 @@ SPEC = StreamConsumerSpec.model_validate(
 )
 
 
-def beat(coordinator: Coordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
+def beat(coordinator: LeaseCoordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
     request = HeartbeatRequest(
         worker=worker, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
     )
     return coordinator.heartbeat(request, now)
 
 
-def started(coordinator: Coordinator) -> Coordinator:
+def started(coordinator: LeaseCoordinator) -> LeaseCoordinator:
     coordinator.set_shards([Shard(f"s{i}") for i in range(4)])
     return coordinator
 
 
-def saved(coordinator: Coordinator, now: float = 0.0) -> Coordinator:
+def saved(coordinator: LeaseCoordinator, now: float = 0.0) -> LeaseCoordinator:
     """The status write lands: the coordinator's table is now durable."""
     coordinator.persisted(coordinator.snapshot(now), coordinator.version)
     return coordinator
 
 
-def fresh() -> Coordinator:
-    return started(Coordinator(SPEC, DurableState(), now=0.0, created=CREATED))
+def fresh() -> LeaseCoordinator:
+    return started(LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED))
 
 
 def test_grant_reaches_the_worker_with_its_start_position() -> None:
@@ -179,7 +179,7 @@ def test_stale_epoch_is_lost_and_fenced() -> None:
 def test_restart_waits_a_lease_before_expiring_owners_from_status() -> None:
     status = {"leases": {"s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"}}}
     coordinator = started(
-        Coordinator(SPEC, durable_from_status(status), now=100.0, created=CREATED)
+        LeaseCoordinator(SPEC, durable_from_status(status), now=100.0, created=CREATED)
     )
     coordinator.step(100.0 + 13.0)
     assert coordinator.leases["s0"].owner == "a", "within lease + grace of the restart"
@@ -193,7 +193,7 @@ def test_restart_waits_a_lease_before_expiring_owners_from_status() -> None:
 # --- worker input (issue 22) --------------------------------------------------------------
 
 
-def owning(coordinator: Coordinator, worker: str = "a") -> list[tuple[str, int]]:
+def owning(coordinator: LeaseCoordinator, worker: str = "a") -> list[tuple[str, int]]:
     beat(coordinator, worker, 0.0)
     coordinator.step(0.0)
     saved(coordinator)
@@ -201,7 +201,7 @@ def owning(coordinator: Coordinator, worker: str = "a") -> list[tuple[str, int]]
     return [(a.shard_id, a.epoch) for a in response.assignments]
 
 
-def shard_end(coordinator: Coordinator, shard_id: str = "s0", epoch: int = 1) -> ShardLease:
+def shard_end(coordinator: LeaseCoordinator, shard_id: str = "s0", epoch: int = 1) -> ShardLease:
     return coordinator.checkpoint(
         CheckpointRequest(worker="a", shard_id=shard_id, epoch=epoch, sequence_number=SHARD_END)
     )
@@ -236,7 +236,7 @@ def test_a_shard_end_read_before_the_operator_lists_the_reshard_is_taken_after_i
 
 def test_shard_end_waits_for_the_first_listing_after_a_restart() -> None:
     status = {"leases": {"s0": {"owner": "a", "epoch": 3, "state": "Active", "checkpoint": "5"}}}
-    coordinator = Coordinator(SPEC, durable_from_status(status), now=100.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, durable_from_status(status), now=100.0, created=CREATED)
     version = coordinator.version
     with pytest.raises(CheckpointDeferred):
         shard_end(coordinator, epoch=3)
@@ -304,7 +304,7 @@ def test_reports_for_shards_not_owned_count_for_nothing() -> None:
 
 
 def test_no_worker_is_granted_more_shards_than_a_heartbeat_may_list() -> None:
-    coordinator = Coordinator(SPEC, DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard(f"s{i}") for i in range(MAX_HELD_SHARDS + 5)])
     owning(coordinator)
     held = [lease for lease in coordinator.leases.values() if lease.owner == "a"]
@@ -354,7 +354,7 @@ def test_adopting_another_table_keeps_a_reset_not_saved_yet() -> None:
     coordinator = fresh()
     owning(coordinator)
     coordinator.request_reset(ResetRequest(id="r1", to=ResetPosition(timestamp=None)))
-    other = Coordinator(SPEC, DurableState(), now=0.0, created=CREATED).snapshot(0.0)
+    other = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED).snapshot(0.0)
     coordinator.adopt(other, 1.0)
     assert coordinator.last_reset is not None
     assert coordinator.last_reset.id == "r1"

@@ -103,9 +103,17 @@ class ShardChanges:
     expired_unfinished: list[str]
 
 
-class Coordinator:
+class LeaseCoordinator:
     """Leases, checkpoints and workers of one consumer. `version` grows with every change
-    the status must show; the status writer persists up to a version."""
+    the status must show; the status writer persists up to a version.
+
+    Shared by the worker API, the consumer loop and the status writer, it is changed only
+    through its methods, each the door of one party: the API's `heartbeat` (workers,
+    their reports) and `checkpoint` (positions, releases); the loop's `step` (the lease
+    engine's grants, hand-offs, expiries), `set_shards` (a listing), `set_backlog` (the
+    probes), `take_passed_over`, `scaled_to` (the autoscaler) and `status_changed` (a
+    condition of its own); the writer's `persisted` and `adopt`; the kopf handlers'
+    `update_spec` and `request_reset`. Everything else only reads it."""
 
     def __init__(
         self,
@@ -183,6 +191,10 @@ class Coordinator:
 
     def _changed(self) -> None:
         self.version += 1
+
+    def status_changed(self) -> None:
+        """Something else the status shows changed (a condition): write it again."""
+        self._changed()
 
     def scaled_to(self, replicas: int) -> None:
         """The lag autoscaler set the worker count (the status shows it)."""
@@ -512,7 +524,7 @@ class Coordinator:
     def adopt(self, durable: DurableState, now: float) -> None:
         """Another writer saved a newer table: start over from it. Nothing of ours that
         was not saved ever left this process, so dropping it is safe."""
-        fresh = Coordinator(self.spec, durable, now, created=self.created)
+        fresh = LeaseCoordinator(self.spec, durable, now, created=self.created)
         self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
         self.last_reset = durable.last_reset
         self.workers, self._promises = fresh.workers, fresh._promises
