@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from streamconsumer.core.lineage import assignable_shards, compact, expand
 from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.models.resource import Source, StreamConsumerSpec
+from streamconsumer.models.resource import Source
 from streamconsumer.sources.dynamodb_streams import (
     DynamoDBStreamsShardReader,
     DynamoDBStreamsSource,
@@ -34,6 +34,7 @@ from streamconsumer.sources.factory import make_source, source_settings, spec_fr
 from streamconsumer.sources.kinesis import KinesisSource
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
+from testbed.specs import consumer_spec
 
 from .dynamodb_changes import ARN, NOW, S1, change, q
 from .reader_kinds import DYNAMODB_STREAMS, TRIM_HORIZON
@@ -521,18 +522,8 @@ def test_exactly_one_source() -> None:
 def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    spec = StreamConsumerSpec.model_validate(
-        {
-            "source": {
-                "dynamodbStreams": {
-                    "tableName": "orders",
-                    "region": "eu-west-1",
-                    "endpointURL": "http://127.0.0.1:1",
-                }
-            },
-            "processor": {"image": "i", "entrypoint": "m:f"},
-        }
-    )
+    orders = {"tableName": "orders", "region": "eu-west-1", "endpointURL": "http://127.0.0.1:1"}
+    spec = consumer_spec(source={"dynamodbStreams": orders})
     settings = source_settings(spec.source)
     assert settings["source"] == "dynamodbStreams"
     assert settings["table_name"] == "orders"

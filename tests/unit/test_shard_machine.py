@@ -20,13 +20,13 @@ from streamconsumer.models import (
     HeartbeatResponse,
     StartPosition,
 )
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.processor import SHARD_END, BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.client import OperatorRefused
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
+from testbed.specs import consumer_spec
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
@@ -177,13 +177,7 @@ def test_reading_stops_at_prefetch_and_at_shard_end() -> None:
 # --- the threaded runtime, against a real Coordinator in-process ----------------------------
 
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "s"}},
-        "processor": {"image": "i", "entrypoint": "m:f"},
-        "leases": {"durationSeconds": 3},
-    }
-)
+SPEC = consumer_spec(lease_seconds=3)
 
 
 class InProcessOperator:

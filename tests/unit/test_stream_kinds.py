@@ -17,13 +17,13 @@ from streamconsumer.core import lineage
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import CheckpointRequest, HeartbeatRequest, HeldShard
 from streamconsumer.models.base import Model
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.sources import registry
 from streamconsumer.sources.aws import AwsError, aws_error
 from streamconsumer.sources.base import ShardReader
 from streamconsumer.sources.factory import make_source, source_settings
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
+from testbed.specs import consumer_spec
 
 from . import memory_kind
 from .moments import CREATED
@@ -111,12 +111,9 @@ def test_a_consumer_runs_on_a_kind_registered_in_one_line(
     worker = worker_source(WorkerConfig.from_env())  # the worker's reader path
     assert isinstance(worker, memory_kind.MemorySource)
 
-    spec = StreamConsumerSpec.model_validate(
-        {
-            "source": {"kinesis": {"streamName": "unused"}},  # the coordinator never reads it
-            "processor": {"image": "i", "entrypoint": "m:f"},
-            "initialPosition": "TRIM_HORIZON",
-        }
+    spec = consumer_spec(
+        source={"kinesis": {"streamName": "unused"}},  # the coordinator never reads it
+        initialPosition="TRIM_HORIZON",
     )
     coordinator = Coordinator(spec, DurableState(), now=0.0, created=CREATED)
     processed: list[bytes] = []

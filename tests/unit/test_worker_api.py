@@ -28,7 +28,7 @@ from streamconsumer.models.api import (
     WIRE_VERSION_HEADER,
     heartbeat_body_limit,
 )
-from streamconsumer.models.resource import StreamConsumerSpec
+from testbed.specs import consumer_spec
 
 from .fenced import fenced_consumer
 from .moments import CREATED
@@ -103,16 +103,10 @@ def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     """Issue 22.1: a new term answers nobody from the status it only read."""
     from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
     from streamconsumer.controller.state import Coordinator, DurableState
-    from streamconsumer.models.resource import StreamConsumerSpec
 
     from .moments import CREATED
 
-    spec = StreamConsumerSpec.model_validate(
-        {
-            "source": {"kinesis": {"streamName": "s"}},
-            "processor": {"image": "i", "entrypoint": "m:f"},
-        }
-    )
+    spec = consumer_spec()
     clock = Clock()
     registry = Registry(clock, startup_grace=0.0)
     registry.leading()
@@ -206,13 +200,7 @@ def test_a_token_not_meant_for_us_is_refused() -> None:
 
 # --- bad input from a worker: judged before anything changes, answered in JSON ------------
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "s"}},
-        "processor": {"image": "i", "entrypoint": "m:f"},
-        "leases": {"durationSeconds": 10},
-    }
-)
+SPEC = consumer_spec(lease_seconds=10)
 BASE = "/v1/namespaces/n/streamconsumers/c"
 
 
