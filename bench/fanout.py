@@ -24,7 +24,8 @@ from bench.results import record
 from bench.system import namespace
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, put_records
-from testbed.scenario import FanOutScenario, Scenario, wait_for
+from testbed.scenario import FanOutScenario, Scenario
+from testbed.waiting import wait_for
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 RATE = 40  # records/s: kinesis-local takes hundreds of writes a second, shared by the run

@@ -40,7 +40,8 @@ from testbed.controlplane import ControlPlane
 from testbed.handover import hand_over, start_with_two_operators
 from testbed.kinesis import KinesisEmulator, create_stream, list_all_shards, put_records
 from testbed.operator_process import LEADER_LEASE_SECONDS
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 RECORDS = 40_000

@@ -49,7 +49,7 @@ from testbed.kinesis import (  # noqa: E402
     kinesis_client,
     put_records,
 )
-from testbed.scenario import wait_for  # noqa: E402
+from testbed.waiting import wait_for  # noqa: E402
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient

@@ -15,7 +15,8 @@ from streamconsumer.core.lineage import expand
 from streamconsumer.worker.config import WorkerConfig
 from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
 from testbed.recording import Report
-from testbed.scenario import TESTS_DIR, Scenario, wait_for
+from testbed.scenario import TESTS_DIR, Scenario
+from testbed.waiting import wait_for
 
 
 def lineage_respected(scenario: Scenario, report: Report) -> None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import signal
 import time
 
-from testbed.scenario import wait_for
 from testbed.table_scenario import TableScenario
+from testbed.waiting import wait_for
 
 LEASE = 6.0
 

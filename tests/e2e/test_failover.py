@@ -7,7 +7,8 @@ import signal
 import time
 
 from testbed.kinesis import list_all_shards
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 LEASE = 6.0
 

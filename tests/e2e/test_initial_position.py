@@ -8,7 +8,8 @@ import signal
 import time
 
 from testbed.kinesis import create_stream, put_records
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 LEASE = 4.0
 

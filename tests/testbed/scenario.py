@@ -7,7 +7,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -296,13 +295,3 @@ class FanOutScenario(Scenario):
         source = super().source()
         source["kinesis"]["consumer"] = "fanOut"
         return source
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> float:
-    """Waits until `condition()`; returns the seconds it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
