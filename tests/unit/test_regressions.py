@@ -4,11 +4,9 @@ tests/sim finds each of them too when its fix is reverted; these say it in a few
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client as k8s
 
 from streamconsumer.controller.api import WorkerApi
@@ -25,6 +23,7 @@ from testbed.specs import consumer_spec
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
+from .worker_heartbeat import heartbeat_answer
 
 SPEC = consumer_spec(lease_seconds=10)  # the tests that lower the lease lower it from 10 s
 
@@ -253,17 +252,8 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
     configuration.retries = 0
     reviewer = TokenReviewer(k8s.AuthenticationV1Api(k8s.ApiClient(configuration)), timeout=2)
 
-    async def call() -> tuple[int, str | None]:
-        api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)
-        async with TestClient(TestServer(api.app())) as client:
-            response = await client.post(
-                "/v1/namespaces/n/streamconsumers/c/heartbeat",
-                json={"worker": "w"},
-                headers={"Authorization": "Bearer t"},
-            )
-            return response.status, response.headers.get("Retry-After")
-
-    assert asyncio.run(call()) == (503, "1")
+    api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)
+    assert heartbeat_answer(api) == (503, "1")
 
 
 # --- found by the simulation ----------------------------------------------------------------
