@@ -34,7 +34,7 @@ from streamconsumer.sources.factory import make_source, source_settings, spec_fr
 from streamconsumer.sources.kinesis import KinesisSource
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
-from testbed.specs import consumer_spec
+from testbed.specs import consumer_spec, worker_config
 
 from .dynamodb_changes import ARN, NOW, S1, change, q
 from .reader_kinds import DYNAMODB_STREAMS, TRIM_HORIZON
@@ -527,17 +527,7 @@ def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.Monkey
     settings = source_settings(spec.source)
     assert settings["source"] == "dynamodbStreams"
     assert settings["table_name"] == "orders"
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://op",
-            "namespace": "n",
-            "consumer": "c",
-            "worker_name": "w",
-            "token_path": "/t",
-            "entrypoint": "m:f",
-            **settings,
-        }
-    )
+    config = worker_config(**settings)
     for name, value in config.to_env().items():  # the pod's environment, read back
         monkeypatch.setenv(name, value)
     assert WorkerConfig.from_env() == config

@@ -23,10 +23,9 @@ from streamconsumer.models import (
 from streamconsumer.processor import SHARD_END, BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.client import OperatorRefused
-from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
-from testbed.specs import consumer_spec
+from testbed.specs import consumer_spec, worker_config
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
@@ -262,18 +261,7 @@ def test_the_threaded_runtime_reads_parents_first_and_drains_on_request() -> Non
     Recorder.seen = []
     source = ListSource()
     operator = InProcessOperator(source.list_shards())
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://unused",
-            "namespace": "n",
-            "consumer": "c",
-            "worker_name": "w",
-            "token_path": "/dev/null",
-            "entrypoint": "m:f",
-            "idle_between_reads_ms": 10,
-            "drain_seconds": 10,
-        }
-    )
+    config = worker_config(idle_between_reads_ms=10, drain_seconds=10)  # no operator URL used
     worker = Worker(config, operator, source, Recorder)  # type: ignore[arg-type]
     runner = threading.Thread(target=worker.run)
     runner.start()

@@ -23,7 +23,7 @@ from streamconsumer.sources.base import ShardReader
 from streamconsumer.sources.factory import make_source, source_settings
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
-from testbed.specs import consumer_spec
+from testbed.specs import consumer_spec, worker_config
 
 from . import memory_kind
 from .moments import CREATED
@@ -94,18 +94,7 @@ def test_a_consumer_runs_on_a_kind_registered_in_one_line(
     lister = make_source(source_spec)  # the operator's lister path
     settings = source_settings(source_spec)
     assert settings == {"source": "memory", "stream_name": "orders"}
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://op",
-            "namespace": "team",
-            "consumer": "orders",
-            "worker_name": "w",
-            "token_path": "/t",
-            "entrypoint": "m:f",
-            **settings,
-            "max_records": 2,
-        }
-    )
+    config = worker_config(namespace="team", consumer="orders", **settings, max_records=2)
     for name, value in config.to_env().items():  # through the pod's environment
         monkeypatch.setenv(name, value)
     worker = worker_source(WorkerConfig.from_env())  # the worker's reader path
@@ -146,17 +135,7 @@ def test_a_consumer_runs_on_a_kind_registered_in_one_line(
 
 def test_an_unknown_kind_is_refused_clearly() -> None:
     with pytest.raises(ValidationError, match="unknown kind of source 'memory'"):
-        WorkerConfig.model_validate(
-            {
-                "operator_url": "http://op",
-                "namespace": "team",
-                "consumer": "orders",
-                "worker_name": "w",
-                "token_path": "/t",
-                "entrypoint": "m:f",
-                "source": "memory",
-            }
-        )
+        worker_config(namespace="team", consumer="orders", source="memory")
     with pytest.raises(ValueError, match="unknown kind of source 'memory'"):
         make_source(WithMemory(memory=memory_kind.MemorySpec(stream_name="orders")))
 
