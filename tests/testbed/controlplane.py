@@ -14,14 +14,13 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.pki import Pki, create_pki
-from testbed.processes import Server, free_port
+from testbed.processes import Server, free_port, serve_until_one_exits, stopped_on_failure
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "controlplane" / "build.sh"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
@@ -74,13 +73,10 @@ class ControlPlane:
             kubeconfig=workdir / "admin.kubeconfig",
             apiserver_args=tuple(apiserver_args),
         )
-        try:
+        with stopped_on_failure(plane.stop):
             plane._start_etcd_and_apiserver(logs)
             plane._write_kubeconfig()
             plane._start_controller_manager(logs)
-        except BaseException:
-            plane.stop()
-            raise
         return plane
 
     def _start_etcd_and_apiserver(self, logs: Path) -> None:
@@ -229,11 +225,7 @@ def main() -> None:
     print(f"Ready at {plane.url}\n  export KUBECONFIG={plane.kubeconfig}")
     print(f"  kubectl: {plane.bin_dir / 'kubectl'}\nCtrl-C stops it.")
     try:
-        while all(server.process.poll() is None for server in plane.servers):
-            time.sleep(1)
-        print("A control-plane process exited; stopping the rest.", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
+        serve_until_one_exits(plane.servers, "control-plane")
     finally:
         plane.remove()
 
