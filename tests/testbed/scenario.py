@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -247,6 +249,12 @@ class Scenario:
 
     def status(self) -> dict[str, Any]:
         return dict(self.consumers.get(self.name).get("status") or {})
+
+    def crash_worker(self, pod: str) -> float:
+        """kill -9 of worker pod `pod`; when it was killed."""
+        assert self.kubelet is not None, "start() first"
+        self.kubelet.kill(pod, signal.SIGKILL)
+        return time.time()
 
     def owners(self) -> Counter[str]:
         leases = self.status().get("leases", {})
