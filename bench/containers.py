@@ -31,8 +31,8 @@ from testbed.userpath import (
     edited_example,
     helm_binary,
     install_operator,
-    wait_for,
 )
+from testbed.waiting import wait_for
 
 MIB = 1024 * 1024
 BUSY_SECONDS = 30.0
@@ -141,7 +141,7 @@ def measure_worker(cluster: Cluster, emulator: KinesisEmulator) -> dict[str, flo
         "--for=condition=Ready",
         "--timeout=180s",
     )
-    wait_for(lambda: bool(ready_container(kubectl, namespace)), 120, "the worker Ready")
+    wait_for(lambda: bool(ready_container(kubectl, namespace)), 120, "the worker Ready", poll=0.5)
     container = ready_container(kubectl, namespace) or ""
     time.sleep(5)  # its shards granted, its readers polling an empty stream
     idle = sample(node, container, 10)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,10 +19,12 @@ from pathlib import Path
 from kubernetes import config as k8s_config
 
 from bench.results import record
+from bench.scratch import scratch_plane
 from bench.system import namespace
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, put_records
-from testbed.scenario import FanOutScenario, Scenario, wait_for
+from testbed.scenario import FanOutScenario, Scenario
+from testbed.waiting import wait_for
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 RATE = 40  # records/s: kinesis-local takes hundreds of writes a second, shared by the run
@@ -108,12 +108,10 @@ def run(plane: ControlPlane, emulator: KinesisEmulator, work: Path) -> None:
 
 def main() -> None:
     with contextlib.ExitStack() as cleanup:
-        work = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-fanout-"))
-        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
-        plane = ControlPlane.start(work / "cp")
-        cleanup.callback(plane.remove)
-        emulator = KinesisEmulator.start("kinesis-local", work / "kinesis-local")
-        cleanup.callback(emulator.stop)
+        work, plane = cleanup.enter_context(scratch_plane("streamconsumer-bench-fanout-"))
+        emulator = cleanup.enter_context(
+            KinesisEmulator.start("kinesis-local", work / "kinesis-local")
+        )
         print(f"put -> process_records latency, {RATE} records/s over 2 shards, kinesis-local:")
         run(plane, emulator, work)
 

@@ -18,11 +18,8 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,13 +31,16 @@ from kubernetes import config as k8s_config
 from kubernetes import watch
 
 from bench.results import record
+from bench.scratch import scratch_plane
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.models import GROUP, PLURAL, VERSION
+from testbed.background import BackgroundLoop
 from testbed.controlplane import ControlPlane
 from testbed.handover import hand_over, start_with_two_operators
 from testbed.kinesis import KinesisEmulator, create_stream, list_all_shards, put_records
 from testbed.operator_process import LEADER_LEASE_SECONDS
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 RECORDS = 40_000
@@ -391,27 +391,18 @@ def _exists(core: k8s.CoreV1Api, ns: str, account: str) -> bool:
         return False
 
 
-class StatusWatch:
+class StatusWatch(BackgroundLoop):
     """Counts the writes that changed an object's status, through a real watch."""
 
     def __init__(self, api: k8s.ApiClient, ns: str, name: str) -> None:
         self._api, self._ns, self._name = api, ns, name
         self.count = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> StatusWatch:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        super().__init__()
 
     def _run(self) -> None:
         objects = k8s.CustomObjectsApi(self._api)
         last: object = None
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             stream = watch.Watch()  # type: ignore[no-untyped-call]
             for event in stream.stream(  # type: ignore[no-untyped-call]
                 objects.list_namespaced_custom_object,
@@ -426,20 +417,19 @@ class StatusWatch:
                 if event["type"] == "MODIFIED" and status != last:
                     self.count += 1
                 last = status
-                if self._stop.is_set():
+                if self._stopping.is_set():
                     break
 
 
 def main() -> None:
     with contextlib.ExitStack() as cleanup:
-        work = Path(tempfile.mkdtemp(prefix="streamconsumer-bench-"))
-        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
-        plane = ControlPlane.start(work / "cp")
-        cleanup.callback(plane.remove)
-        fast = KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
-        cleanup.callback(fast.stop)
-        faithful = KinesisEmulator.start("kinesis-local", work / "kinesis-local")
-        cleanup.callback(faithful.stop)
+        work, plane = cleanup.enter_context(scratch_plane("streamconsumer-bench-"))
+        fast = cleanup.enter_context(
+            KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
+        )
+        faithful = cleanup.enter_context(
+            KinesisEmulator.start("kinesis-local", work / "kinesis-local")
+        )
         run(plane, fast, faithful, work)
 
 

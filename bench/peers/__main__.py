@@ -20,14 +20,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import shutil
 import signal
 import statistics
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,10 +35,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from bench.peers.install import BUILD  # noqa: E402
 from bench.peers.kcl import DynamoDBLocal, LoopbackNamespace, tuned  # noqa: E402
-from bench.peers.measure import Sampler, TallyReader, percentile  # noqa: E402
+from bench.peers.measure import Processed, Sampler, TallyReader, percentile  # noqa: E402
 from bench.peers.sides import KclSide, OursSide, Side  # noqa: E402
 from bench.peers.tally import payload  # noqa: E402
 from bench.results import record  # noqa: E402
+from bench.scratch import scratch_plane  # noqa: E402
+from testbed.background import BackgroundLoop  # noqa: E402
 from testbed.controlplane import ControlPlane  # noqa: E402
 from testbed.kinesis import (  # noqa: E402
     KinesisEmulator,
@@ -49,7 +48,7 @@ from testbed.kinesis import (  # noqa: E402
     kinesis_client,
     put_records,
 )
-from testbed.scenario import wait_for  # noqa: E402
+from testbed.waiting import wait_for  # noqa: E402
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -63,38 +62,61 @@ MOVE_RATE = 200  # records/s while a worker joins or dies
 Figures = dict[str, float]
 
 
-class Producer:
+class Producer(BackgroundLoop):
     """Puts `rate` timestamped records a second (every tenth of a second, in batches)
     from a thread, until stopped; keeps the (shard, sequence number) of each record."""
+
+    join_seconds = 30.0  # a put in flight finishes
 
     def __init__(self, client: KinesisClient, stream: str, rate: int) -> None:
         self.client, self.stream, self.rate = client, stream, rate
         self.batches: list[set[tuple[str, str]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Producer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(30)
+        super().__init__()
 
     def placed(self) -> set[tuple[str, str]]:
         return set().union(*self.batches)
 
     def _run(self) -> None:
         tick = time.monotonic()
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             batch = [(f"p{tick}-{i}", payload()) for i in range(self.rate // 10)]
             self.batches.append(set(put_records(self.client, self.stream, batch)))
             tick += 0.1
-            self._stop.wait(max(0.0, tick - time.monotonic()))
+            self._stopping.wait(max(0.0, tick - time.monotonic()))
+
+
+def first_by_shard(
+    processed: list[Processed], counts: Callable[[Processed], bool]
+) -> dict[str, float]:
+    """When each shard's first record that `counts` was processed."""
+    firsts: dict[str, float] = {}
+    for r in processed:
+        if counts(r):
+            firsts[r.shard] = min(firsts.get(r.shard, r.at), r.at)
+    return firsts
+
+
+def moment(
+    measure: Callable[[], float | None], timeout: float, what: str, poll: float = 0.5
+) -> float:
+    """Waits until `measure()` finds its moment, and returns that moment."""
+    wait_for(lambda: measure() is not None, timeout, what, poll=poll)
+    return measure() or 0.0
+
+
+def wait_all_processed(
+    side: Side,
+    reader: TallyReader,
+    expected: set[tuple[str, str]],
+    timeout: float = 120,
+    poll: float = 0.5,
+) -> None:
+    wait_for(
+        lambda: not reader.missing(expected),
+        timeout,
+        f"{side.name} to process every record",
+        poll=poll,
+    )
 
 
 class Bench:
@@ -144,12 +166,7 @@ class Bench:
             side.start(workers)
             sampler = stack.enter_context(Sampler(side.roots))
             store = stack.enter_context(Sampler(side.store_roots))
-            wait_for(
-                lambda: not reader.missing(expected),
-                900,
-                f"{side.name} to process every record",
-                poll=1.0,
-            )
+            wait_all_processed(side, reader, expected, timeout=900, poll=1.0)
             time.sleep(0.5)  # one more sample past the last record
         got = reader.read()
         first, last = min(r.at for r in got), max(r.at for r in got)
@@ -172,30 +189,34 @@ class Bench:
             "workers": workers,
         }
 
-    def producing(self, stream: str, rate: int) -> Producer:
-        return Producer(kinesis_client(self.kinesis.endpoint_url), stream, rate)
-
-    def latency(self, kind: str, window: float = 20.0) -> Figures:
-        stream = self._name("latency")
-        create_stream(self.kinesis.client, stream, 4)
+    def experiment(self, kind: str, what: str, shards: int) -> tuple[str, Side, TallyReader]:
+        """A new stream of `shards` shards, a side of `kind` to read it, and its tally."""
+        stream = self._name(what)
+        create_stream(self.kinesis.client, stream, shards)
         side = self.side(kind, stream)
-        reader = TallyReader(side.out)
+        return stream, side, TallyReader(side.out)
+
+    @contextlib.contextmanager
+    def running(self, side: Side, stream: str, rate: int, workers: int) -> Iterator[Producer]:
+        """`side` started with `workers` while `rate` records a second are put to `stream`;
+        both stopped after."""
         with contextlib.ExitStack() as stack:
             stack.callback(side.stop)
-            producer = stack.enter_context(self.producing(stream, RATE))
-            side.start(1)
+            producer = stack.enter_context(
+                Producer(kinesis_client(self.kinesis.endpoint_url), stream, rate)
+            )
+            side.start(workers)
+            yield producer
+
+    def latency(self, kind: str, window: float = 20.0) -> Figures:
+        stream, side, reader = self.experiment(kind, "latency", 4)
+        with self.running(side, stream, RATE, workers=1) as producer:
             wait_for(lambda: bool(reader.read()), 300, f"{side.name}'s first record", poll=0.5)
             begin = time.time() + 5  # settled
             time.sleep(5 + window)
             end = time.time()
             producer.stop()  # then the worker drains what is left
-            expected = producer.placed()
-            wait_for(
-                lambda: not reader.missing(expected),
-                120,
-                f"{side.name} to process every record",
-                poll=0.5,
-            )
+            wait_all_processed(side, reader, producer.placed())
         delays = [(r.at - r.put) * 1000 for r in reader.read() if begin <= r.put <= end]
         return {
             "latency_p50_ms": percentile(delays, 0.5),
@@ -204,14 +225,8 @@ class Bench:
         }
 
     def rebalance(self, kind: str, shards: int = 4) -> Figures:
-        stream = self._name("rebalance")
-        create_stream(self.kinesis.client, stream, shards)
-        side = self.side(kind, stream)
-        reader = TallyReader(side.out)
-        with contextlib.ExitStack() as stack:
-            stack.callback(side.stop)
-            producer = stack.enter_context(self.producing(stream, MOVE_RATE))
-            side.start(1)
+        stream, side, reader = self.experiment(kind, "rebalance", shards)
+        with self.running(side, stream, MOVE_RATE, workers=1) as producer:
             wait_for(
                 lambda: len({r.shard for r in reader.read()}) == shards,
                 300,
@@ -224,36 +239,21 @@ class Bench:
             side.add()
 
             def share_taken() -> float | None:
-                by_shard: dict[str, float] = {}
-                for r in reader.read():
-                    if r.worker not in first and r.at >= joined:
-                        by_shard[r.shard] = min(by_shard.get(r.shard, r.at), r.at)
+                by_shard = first_by_shard(
+                    reader.read(), lambda r: r.worker not in first and r.at >= joined
+                )
                 times = sorted(by_shard.values())
                 return times[shards // 2 - 1] if len(times) >= shards // 2 else None
 
-            wait_for(
-                lambda: share_taken() is not None,
-                180,
-                f"{side.name}'s second worker to take its share",
-                poll=0.5,
-            )
-            seconds = (share_taken() or 0.0) - joined
+            taken = moment(share_taken, 180, f"{side.name}'s second worker to take its share")
+            seconds = taken - joined
             time.sleep(5)
             producer.stop()
-            expected = producer.placed()
-            wait_for(
-                lambda: not reader.missing(expected),
-                120,
-                f"{side.name} to process every record",
-                poll=0.5,
-            )
+            wait_all_processed(side, reader, producer.placed())
         return {"rebalance_seconds": seconds, "rebalance_duplicates": reader.duplicates()}
 
     def failover(self, kind: str, shards: int = 4) -> Figures:
-        stream = self._name("failover")
-        create_stream(self.kinesis.client, stream, shards)
-        side = self.side(kind, stream)
-        reader = TallyReader(side.out)
+        stream, side, reader = self.experiment(kind, "failover", shards)
 
         def holders(since: float) -> dict[str, set[str]]:
             held: dict[str, set[str]] = {}
@@ -262,10 +262,7 @@ class Bench:
                     held.setdefault(r.worker, set()).add(r.shard)
             return held
 
-        with contextlib.ExitStack() as stack:
-            stack.callback(side.stop)
-            producer = stack.enter_context(self.producing(stream, MOVE_RATE))
-            side.start(2)
+        with self.running(side, stream, MOVE_RATE, workers=2) as producer:
             # Both workers processing, on disjoint halves, for the last 3 seconds.
             wait_for(
                 lambda: (
@@ -286,27 +283,16 @@ class Bench:
             side.kill(victim)
 
             def resumed() -> float | None:
-                firsts: dict[str, float] = {}
-                for r in reader.read():
-                    if r.shard in moved and r.worker != victim and r.at > killed:
-                        firsts[r.shard] = min(firsts.get(r.shard, r.at), r.at)
+                firsts = first_by_shard(
+                    reader.read(),
+                    lambda r: r.shard in moved and r.worker != victim and r.at > killed,
+                )
                 return max(firsts.values()) if len(firsts) == len(moved) else None
 
-            wait_for(
-                lambda: resumed() is not None,
-                120,
-                f"{side.name}: the killed worker's shards to process elsewhere",
-                poll=0.2,
-            )
-            seconds = (resumed() or 0.0) - killed
+            what = f"{side.name}: the killed worker's shards to process elsewhere"
+            seconds = moment(resumed, 120, what, poll=0.2) - killed
             producer.stop()
-            expected = producer.placed()
-            wait_for(
-                lambda: not reader.missing(expected),
-                120,
-                f"{side.name} to process every record",
-                poll=0.5,
-            )
+            wait_all_processed(side, reader, producer.placed())
         return {"failover_seconds": seconds, "failover_duplicates": reader.duplicates()}
 
     def kcl_default_startup(self, stream: str) -> float:
@@ -458,13 +444,11 @@ def main() -> None:
     # is stopped by the ExitStacks.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as cleanup:
-        work = Path(tempfile.mkdtemp(prefix="streamconsumer-peers-"))
-        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
         say("==> control plane, kinesalite, DynamoDB Local (in a loopback-only namespace)")
-        plane = ControlPlane.start(work / "cp")
-        cleanup.callback(plane.remove)
-        kinesis = KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
-        cleanup.callback(kinesis.stop)
+        work, plane = cleanup.enter_context(scratch_plane("streamconsumer-peers-"))
+        kinesis = cleanup.enter_context(
+            KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=50)
+        )
         netns = LoopbackNamespace(work / "netns")
         cleanup.callback(netns.stop)
         dynamodb = DynamoDBLocal.start(netns, work / "dynamodb")

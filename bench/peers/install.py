@@ -11,11 +11,12 @@ Each step leaves a marker when it is complete, so a second run does nothing.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +37,25 @@ def done(directory: Path) -> bool:
 
 def mark(directory: Path) -> None:
     (directory / MARK).write_text("")
+
+
+def installs(directory: Path, title: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
+    """Makes a function that fills `directory` an install step: skipped once the
+    directory is marked complete, otherwise started afresh, then marked."""
+
+    def step(fill: Callable[[], None]) -> Callable[[], None]:
+        @functools.wraps(fill)
+        def install() -> None:
+            if done(directory):
+                return
+            print(f"==> {title}")
+            shutil.rmtree(directory, ignore_errors=True)
+            fill()
+            mark(directory)
+
+        return install
+
+    return step
 
 
 def run(argv: Sequence[str], quiet: bool = False) -> None:
@@ -77,10 +97,10 @@ def mvn_copy(pom: Path, into: Path, transitive: bool) -> None:
         raise SystemExit(f"mvn failed for {pom}")
 
 
+@installs(
+    KCLPY, f"amazon-kclpy {KCLPY_VERSION} (PyPI) and the jars its pom.xml lists (Maven Central)"
+)
 def kclpy() -> None:
-    if done(KCLPY):
-        return
-    print(f"==> amazon-kclpy {KCLPY_VERSION} (PyPI) and the jars its pom.xml lists (Maven Central)")
     downloads = BUILD / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     sdist = downloads / f"amazon_kclpy-{KCLPY_VERSION}.tar.gz"
@@ -116,7 +136,6 @@ def kclpy() -> None:
     # Into the package's own jars/ directory: kclpy's setup.py then finds every jar it
     # lists present and downloads nothing itself.
     mvn_copy(pom, package / "amazon_kclpy" / "jars", transitive=False)
-    shutil.rmtree(KCLPY, ignore_errors=True)
     run(
         [
             sys.executable,
@@ -136,29 +155,20 @@ def kclpy() -> None:
         raise SystemExit(f"no KCL multilang jar in {KCL_JARS}")
     shutil.rmtree(source)
     print(f"    {len(jars)} jars in {KCL_JARS.relative_to(ROOT)}")
-    mark(KCLPY)
 
 
+@installs(DYNAMODB_LOCAL, "DynamoDB Local (Maven Central)")
 def dynamodb_local() -> None:
-    if done(DYNAMODB_LOCAL):
-        return
-    print("==> DynamoDB Local (Maven Central)")
-    shutil.rmtree(DYNAMODB_LOCAL, ignore_errors=True)
     mvn_copy(HERE / "dynamodb-local.pom.xml", DYNAMODB_LOCAL, transitive=True)
     if not list(DYNAMODB_LOCAL.glob("libsqlite4java-linux-amd64-*.so")):
         raise SystemExit("DynamoDB Local came without its sqlite4java native library")
-    mark(DYNAMODB_LOCAL)
 
 
+@installs(H1_CLASSES, "the HTTP/1.1 KinesisClientUtil stand-in (javac)")
 def h1_classes() -> None:
-    if done(H1_CLASSES):
-        return
-    print("==> the HTTP/1.1 KinesisClientUtil stand-in (javac)")
-    shutil.rmtree(H1_CLASSES, ignore_errors=True)
     H1_CLASSES.mkdir(parents=True)
     sources = [str(p) for p in (HERE / "java").rglob("*.java")]
     run(["javac", "-d", str(H1_CLASSES), "-cp", f"{KCL_JARS}/*", "--release", "17", *sources])
-    mark(H1_CLASSES)
 
 
 def main() -> None:

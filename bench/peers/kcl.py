@@ -12,7 +12,6 @@ Every process is a testbed Server: its own process group, stopped by PID.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ import boto3
 from bench.peers.install import DYNAMODB_LOCAL, H1_CLASSES, KCL_JARS, KCLPY
 from bench.peers.tally import OUT_ENV, WORKER_ENV
 from testbed.kinesis import REGION
-from testbed.processes import Server, free_port
+from testbed.netns import wait_until_unshared
+from testbed.processes import Server, free_port, stopped_on_failure
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -74,19 +74,8 @@ class LoopbackNamespace:
             ["unshare", "--net", "sh", "-c", "ip link set lo up && exec sleep infinity"],
             workdir,
         )
-        own = os.stat("/proc/self/ns/net").st_ino
-        try:
-            self.holder.wait_until(
-                lambda: (
-                    os.stat(self.path).st_ino != own
-                    and Path(f"/proc/{self.holder.pid}/comm").read_text().strip() == "sleep"
-                ),
-                10,
-                "in its namespace",
-            )
-        except BaseException:
-            self.holder.stop()
-            raise
+        with stopped_on_failure(self.holder.stop):
+            wait_until_unshared(self.holder)
 
     @property
     def path(self) -> str:
@@ -126,7 +115,7 @@ class DynamoDBLocal:
         # cwd: it writes a dynamodb-local-metadata.json there
         server = Server("dynamodb-local", netns.enter(argv), workdir, cwd=workdir)
         port = free_port()
-        try:
+        with stopped_on_failure(server.stop):
             forward = [sys.executable, "-m", "bench.peers.forward", netns.path, str(port)]
             forwarder = Server(
                 "dynamodb-forward",
@@ -134,9 +123,6 @@ class DynamoDBLocal:
                 workdir,
                 env={"PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}"},
             )
-        except BaseException:
-            server.stop()
-            raise
         local = cls(server, forwarder, port)
         client = boto3.client(
             "dynamodb",
@@ -145,11 +131,8 @@ class DynamoDBLocal:
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-        try:
+        with stopped_on_failure(local.stop):
             server.wait_until(lambda: "TableNames" in client.list_tables(), 60, "serving")
-        except BaseException:
-            local.stop()
-            raise
         return local
 
     def stop(self) -> None:

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from testbed.background import BackgroundLoop
 
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -54,25 +55,18 @@ class Sample:
     rss: int  # bytes, summed over the trees
 
 
-class Sampler:
+class Sampler(BackgroundLoop):
     """Samples the process trees under `roots()` every `period` seconds in a thread.
     CPU of a process that exits between samples is lost unless a root reaped it: the
     roots here (a JVM, a worker) outlive their children, or reap them."""
+
+    join_seconds = 5.0
 
     def __init__(self, roots: Callable[[], list[int]], period: float = 0.2) -> None:
         self.roots = roots
         self.period = period
         self.samples: list[Sample] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
+        super().__init__()
 
     def sample(self) -> Sample:
         pids = tree(self.roots())
@@ -80,9 +74,9 @@ class Sampler:
         return Sample(time.time(), cpu, sum(_rss(p) for p in pids))
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping.is_set():
             self.samples.append(self.sample())
-            self._stop.wait(self.period)
+            self._stopping.wait(self.period)
 
     @property
     def peak_rss(self) -> int:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import threading
 
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def test_lag_scales_up_catches_up_and_scales_down(scenario: Scenario) -> None:

@@ -16,8 +16,9 @@ from cdc.pipeline import read_mirror
 from streamconsumer.sources.dynamodb_streams import partition_key
 from streamconsumer.spark.session import JARS_DIR_ENV
 from testbed.dynamodb import scan_all
-from testbed.scenario import TESTS_DIR, wait_for
+from testbed.scenario import TESTS_DIR
 from testbed.table_scenario import TableScenario
+from testbed.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 

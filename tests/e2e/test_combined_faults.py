@@ -5,17 +5,16 @@ order, lineage order, and no duplicate where every move was planned."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from streamconsumer.core.lineage import expand
-from streamconsumer.worker.config import WorkerConfig
 from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
 from testbed.recording import Report
-from testbed.scenario import TESTS_DIR, Scenario, wait_for
+from testbed.scenario import TESTS_DIR, Scenario
+from testbed.specs import worker_config
+from testbed.waiting import wait_for
+from testbed.worker_run import run_worker
 
 
 def lineage_respected(scenario: Scenario, report: Report) -> None:
@@ -52,19 +51,32 @@ def children_of(scenario: Scenario, parent: str) -> list[str]:
     )
 
 
+def one_shard_processed(scenario: Scenario, records: int) -> str:
+    """Starts one shard read by two workers and processes `records`; the shard's id."""
+    scenario.start(shards=1, replicas=2)
+    scenario.produce(records)
+    wait_for(scenario.all_processed, 60, "records before the first split")
+    (original,) = list_all_shards(scenario.kinesis.client, scenario.stream)
+    return str(original["ShardId"])
+
+
+def split_then_processed(
+    scenario: Scenario, shard: str, records: int, timeout: float = 60
+) -> list[str]:
+    """Splits `shard`, then produces `records` and waits for them; its two children."""
+    split_shard_in_half(scenario.kinesis.client, scenario.stream, shard)
+    scenario.produce(records)
+    wait_for(scenario.all_processed, timeout, f"records after splitting {shard}")
+    return children_of(scenario, shard)
+
+
 def test_a_split_merged_back_never_brings_the_original_shard_back(scenario: Scenario) -> None:
     """11.1: once the children's leases left the status, the original shard was granted
     again at epoch 1 and read from TRIM_HORIZON after its descendants."""
-    scenario.start(shards=1, replicas=2)
-    client = scenario.kinesis.client
-    scenario.produce(50)
-    wait_for(scenario.all_processed, 60, "records before the split")
-    (original,) = [s["ShardId"] for s in list_all_shards(client, scenario.stream)]
-    split_shard_in_half(client, scenario.stream, original)
-    scenario.produce(50)
-    wait_for(scenario.all_processed, 60, "records after the split")
-    low, high = children_of(scenario, original)
-    merge_shards(client, scenario.stream, low, high)  # scale-in: the two halves merged back
+    original = one_shard_processed(scenario, 50)
+    low, high = split_then_processed(scenario, original, 50)
+    # Scale-in: the two halves merged back.
+    merge_shards(scenario.kinesis.client, scenario.stream, low, high)
     scenario.produce(50)
     wait_for(scenario.all_processed, 90, "records after the merge")
     wait_for(lambda: settled_lineage(scenario, {original, low, high}), 60, "the lineage to settle")
@@ -75,22 +87,10 @@ def test_a_split_merged_back_never_brings_the_original_shard_back(scenario: Scen
 
 
 def test_two_generations_of_splits(scenario: Scenario) -> None:
-    scenario.start(shards=1, replicas=2)
-    client = scenario.kinesis.client
-    scenario.produce(40)
-    wait_for(scenario.all_processed, 60, "records before the splits")
-    (original,) = [s["ShardId"] for s in list_all_shards(client, scenario.stream)]
-    split_shard_in_half(client, scenario.stream, original)
-    scenario.produce(40)
-    wait_for(scenario.all_processed, 60, "records after the first split")
-    low, _high = children_of(scenario, original)
-    split_shard_in_half(client, scenario.stream, low)
-    scenario.produce(40)
-    wait_for(scenario.all_processed, 60, "records after the second split")
-    grandchildren = children_of(scenario, low)
-    split_shard_in_half(client, scenario.stream, grandchildren[0])
-    scenario.produce(40)
-    wait_for(scenario.all_processed, 90, "records after the third split")
+    original = one_shard_processed(scenario, 40)
+    low, _high = split_then_processed(scenario, original, 40)
+    grandchildren = split_then_processed(scenario, low, 40)
+    split_then_processed(scenario, grandchildren[0], 40, timeout=90)
     finished = {original, low, grandchildren[0]}
     wait_for(lambda: settled_lineage(scenario, finished), 60, "the lineage to settle")
     report = scenario.delivered(duplicates_at_most=0)
@@ -149,28 +149,19 @@ def test_a_worker_whose_token_is_refused_gives_up(scenario: Scenario, tmp_path: 
     assert scenario.operator is not None
     token = tmp_path / "token"
     token.write_text("not-a-token-of-this-cluster")
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": scenario.operator.url,
-            "namespace": scenario.namespace,
-            "consumer": scenario.name,
-            "worker_name": "intruder",
-            "token_path": str(token),
-            "entrypoint": "testbed.recording:RecordingProcessor",
-            "stream_name": scenario.stream,
-            "endpoint_url": scenario.kinesis.endpoint_url,
-            "region": "us-east-1",
-            "give_up_seconds": 3,
-        }
+    config = worker_config(
+        operator_url=scenario.operator.url,
+        namespace=scenario.namespace,
+        consumer=scenario.name,
+        worker_name="intruder",
+        token_path=str(token),
+        entrypoint="testbed.recording:RecordingProcessor",
+        stream_name=scenario.stream,
+        endpoint_url=scenario.kinesis.endpoint_url,
+        region="us-east-1",
+        give_up_seconds=3,
     )
-    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(TESTS_DIR), **config.to_env()}
-    worker = subprocess.run(
-        [sys.executable, "-m", "streamconsumer.worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    worker = run_worker(config, pythonpath=TESTS_DIR)
     assert worker.returncode == 2, worker.stderr
     assert "the operator refused this worker for 3s" in worker.stderr
     assert "Traceback" not in worker.stderr

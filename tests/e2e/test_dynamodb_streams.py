@@ -5,11 +5,8 @@ and a closed shard is read to its end and finished."""
 
 from __future__ import annotations
 
-import signal
-import time
-
-from testbed.scenario import wait_for
 from testbed.table_scenario import TableScenario
+from testbed.waiting import wait_for
 
 LEASE = 6.0
 
@@ -31,9 +28,7 @@ def test_a_tables_changes_are_processed_across_a_worker_kill_and_a_shard_end(
     owner = scenario.status()["leases"][shard]["owner"]
     assert owner
 
-    assert scenario.kubelet is not None
-    scenario.kubelet.kill(owner, signal.SIGKILL)
-    killed_at = time.time()
+    killed_at = scenario.crash_worker(owner)
     scenario.produce(120)
     wait_for(scenario.all_processed, 90, "changes after the kill")
     report = scenario.delivered(duplicates_at_most=None)

@@ -3,11 +3,11 @@ nothing and moves nothing."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 from testbed.kinesis import list_all_shards
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 LEASE = 6.0
 
@@ -22,9 +22,7 @@ def test_killed_worker_shards_are_taken_over_after_the_lease(scenario: Scenario)
     victim_shards = {
         s for s, lease in scenario.status()["leases"].items() if lease.get("owner") == victim
     }
-    assert scenario.kubelet is not None
-    scenario.kubelet.kill(victim, signal.SIGKILL)
-    killed_at = time.time()
+    killed_at = scenario.crash_worker(victim)
     scenario.produce(200)
     wait_for(scenario.all_processed, 90, "records of the killed worker's shards")
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from testbed.kinesis import create_stream, list_all_shards, put_records
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 POISON = "r-7"
 

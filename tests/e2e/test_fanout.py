@@ -15,7 +15,8 @@ import pytest
 
 from streamconsumer.sources.kinesis_consumer import consumer_name
 from testbed.kinesis import list_all_shards, split_shard_in_half
-from testbed.scenario import FanOutScenario, Scenario, wait_for
+from testbed.scenario import FanOutScenario, Scenario
+from testbed.waiting import wait_for
 
 RESUBSCRIBE_SECONDS = "6"  # workers renew every 6 s here instead of every 280 s
 

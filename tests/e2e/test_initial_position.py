@@ -4,11 +4,11 @@ its first checkpoint."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 from testbed.kinesis import create_stream, put_records
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 LEASE = 4.0
 
@@ -27,8 +27,7 @@ def test_latest_skips_nothing_when_a_shard_moves_before_its_first_checkpoint(
     # arrive while nobody reads that shard. Its next owner must start where the consumer
     # started, not at the tip as it is when the shard moves.
     victim = sorted(scenario.owners())[0]
-    assert scenario.kubelet is not None
-    scenario.kubelet.kill(victim, signal.SIGKILL)
+    scenario.crash_worker(victim)
     scenario.produce(100)
     wait_for(scenario.all_processed, 90, "the records put after the consumer's creation")
 

@@ -6,7 +6,8 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.processes import free_port
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

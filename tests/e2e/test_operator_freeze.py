@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime
 import itertools
 import time
-from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client as k8s
@@ -23,7 +22,8 @@ from testbed.history import History, Version
 from testbed.kinesis import list_all_shards, split_shard_in_half
 from testbed.operator_process import LEADER_LEASE_SECONDS
 from testbed.recording import Report
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import happens_within, wait_for
 
 WORKER_LEASE_SECONDS = 6.0  # spec.leases.durationSeconds (start_with_two_operators)
 # The status is written about once a second: a checkpoint shows in it up to that late.
@@ -111,15 +111,6 @@ def overlapping_owners(report: Report) -> list[str]:
     return found
 
 
-def _until(condition: Callable[[], bool], timeout: float, poll: float = 0.1) -> bool:
-    """Like wait_for, but says whether it happened instead of failing."""
-    try:
-        wait_for(condition, timeout, "", poll)
-    except AssertionError:
-        return False
-    return True
-
-
 def _seconds(micro_time: str) -> float:
     return datetime.datetime.fromisoformat(micro_time).timestamp()
 
@@ -182,7 +173,9 @@ def test_a_frozen_leader_resumed_after_a_takeover_and_a_split(scenario: Scenario
 
             # Held frozen until the new leader runs everything (children included), so
             # the old one comes back to a world that moved on without it.
-            _until(new_leader_runs_it_all, WORKER_LEASE_SECONDS + STATUS_MARGIN_SECONDS + 15)
+            happens_within(
+                new_leader_runs_it_all, WORKER_LEASE_SECONDS + STATUS_MARGIN_SECONDS + 15
+            )
         finally:
             frozen.resume()
         resumed_at = time.time()
@@ -205,7 +198,7 @@ def test_a_frozen_leader_resumed_after_a_takeover_and_a_split(scenario: Scenario
         exited_after = time.time() - resumed_at
         time.sleep(3)  # records keep flowing after the old leader is gone
 
-    _until(scenario.all_processed, 90, poll=0.5)  # the assertions say what is missing
+    happens_within(scenario.all_processed, 90, poll=0.5)  # the assertions say what is missing
     status_versions = statuses.stop()
     lease_versions = leases.stop()
     report = scenario.report()

@@ -7,7 +7,8 @@ import threading
 import time
 
 from testbed.proxy import CuttableProxy
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 LEASE = 6.0
 

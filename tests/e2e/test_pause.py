@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def cli(scenario: Scenario, verb: str) -> str:

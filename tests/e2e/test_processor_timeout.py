@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from testbed.proxy import CuttableProxy
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 LEASE = 6.0
 EXIT_CALL_STUCK = 3  # worker/runtime.py

@@ -10,7 +10,8 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def reset(scenario: Scenario, *to: str) -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def test_split_and_merge_keep_parents_before_children(scenario: Scenario) -> None:

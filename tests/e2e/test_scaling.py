@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def test_scale_up_hands_off_without_duplicates(scenario: Scenario) -> None:

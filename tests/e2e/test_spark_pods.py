@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from testbed.clickstream import ClickstreamRun
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 pytestmark = pytest.mark.spark
 

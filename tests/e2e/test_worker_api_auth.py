@@ -10,7 +10,8 @@ from kubernetes import client as k8s
 
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 def token_for(api: k8s.ApiClient, namespace: str, account: str, audience: str = AUDIENCE) -> str:

@@ -24,7 +24,8 @@ from kubernetes import client as k8s
 from streamconsumer.controller import tls
 from streamconsumer.controller.serving import ManagedServing
 from streamconsumer.worker.config import WorkerConfig
-from testbed.scenario import TESTS_DIR, Scenario, wait_for
+from testbed.scenario import TESTS_DIR, Scenario
+from testbed.waiting import wait_for
 
 CA_SECRET = "streamconsumer-operator-ca"  # OperatorConfig's default name
 

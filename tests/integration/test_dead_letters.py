@@ -56,22 +56,26 @@ def check(letters: list[dict[str, Any]], batch: FailedBatch) -> None:
     assert first["approximateArrivalTimestamp"] == ARRIVAL.isoformat()
 
 
-def test_kinesis_target(kinesis: KinesisEmulator, stream_name: str) -> None:
+def kinesis_target(kinesis: KinesisEmulator, stream_name: str) -> DeadLetterTarget:
+    """A new one-shard stream on the emulator, as a dead-letter target."""
     create_stream(kinesis.client, stream_name, 1)
-    target = {
-        "kinesis": {
-            "streamName": stream_name,
-            "region": REGION,
-            "endpointURL": kinesis.endpoint_url,
-        }
-    }
-    batch = failed_batch()
-    writer_for(DeadLetterTarget.model_validate(target)).write(batch)
+    stream = {"streamName": stream_name, "region": REGION, "endpointURL": kinesis.endpoint_url}
+    return DeadLetterTarget.model_validate({"kinesis": stream})
+
+
+def kinesis_records(kinesis: KinesisEmulator, stream_name: str) -> list[Any]:
+    """Every record in the target stream's one shard."""
     (shard,) = list_all_shards(kinesis.client, stream_name)
     iterator = kinesis.client.get_shard_iterator(
         StreamName=stream_name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
     )["ShardIterator"]
-    records = kinesis.client.get_records(ShardIterator=iterator)["Records"]
+    return list(kinesis.client.get_records(ShardIterator=iterator)["Records"])
+
+
+def test_kinesis_target(kinesis: KinesisEmulator, stream_name: str) -> None:
+    batch = failed_batch()
+    writer_for(kinesis_target(kinesis, stream_name)).write(batch)
+    records = kinesis_records(kinesis, stream_name)
     check([json.loads(r["Data"]) for r in records], batch)
     assert {r["PartitionKey"] for r in records} == {f"k{i}" for i in range(12)}
 
@@ -189,21 +193,9 @@ def test_a_letter_over_the_kinesis_record_limit_is_refused(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
     """From about 780 KiB of data a letter is over Kinesis' 1 MiB."""
-    create_stream(kinesis.client, stream_name, 1)
-    target = {
-        "kinesis": {
-            "streamName": stream_name,
-            "region": REGION,
-            "endpointURL": kinesis.endpoint_url,
-        }
-    }
-    writer = writer_for(DeadLetterTarget.model_validate(target))
+    writer = writer_for(kinesis_target(kinesis, stream_name))
     with pytest.raises(LetterTooLarge, match=r"record 200 is \d+ bytes .* limit of 1048576"):
         writer.write(large_batch(780 * 1024))
     writer.write(large_batch(760 * 1024))
-    (shard,) = list_all_shards(kinesis.client, stream_name)
-    iterator = kinesis.client.get_shard_iterator(
-        StreamName=stream_name, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
-    )["ShardIterator"]
-    records = kinesis.client.get_records(ShardIterator=iterator)["Records"]
+    records = kinesis_records(kinesis, stream_name)
     assert [json.loads(r["Data"])["sequenceNumber"] for r in records] == ["200"]

@@ -17,9 +17,9 @@ from streamconsumer.sources.base import ReadResult, ShardReader
 from streamconsumer.sources.kinesis import StreamRef
 from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_name
 from streamconsumer.sources.kinesis_fanout import FanOutKinesisSource, FanOutShardReader
-from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
 from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records, split_shard_in_half
+from testbed.specs import worker_config
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
 RESUBSCRIBE_SECONDS = 6.0  # above the 5 s Kinesis asks between subscriptions to one shard
@@ -33,20 +33,14 @@ def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fan_out_source(kinesis: KinesisEmulator, stream: str) -> FanOutKinesisSource:
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://op",
-            "namespace": "team",
-            "consumer": stream,
-            "worker_name": "w",
-            "token_path": "/t",
-            "entrypoint": "m:f",
-            "stream_name": stream,
-            "region": REGION,
-            "endpoint_url": kinesis.endpoint_url,
-            "kinesis_consumer": "fanOut",
-            "resubscribe_seconds": RESUBSCRIBE_SECONDS,
-        }
+    config = worker_config(
+        namespace="team",
+        consumer=stream,
+        stream_name=stream,
+        region=REGION,
+        endpoint_url=kinesis.endpoint_url,
+        kinesis_consumer="fanOut",
+        resubscribe_seconds=RESUBSCRIBE_SECONDS,
     )
     source = worker_source(config)
     assert isinstance(source, FanOutKinesisSource)

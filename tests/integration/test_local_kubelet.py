@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from kubernetes import watch
 
 from testbed.kubelet import LocalKubelet
-from testbed.scenario import wait_for
+from testbed.waiting import wait_for
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from realnode.deliveries import Producer, judge
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
 from testbed.node import Cluster
 from testbed.podlogs import PodLogs
-from testbed.userpath import EXAMPLES, OPERATOR, Kubectl, edited_example, wait_for
+from testbed.userpath import EXAMPLES, OPERATOR, Kubectl, edited_example
+from testbed.waiting import wait_for
 
 # The first test of a session also waits for cold image and binary builds.
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
@@ -63,13 +64,19 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
             "--timeout=3m",
         )
         produce(400)
-        wait_for(all_processed, 180, "the first events processed", worker_logs)
+        wait_for(all_processed, 180, "the first events processed", poll=0.5, details=worker_logs)
 
         victim = kubectl.pods(consumer_ns)[0]["metadata"]["name"]
         produce(200)
         kubectl("-n", consumer_ns, "delete", "pod", victim, "--timeout=120s")
         produce(200)
-        wait_for(all_processed, 180, f"the events after deleting pod {victim}", worker_logs)
+        wait_for(
+            all_processed,
+            180,
+            f"the events after deleting pod {victim}",
+            poll=0.5,
+            details=worker_logs,
+        )
         # The survivor may well have processed all that alone while the replacement pod
         # was starting (a loaded machine): wait until the replacement holds its share, so
         # the events below show it working.
@@ -82,7 +89,13 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
             owners = {lease.get("owner") for lease in status.get("leases", {}).values()}
             return len(owners - {None, victim}) == 2
 
-        wait_for(replacement_holds_shards, 180, "the replacement pod's share", worker_logs)
+        wait_for(
+            replacement_holds_shards,
+            180,
+            "the replacement pod's share",
+            poll=0.5,
+            details=worker_logs,
+        )
 
         kubectl("-n", operator_namespace, "rollout", "restart", f"deployment/{OPERATOR}")
         produce(200)
@@ -95,7 +108,13 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
             "--timeout=180s",
         )
         produce(200)
-        wait_for(all_processed, 180, "the events after the operator's restart", worker_logs)
+        wait_for(
+            all_processed,
+            180,
+            "the events after the operator's restart",
+            poll=0.5,
+            details=worker_logs,
+        )
     finally:
         logs.stop()
 

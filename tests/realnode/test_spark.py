@@ -21,7 +21,8 @@ from clickstream.pipeline import read_page_views
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
 from testbed.node import Cluster
 from testbed.podlogs import PodLogs
-from testbed.userpath import EXAMPLES, Kubectl, edited_example, wait_for
+from testbed.userpath import EXAMPLES, Kubectl, edited_example
+from testbed.waiting import wait_for
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
 
@@ -79,7 +80,8 @@ def test_spark_example_counts_each_event_in_a_read_only_container(
             lambda: counted(cluster, kubectl.pods(consumer_ns)) == expected,
             420,
             "the Spark worker's page views to equal what was produced",
-            details,
+            poll=0.5,
+            details=details,
         )
     finally:
         logs.stop()

@@ -14,14 +14,13 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.pki import Pki, create_pki
-from testbed.processes import Server, free_port
+from testbed.processes import Server, free_port, serve_until_one_exits, stopped_on_failure
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "controlplane" / "build.sh"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
@@ -74,23 +73,34 @@ class ControlPlane:
             kubeconfig=workdir / "admin.kubeconfig",
             apiserver_args=tuple(apiserver_args),
         )
-        try:
+        with stopped_on_failure(plane.stop):
             plane._start_etcd_and_apiserver(logs)
             plane._write_kubeconfig()
             plane._start_controller_manager(logs)
-        except BaseException:
-            plane.stop()
-            raise
         return plane
+
+    def _serve(
+        self,
+        binary: str,
+        args: list[str],
+        logs: Path,
+        ready: Callable[[], bool],
+        timeout: float,
+        what: str,
+    ) -> None:
+        """Starts `binary` of bin_dir with `args`, one of the servers stop() stops, and
+        waits until `ready()` (`what` it is then)."""
+        server = Server(binary, [str(self.bin_dir / binary), *args], logs)
+        self.servers.append(server)
+        server.wait_until(ready, timeout, what)
 
     def _start_etcd_and_apiserver(self, logs: Path) -> None:
         etcd_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{etcd_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
-        etcd = Server(
+        self._serve(
             "etcd",
             [
-                str(self.bin_dir / "etcd"),
                 f"--data-dir={self.workdir / 'etcd'}",
                 f"--listen-client-urls={etcd_url}",
                 f"--advertise-client-urls={etcd_url}",
@@ -101,15 +111,15 @@ class ControlPlane:
                 "--log-level=warn",
             ],
             logs,
+            lambda: _http_ok(f"{etcd_url}/health"),
+            30,
+            "healthy",
         )
-        self.servers.append(etcd)
-        etcd.wait_until(lambda: _http_ok(f"{etcd_url}/health"), 30, "healthy")
 
         pki = self.pki
-        apiserver = Server(
+        self._serve(
             "kube-apiserver",
             [
-                str(self.bin_dir / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
                 f"--secure-port={self.apiserver_port}",
                 "--bind-address=127.0.0.1",
@@ -128,17 +138,17 @@ class ControlPlane:
                 *self.apiserver_args,
             ],
             logs,
+            self._readyz,
+            90,
+            "ready",
         )
-        self.servers.append(apiserver)
-        apiserver.wait_until(lambda: self._readyz(), 90, "ready")
 
     def _start_controller_manager(self, logs: Path) -> None:
         pki = self.pki
         kubeconfig = str(self.kubeconfig)
-        manager = Server(
+        self._serve(
             "kube-controller-manager",
             [
-                str(self.bin_dir / "kube-controller-manager"),
                 f"--kubeconfig={kubeconfig}",
                 f"--authentication-kubeconfig={kubeconfig}",
                 f"--authorization-kubeconfig={kubeconfig}",
@@ -151,9 +161,10 @@ class ControlPlane:
                 "--v=0",
             ],
             logs,
+            self._default_service_account_exists,
+            60,
+            "creating ServiceAccounts",
         )
-        self.servers.append(manager)
-        manager.wait_until(self._default_service_account_exists, 60, "creating ServiceAccounts")
 
     def _write_kubeconfig(self) -> None:
         config = {
@@ -229,11 +240,7 @@ def main() -> None:
     print(f"Ready at {plane.url}\n  export KUBECONFIG={plane.kubeconfig}")
     print(f"  kubectl: {plane.bin_dir / 'kubectl'}\nCtrl-C stops it.")
     try:
-        while all(server.process.poll() is None for server in plane.servers):
-            time.sleep(1)
-        print("A control-plane process exited; stopping the rest.", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
+        serve_until_one_exits(plane.servers, "control-plane")
     finally:
         plane.remove()
 

@@ -42,8 +42,9 @@ from testbed.clickstream import PYTHONPATH, ClickstreamRun
 from testbed.controlplane import ControlPlane
 from testbed.dynamodb import DynamoDBLocal, scan_all
 from testbed.kinesis import KinesisEmulator, list_all_shards, split_shard_in_half
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
 from testbed.table_scenario import TableScenario
+from testbed.waiting import wait_for
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "streamconsumer.yaml"
 console = Console()

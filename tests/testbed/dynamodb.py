@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
-from testbed.processes import Server
+from testbed.processes import LoopbackService, Server, stopped_on_failure
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -53,18 +53,10 @@ def unshare_argv() -> list[str]:
     return ["unshare", "--user", "--map-root-user", "--net", "--"]
 
 
-@dataclass
-class DynamoDBLocal:
-    port: int
-    server: Server
-    workdir: Path
-    host: str = "127.0.0.1"
+@dataclass(kw_only=True)
+class DynamoDBLocal(LoopbackService):
     _client: DynamoDBClient | None = field(default=None, repr=False)
     _streams: DynamoDBStreamsClient | None = field(default=None, repr=False)
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def client(self) -> DynamoDBClient:
@@ -124,15 +116,9 @@ class DynamoDBLocal:
         finally:
             listener.close()  # the forwarder has its own copy
         local = cls(port=port, server=server, workdir=workdir)
-        try:
+        with stopped_on_failure(server.stop):
             server.wait_until(lambda: "TableNames" in local.client.list_tables(), 90, "ready")
-        except BaseException:
-            server.stop()
-            raise
         return local
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 def create_table(

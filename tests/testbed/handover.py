@@ -8,7 +8,8 @@ import time
 from dataclasses import dataclass
 
 from testbed.recording import Report
-from testbed.scenario import Scenario, wait_for
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
 
 
 @dataclass

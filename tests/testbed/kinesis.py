@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import boto3
 from botocore.config import Config
 
-from testbed.processes import Server, free_port
+from testbed.processes import LoopbackService, Server, free_port, stopped_on_failure
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -44,18 +44,10 @@ def kinesis_client(endpoint_url: str, **config: Any) -> KinesisClient:
     )
 
 
-@dataclass
-class KinesisEmulator:
+@dataclass(kw_only=True)
+class KinesisEmulator(LoopbackService):
     kind: EmulatorKind
-    port: int
-    server: Server
-    workdir: Path
     _client: KinesisClient | None = field(default=None, repr=False)
-    host: str = "127.0.0.1"
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
 
     @property
     def client(self) -> KinesisClient:
@@ -123,15 +115,9 @@ class KinesisEmulator:
             ]
             server = Server(kind, enter(argv) if enter else argv, workdir, cwd=workdir)
         emulator = cls(kind=kind, port=port, server=server, workdir=workdir, host=host)
-        try:
+        with stopped_on_failure(server.stop):
             server.wait_until(lambda: "StreamNames" in emulator.client.list_streams(), 60, "ready")
-        except BaseException:
-            server.stop()
-            raise
         return emulator
-
-    def stop(self) -> None:
-        self.server.stop()
 
 
 def wait_active(client: KinesisClient, stream: str, timeout: float = 30.0) -> None:

@@ -9,13 +9,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from testbed.netns import KERNEL_SETTINGS
+
+# The kubelet's (in a node's namespaces, each a file of ours), then kube-proxy's.
 SETTINGS = (
-    "vm/overcommit_memory",
-    "vm/panic_on_oom",
-    "kernel/panic",
-    "kernel/panic_on_oops",
-    "kernel/keys/root_maxkeys",
-    "kernel/keys/root_maxbytes",
+    *KERNEL_SETTINGS,
     "net/ipv4/ip_forward",
     "net/ipv4/conf/all/route_localnet",
     "net/netfilter/nf_conntrack_max",

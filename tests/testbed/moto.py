@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 
-from testbed.processes import Server, free_port
+from testbed.processes import Server, free_port, stopped_on_failure
 
 REGION = "us-east-1"
 
@@ -26,11 +26,8 @@ class MotoServer:
         moto_server = Path(sys.executable).parent / "moto_server"
         server = Server("moto", [str(moto_server), "-H", "127.0.0.1", "-p", str(port)], workdir)
         running = cls(server, f"http://127.0.0.1:{port}")
-        try:
+        with stopped_on_failure(server.stop):
             server.wait_until(lambda: running.client("sqs").list_queues() is not None, 60, "ready")
-        except BaseException:
-            server.stop()
-            raise
         return running
 
     def client(self, service: str) -> Any:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.processes import Server
+from testbed.processes import Server, stopped_on_failure
 
 # The kubelet sets these (protectKernelDefaults: false); each gets a file of ours.
 KERNEL_SETTINGS = (
@@ -64,6 +64,20 @@ def _free_subnet() -> ipaddress.IPv4Network:
     raise RuntimeError(f"no free /30 in {TEST_NET}")
 
 
+def wait_until_unshared(holder: Server) -> None:
+    """Waits until `holder`, an unshare whose command ends by exec'ing sleep, is in
+    namespaces of its own: it is once sleep runs in a network namespace not ours."""
+    own = os.stat("/proc/self/ns/net").st_ino
+    holder.wait_until(
+        lambda: (
+            os.stat(f"/proc/{holder.pid}/ns/net").st_ino != own
+            and Path(f"/proc/{holder.pid}/comm").read_text().strip() == "sleep"
+        ),
+        10,
+        "in its namespaces",
+    )
+
+
 @dataclass
 class NodeNamespaces:
     workdir: Path
@@ -83,13 +97,10 @@ class NodeNamespaces:
         subnet = _free_subnet()
         host_ip, node_ip = (str(h) for h in subnet.hosts())
         spaces = cls(workdir, holder, f"sc{name[-8:]}", host_ip, node_ip)
-        try:
-            spaces._wait_for_namespaces()
+        with stopped_on_failure(spaces.destroy):
+            wait_until_unshared(holder)
             spaces._mounts()
             spaces._network(subnet.prefixlen)
-        except BaseException:
-            spaces.destroy()
-            raise
         return spaces
 
     @property
@@ -106,18 +117,6 @@ class NodeNamespaces:
 
     def run(self, *argv: str) -> str:
         return _run(self.enter(argv))
-
-    def _wait_for_namespaces(self) -> None:
-        own = os.stat("/proc/self/ns/net").st_ino
-        # unshare has made the namespaces once its exec of sleep shows a different one.
-        self.holder.wait_until(
-            lambda: (
-                os.stat(self.netns_path).st_ino != own
-                and Path(f"/proc/{self.pid}/comm").read_text().strip() == "sleep"
-            ),
-            10,
-            "in its namespaces",
-        )
 
     def _mounts(self) -> None:
         keep = self.workdir / "cgroup-keep"

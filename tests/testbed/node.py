@@ -29,7 +29,7 @@ from pathlib import Path
 from testbed import cgroups, images, nodeconfig, podman
 from testbed.controlplane import ControlPlane
 from testbed.netns import NodeNamespaces
-from testbed.processes import Server, free_port
+from testbed.processes import Server, free_port, serve_until_one_exits, stopped_on_failure
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "node" / "build.sh"
 # What pods run (worker-spark comes inside clickstream-spark, its layers included).
@@ -86,11 +86,8 @@ class Node:
         """Starts the node in `spaces` (made before the control plane, which advertises
         the node's address) and waits until it is Ready."""
         node = cls(f"node-{uuid.uuid4().hex[:6]}", plane, spaces)
-        try:
+        with stopped_on_failure(node.stop):
             node._start(bin_dir, pause_image)
-        except BaseException:
-            node.stop()
-            raise
         return node
 
     def _start(self, bin_dir: Path, pause_image: str) -> None:
@@ -293,11 +290,7 @@ def main() -> None:
         print(f"  image {name}: {cluster.images[name]}")
     print("Ctrl-C stops it.")
     try:
-        while all(server.process.poll() is None for server in node.servers):
-            time.sleep(1)
-        print("A node process exited; stopping the rest.", file=sys.stderr)
-    except KeyboardInterrupt:
-        pass
+        serve_until_one_exits(node.servers, "node")
     finally:
         cluster.stop()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -56,14 +56,21 @@ def create_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = _key()
     ca_name = _name("streamconsumer-test-ca")
+
+    def issued(subject: x509.Name, key: rsa.RSAPrivateKey) -> x509.CertificateBuilder:
+        """A certificate from our CA for `key`, valid from a little before now."""
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + _VALIDITY)
+        )
+
     ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + _VALIDITY)
+        issued(ca_name, ca_key)  # self-signed
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .add_extension(
             x509.KeyUsage(
@@ -86,16 +93,7 @@ def create_pki(directory: Path, extra_ips: Sequence[str] = ()) -> Pki:
         name: x509.Name, usage: x509.ObjectIdentifier, sans: list[x509.GeneralName] | None = None
     ) -> tuple[bytes, bytes]:
         key = _key()
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(name)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
+        builder = issued(name, key).add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(ca_key, hashes.SHA256())

@@ -12,6 +12,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.background import BackgroundLoop
+
 
 @dataclass(frozen=True)
 class Stream:
@@ -23,7 +25,7 @@ class Stream:
     restart: int
 
 
-class PodLogs:
+class PodLogs(BackgroundLoop):
     def __init__(self, log_dir: Path, namespace: str, interval: float = 0.2) -> None:
         self.log_dir = log_dir
         self.namespace = namespace
@@ -33,20 +35,14 @@ class PodLogs:
         self._continued: dict[Path, str] = {}  # a message cut by the runtime (tag P)
         self._lines: dict[Stream, list[str]] = defaultdict(list)
         self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod-logs", daemon=True)
-
-    def start(self) -> PodLogs:
-        self._thread.start()
-        return self
+        super().__init__(name="pod-logs")
 
     def stop(self) -> None:
-        self._stopped.set()
-        self._thread.join(10)
-        self.poll()
+        super().stop()
+        self.poll()  # what was written since the last turn
 
     def _run(self) -> None:
-        while not self._stopped.wait(self.interval):
+        while not self._stopping.wait(self.interval):
             self.poll()
 
     def poll(self) -> None:

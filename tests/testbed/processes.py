@@ -7,9 +7,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 
 def free_port() -> int:
@@ -17,6 +20,28 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def serve_until_one_exits(servers: Sequence[Server], what: str) -> None:
+    """A command-line bed's main loop: returns once one of `servers` exits (saying so on
+    stderr) or on Ctrl-C; stopping the rest is the caller's."""
+    try:
+        while all(server.process.poll() is None for server in servers):
+            time.sleep(1)
+        print(f"A {what} process exited; stopping the rest.", file=sys.stderr)
+    except KeyboardInterrupt:
+        pass
+
+
+@contextlib.contextmanager
+def stopped_on_failure(stop: Callable[[], None]) -> Iterator[None]:
+    """Calls `stop` if the block fails, then lets the failure through: what a start
+    left half-started is nobody else's to stop."""
+    try:
+        yield
+    except BaseException:
+        stop()
+        raise
 
 
 class Server:
@@ -85,3 +110,26 @@ class Server:
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
         self._log.close()
+
+
+@dataclass(kw_only=True)
+class LoopbackService:
+    """A Server of ours that serves HTTP on `host`:`port` (an emulator), stopped with it."""
+
+    port: int
+    server: Server
+    workdir: Path
+    host: str = "127.0.0.1"
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self) -> None:
+        self.server.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -33,6 +34,17 @@ TESTS_DIR = Path(__file__).resolve().parents[1]
 
 def python_path() -> str:
     return os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+
+
+class SpecOptions(TypedDict, total=False):
+    """A scenario's StreamConsumer spec where a test wants other than the default."""
+
+    processor: str  # entrypoint; testbed.recording:RecordingProcessor
+    max_records: int  # 100
+    processor_env: dict[str, str] | None
+    autoscaling: dict[str, Any] | None
+    initial_position: str  # TRIM_HORIZON
+    on_failure: dict[str, Any] | None
 
 
 class Scenario:
@@ -84,17 +96,11 @@ class Scenario:
         create_stream(self.kinesis.client, self.stream, shards)
 
     def manifest(
-        self,
-        replicas: int,
-        lease_seconds: float,
-        delay: float,
-        processor: str = "testbed.recording:RecordingProcessor",
-        max_records: int = 100,
-        processor_env: dict[str, str] | None = None,
-        autoscaling: dict[str, Any] | None = None,
-        initial_position: str = "TRIM_HORIZON",
-        on_failure: dict[str, Any] | None = None,
+        self, replicas: int, lease_seconds: float, delay: float, **options: Unpack[SpecOptions]
     ) -> dict[str, Any]:
+        processor_env = options.get("processor_env") or {}
+        on_failure = options.get("on_failure")
+        autoscaling = options.get("autoscaling")
         return {
             "apiVersion": API_VERSION,
             "kind": KIND,
@@ -103,22 +109,25 @@ class Scenario:
                 "source": self.source(),
                 "processor": {
                     "image": "local/recording:dev",
-                    "entrypoint": processor,
+                    "entrypoint": options.get("processor", "testbed.recording:RecordingProcessor"),
                     "env": [
                         {"name": "RECORD_DIR", "value": str(self.records_dir)},
                         {"name": "RECORD_DELAY_SECONDS", "value": str(delay)},
                         # The emulator takes any credentials; real ones never go in a spec.
                         {"name": "AWS_ACCESS_KEY_ID", "value": "testing"},
                         {"name": "AWS_SECRET_ACCESS_KEY", "value": "testing"},
-                        *({"name": k, "value": v} for k, v in (processor_env or {}).items()),
+                        *({"name": k, "value": v} for k, v in processor_env.items()),
                     ],
                     **({"onFailure": on_failure} if on_failure else {}),
                 },
                 "replicas": replicas,
-                "initialPosition": initial_position,
+                "initialPosition": options.get("initial_position", "TRIM_HORIZON"),
                 **({"autoscaling": autoscaling} if autoscaling else {}),
                 "leases": {"durationSeconds": lease_seconds},
-                "reading": {"maxRecords": max_records, "idleBetweenReadsMs": 100},
+                "reading": {
+                    "maxRecords": options.get("max_records", 100),
+                    "idleBetweenReadsMs": 100,
+                },
             },
         }
 
@@ -129,13 +138,8 @@ class Scenario:
         lease_seconds: float = 6.0,
         delay: float = 0.0,
         pod_env: Callable[[str], dict[str, str]] | None = None,
-        processor: str = "testbed.recording:RecordingProcessor",
-        max_records: int = 100,
-        processor_env: dict[str, str] | None = None,
-        autoscaling: dict[str, Any] | None = None,
-        initial_position: str = "TRIM_HORIZON",
-        on_failure: dict[str, Any] | None = None,
         operators: int = 1,
+        **options: Unpack[SpecOptions],
     ) -> Scenario:
         if shards is not None:  # None: the stream is there already
             self.create_source(shards)
@@ -159,18 +163,7 @@ class Scenario:
                 **(pod_env(pod) if pod_env else {}),
             },
         ).start()
-        manifest = self.manifest(
-            replicas,
-            lease_seconds,
-            delay,
-            processor,
-            max_records,
-            processor_env,
-            autoscaling,
-            initial_position,
-            on_failure,
-        )
-        self.consumers.create(manifest)
+        self.consumers.create(self.manifest(replicas, lease_seconds, delay, **options))
         return self
 
     def start_operator(self) -> None:
@@ -257,6 +250,12 @@ class Scenario:
     def status(self) -> dict[str, Any]:
         return dict(self.consumers.get(self.name).get("status") or {})
 
+    def crash_worker(self, pod: str) -> float:
+        """kill -9 of worker pod `pod`; when it was killed."""
+        assert self.kubelet is not None, "start() first"
+        self.kubelet.kill(pod, signal.SIGKILL)
+        return time.time()
+
     def owners(self) -> Counter[str]:
         leases = self.status().get("leases", {})
         return Counter(
@@ -296,13 +295,3 @@ class FanOutScenario(Scenario):
         source = super().source()
         source["kinesis"]["consumer"] = "fanOut"
         return source
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.2) -> float:
-    """Waits until `condition()`; returns the seconds it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(poll)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -8,8 +8,6 @@ import json
 import os
 import re
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,20 +60,6 @@ class Kubectl:
                         f"{last.get('exitCode')}: {last.get('message', '')}"
                     )
         return list(listed["items"])
-
-
-def wait_for(
-    condition: Callable[[], bool], timeout: float, what: str, details: Callable[[], str] = str
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except AssertionError as error:
-            raise AssertionError(f"{error}\nwhile waiting for {what}\n{details()}") from None
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{details()}")
 
 
 def install_block(readme: Path = REPO / "README.md") -> str:

@@ -6,14 +6,13 @@ from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.controller.children import ca_bundle, deployment
-from streamconsumer.models.resource import CA_DIR, CA_FILE, StreamConsumerSpec
+from streamconsumer.models.resource import CA_DIR, CA_FILE
 from streamconsumer.worker.config import WorkerConfig
+from testbed.specs import consumer_spec
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-        "processor": {"image": "example/clicks:1", "entrypoint": "clicks.processor:Counter"},
-    }
+SPEC = consumer_spec(
+    source={"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+    processor={"image": "example/clicks:1", "entrypoint": "clicks.processor:Counter"},
 )
 
 

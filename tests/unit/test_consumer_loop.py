@@ -36,19 +36,13 @@ from streamconsumer.models import (
     StartPosition,
 )
 from streamconsumer.models.resource import Source, StreamConsumerSpec
+from testbed.specs import consumer_spec
 
 from .moments import CREATED
 
 
 def spec(**extra: Any) -> StreamConsumerSpec:
-    return StreamConsumerSpec.model_validate(
-        {
-            "source": {"kinesis": {"streamName": "s"}},
-            "processor": {"image": "i", "entrypoint": "m:f"},
-            "leases": {"durationSeconds": 6},
-            **extra,
-        }
-    )
+    return consumer_spec(lease_seconds=6, **extra)
 
 
 def make_loop(**extra: Any) -> ConsumerLoop:

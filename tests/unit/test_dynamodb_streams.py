@@ -1,22 +1,17 @@
 """The DynamoDB Streams source where DynamoDB Local cannot go: shard lineage across
 generations (DynamoDB Local keeps one shard per stream and never splits or rolls it
-over), DescribeStream pagination, expired iterators, empty pages on an open shard,
-throttling retried by botocore. botocore's Stubber at the boto3 boundary checks every
-call's parameters against the service model; throttling runs against a small HTTP
-endpoint so botocore's real retry loop runs. Real HTTP is in
-tests/integration/test_dynamodb_streams_source.py."""
+over), DescribeStream pagination, trimmed data, empty pages on an open shard. botocore's
+Stubber at the boto3 boundary checks every call's parameters against the service model.
+What this reader shares with Kinesis' (throttling, expired iterators) is in
+test_shard_readers.py; real HTTP is in tests/integration/test_dynamodb_streams_source.py."""
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
-import boto3
 import pytest
 from boto3.dynamodb.types import Binary
 from botocore.exceptions import ClientError
@@ -25,7 +20,7 @@ from pydantic import ValidationError
 
 from streamconsumer.core.lineage import assignable_shards, compact, expand
 from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.models.resource import Source, StreamConsumerSpec
+from streamconsumer.models.resource import Source
 from streamconsumer.sources.dynamodb_streams import (
     DynamoDBStreamsShardReader,
     DynamoDBStreamsSource,
@@ -39,16 +34,10 @@ from streamconsumer.sources.factory import make_source, source_settings, spec_fr
 from streamconsumer.sources.kinesis import KinesisSource
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
+from testbed.specs import consumer_spec, worker_config
 
-ARN = "arn:aws:dynamodb:us-east-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
-TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
-NOW = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)
-S1 = "shardId-00000000000000000001-11111111"
-
-
-def q(number: int) -> str:
-    """A sequence number as DynamoDB Streams writes them (21 digits or more)."""
-    return f"{number:021d}"
+from .dynamodb_changes import ARN, NOW, S1, change, q
+from .reader_kinds import DYNAMODB_STREAMS, TRIM_HORIZON
 
 
 def shard_id(generation: int, tag: str) -> str:
@@ -65,40 +54,18 @@ def raw_shard(sid: str, parent: str | None = None, closed: bool = False) -> dict
     return shard
 
 
-def change(
-    sequence: str,
-    event: str = "INSERT",
-    new: dict[str, Any] | None = None,
-    old: dict[str, Any] | None = None,
-    created: datetime = NOW,
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "ApproximateCreationDateTime": created,
-        "Keys": {"pk": {"S": "a"}, "sk": {"N": "1"}},
-        "SequenceNumber": sequence,
-        "SizeBytes": 10,
-        "StreamViewType": "NEW_AND_OLD_IMAGES",
-    }
-    if new is not None:
-        body["NewImage"] = new
-    if old is not None:
-        body["OldImage"] = old
-    return {
-        "eventID": f"e{sequence}",
-        "eventName": event,
-        "eventSource": "aws:dynamodb",
-        "dynamodb": body,
-    }
+def expect_an_empty_read(stubber: Stubber, shard: str, arn: str) -> None:
+    """A reader opened on `shard` of stream `arn` at the trim horizon reads once."""
+    params = {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"}
+    stubber.add_response("get_shard_iterator", {"ShardIterator": f"it-{shard}"}, params)
+    stubber.add_response("get_records", {"Records": [], "NextShardIterator": "next"})
 
 
-def stubbed(service: str = "dynamodbstreams") -> Any:
-    client: Any = boto3.client(
-        service,  # type: ignore[call-overload]  # one of two services, by name
-        region_name="us-east-1",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-    return client
+def backlog_at_now(client: Any, stubber: Stubber, shard: str) -> int | None:
+    """The backlog of `shard` from its trim horizon, as the source sees it at NOW."""
+    source = DynamoDBStreamsSource(client, TableStream(arn=ARN), now=NOW.timestamp)
+    with stubber:
+        return source.backlog(shard, TRIM_HORIZON)
 
 
 # --- lineage ------------------------------------------------------------------------------
@@ -112,7 +79,7 @@ def test_describe_stream_pages_and_lineage_across_generations() -> None:
     a1 = shard_id(2, "aaaa1111")  # a0 rolled over
     b1, b2 = shard_id(2, "bbbb1111"), shard_id(2, "bbbb2222")  # b0 split
     a2 = shard_id(3, "aaaa2222")  # a1 rolled over; still open
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     pages = [
         ([raw_shard(a0, closed=True), raw_shard(b0, closed=True)], b0),
@@ -163,13 +130,9 @@ def test_describe_stream_pages_and_lineage_across_generations() -> None:
 
 
 def test_records_carry_event_names_keys_and_images_as_python_values() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-1"},
-        expected_params={"StreamArn": ARN, "ShardId": S1, "ShardIteratorType": "TRIM_HORIZON"},
-    )
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-1")
     new = {
         "pk": {"S": "a"},
         "sk": {"N": "1"},
@@ -223,7 +186,7 @@ def test_records_carry_event_names_keys_and_images_as_python_values() -> None:
 
 def test_a_closed_shard_ends_when_no_next_iterator_comes() -> None:
     """DynamoDB Streams gives no ChildShards: the end is the missing NextShardIterator."""
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
     stubber.add_response("get_records", {"Records": [], "NextShardIterator": "it-2"})
@@ -241,41 +204,20 @@ def test_a_closed_shard_ends_when_no_next_iterator_comes() -> None:
     assert reader.read().shard_end, "stays ended without another call"
 
 
-def test_expired_iterator_resumes_after_the_last_record_read() -> None:
-    client = stubbed()
+def test_a_reader_asks_for_no_more_than_getrecords_allows() -> None:
+    """GetRecords takes at most 1,000 records a call: a larger maxRecords is cut to it."""
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
-    start = StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=q(100))
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-1"},
-        expected_params={
-            "StreamArn": ARN,
-            "ShardId": S1,
-            "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-            "SequenceNumber": q(100),
-        },
-    )
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-1")
     stubber.add_response(
         "get_records",
-        {"Records": [change(q(101)), change(q(102))], "NextShardIterator": "it-2"},
+        {"Records": [change(q(101))], "NextShardIterator": "it-2"},
         expected_params={"ShardIterator": "it-1", "Limit": 1000},
     )
-    stubber.add_client_error("get_records", "ExpiredIteratorException")
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-3"},
-        expected_params={
-            "StreamArn": ARN,
-            "ShardId": S1,
-            "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-            "SequenceNumber": q(102),
-        },
-    )
-    stubber.add_response("get_records", {"Records": [change(q(103))], "NextShardIterator": "it-4"})
-    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, start, max_records=5000)
+    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON, max_records=5000)
     with stubber:
-        first, second = reader.read(), reader.read()
-    assert [r.sequence_number for r in first.records + second.records] == [q(101), q(102), q(103)]
+        assert [r.sequence_number for r in reader.read().records] == [q(101)]
+    stubber.assert_no_pending_responses()
 
 
 def test_a_position_past_retention_resumes_at_the_trim_horizon(
@@ -283,27 +225,14 @@ def test_a_position_past_retention_resumes_at_the_trim_horizon(
 ) -> None:
     """DynamoDB Streams refuses an iterator (or a read) into trimmed data; those records
     are gone for everyone: resume at the oldest one left, with a warning."""
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     start = StartPosition(type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=q(100))
     stubber.add_client_error("get_shard_iterator", "TrimmedDataAccessException")
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-1"},
-        expected_params={"StreamArn": ARN, "ShardId": S1, "ShardIteratorType": "TRIM_HORIZON"},
-    )
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-1")
     stubber.add_response("get_records", {"Records": [change(q(500))], "NextShardIterator": "it-2"})
     stubber.add_client_error("get_records", "TrimmedDataAccessException")  # trimmed under us
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-3"},
-        expected_params={
-            "StreamArn": ARN,
-            "ShardId": S1,
-            "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-            "SequenceNumber": q(500),
-        },
-    )
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-3", after=q(500))
     stubber.add_response("get_records", {"Records": [change(q(501))], "NextShardIterator": "it-4"})
     reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, start)
     with stubber, caplog.at_level("WARNING"):
@@ -314,7 +243,7 @@ def test_a_position_past_retention_resumes_at_the_trim_horizon(
 
 
 def test_a_trimmed_horizon_is_not_retried_forever() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     for _ in range(2):  # one fresh try, then the caller pauses the shard and calls again
         stubber.add_client_error("get_shard_iterator", "TrimmedDataAccessException")
@@ -325,21 +254,12 @@ def test_a_trimmed_horizon_is_not_retried_forever() -> None:
 
 
 def test_other_errors_reach_the_caller_and_reading_resumes_after_them() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
     stubber.add_response("get_records", {"Records": [change(q(101))], "NextShardIterator": "it-2"})
     stubber.add_client_error("get_records", "InternalServerError", http_status_code=500)
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-3"},
-        expected_params={
-            "StreamArn": ARN,
-            "ShardId": S1,
-            "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
-            "SequenceNumber": q(101),
-        },
-    )
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-3", after=q(101))
     stubber.add_response("get_records", {"Records": [change(q(102))], "NextShardIterator": "it-4"})
     reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
     with stubber:
@@ -353,16 +273,12 @@ def test_an_at_timestamp_start_reads_from_the_trim_horizon_leaving_out_older_rec
     """No AT_TIMESTAMP iterator in DynamoDB Streams: read from TRIM_HORIZON and leave out
     what was surely created before the start's minute (creation times are rounded down),
     then keep everything from the first record kept."""
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     at = StartPosition(
         type=StartPositionType.AT_TIMESTAMP, timestamp=datetime(2026, 11, 1, 12, 0, 40, tzinfo=UTC)
     )
-    stubber.add_response(
-        "get_shard_iterator",
-        {"ShardIterator": "it-1"},
-        expected_params={"StreamArn": ARN, "ShardId": S1, "ShardIteratorType": "TRIM_HORIZON"},
-    )
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-1")
     older = datetime(2026, 11, 1, 11, 59, 0, tzinfo=UTC)
     same_minute = datetime(2026, 11, 1, 12, 0, 0, tzinfo=UTC)  # maybe after 12:00:40
     stubber.add_response(
@@ -395,23 +311,21 @@ def test_an_at_timestamp_start_reads_from_the_trim_horizon_leaving_out_older_rec
 
 
 def test_backlog_walks_empty_pages_to_the_first_waiting_record() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
-    stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-1")
     stubber.add_response("get_records", {"Records": [], "NextShardIterator": "it-2"})
     created = datetime(2026, 11, 1, 11, 59, 0, tzinfo=UTC)
     stubber.add_response(
         "get_records", {"Records": [change(q(150), created=created)], "NextShardIterator": "it-3"}
     )
-    source = DynamoDBStreamsSource(client, TableStream(arn=ARN), now=lambda: NOW.timestamp())
-    with stubber:
-        assert source.backlog(S1, TRIM_HORIZON) == 60_000
+    assert backlog_at_now(client, stubber, S1) == 60_000
 
 
 def test_backlog_of_a_caught_up_open_shard_is_none() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
-    stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
+    DYNAMODB_STREAMS.expect_iterator(stubber, "it-1")
     for n in range(3):
         stubber.add_response("get_records", {"Records": [], "NextShardIterator": f"it-{n + 2}"})
     with stubber:
@@ -422,7 +336,7 @@ def test_backlog_of_a_caught_up_open_shard_is_none() -> None:
 def test_backlog_of_a_closed_shard_at_its_end_is_its_childrens() -> None:
     """No ChildShards in DynamoDB Streams: the children are the listed shards naming it."""
     parent, child = shard_id(1, "aaaa0000"), shard_id(2, "aaaa1111")
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("get_shard_iterator", {"ShardIterator": "it-1"})
     stubber.add_response("get_records", {"Records": []})  # the end
@@ -443,9 +357,7 @@ def test_backlog_of_a_closed_shard_at_its_end_is_its_childrens() -> None:
     stubber.add_response(
         "get_records", {"Records": [change(q(200), created=created)], "NextShardIterator": "it-d"}
     )
-    source = DynamoDBStreamsSource(client, TableStream(arn=ARN), now=lambda: NOW.timestamp())
-    with stubber:
-        assert source.backlog(parent, TRIM_HORIZON) == 10_000
+    assert backlog_at_now(client, stubber, parent) == 10_000
 
 
 # --- table name -> stream -----------------------------------------------------------------
@@ -477,7 +389,7 @@ def test_a_table_name_lists_every_stream_of_the_table_at_every_listing() -> None
     waits only through its child), and readers find each shard's own stream."""
     old_a0, old_a1, old_b0 = shard_id(1, "aaaa0000"), shard_id(2, "aaaa1111"), shard_id(1, "bb00")
     new_c0, new_c1 = shard_id(3, "cccc0000"), shard_id(4, "cccc1111")
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     by_table = {"TableName": "orders"}
     stubber.add_response("list_streams", streams_of_orders(OLD_ARN), by_table)
@@ -493,12 +405,7 @@ def test_a_table_name_lists_every_stream_of_the_table_at_every_listing() -> None
     new = [raw_shard(new_c0, closed=True), raw_shard(new_c1, new_c0)]
     stubber.add_response("describe_stream", describe(NEW_ARN, *new), {"StreamArn": NEW_ARN})
     for shard, arn in ((old_b0, OLD_ARN), (new_c1, NEW_ARN)):
-        stubber.add_response(
-            "get_shard_iterator",
-            {"ShardIterator": f"it-{shard}"},
-            {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"},
-        )
-        stubber.add_response("get_records", {"Records": [], "NextShardIterator": "next"})
+        expect_an_empty_read(stubber, shard, arn)
     source = DynamoDBStreamsSource(client, TableStream(table_name="orders"))
     with stubber:
         before = source.list_shards()
@@ -524,18 +431,13 @@ def test_a_worker_finds_the_stream_of_a_shard_it_was_given() -> None:
     """A worker's source has listed nothing: its first reader lists the table's streams
     once and reads from the one that lists the shard; later readers know it already."""
     old_a0, new_c0 = shard_id(1, "aaaa0000"), shard_id(3, "cccc0000")
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("list_streams", streams_of_orders(NEW_ARN, OLD_ARN))
     stubber.add_response("describe_stream", describe(OLD_ARN, raw_shard(old_a0, closed=True)))
     stubber.add_response("describe_stream", describe(NEW_ARN, raw_shard(new_c0)))
     for shard, arn in ((old_a0, OLD_ARN), (new_c0, NEW_ARN)):
-        stubber.add_response(
-            "get_shard_iterator",
-            {"ShardIterator": f"it-{shard}"},
-            {"StreamArn": arn, "ShardId": shard, "ShardIteratorType": "TRIM_HORIZON"},
-        )
-        stubber.add_response("get_records", {"Records": [], "NextShardIterator": "next"})
+        expect_an_empty_read(stubber, shard, arn)
     source = DynamoDBStreamsSource(client, TableStream(table_name="orders"))
     with stubber:
         for shard in (old_a0, new_c0):
@@ -544,7 +446,7 @@ def test_a_worker_finds_the_stream_of_a_shard_it_was_given() -> None:
 
 
 def test_a_shard_no_stream_lists_says_so() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("list_streams", streams_of_orders(OLD_ARN))
     stubber.add_response("describe_stream", describe(OLD_ARN, raw_shard(S1)))
@@ -557,7 +459,7 @@ def test_a_shard_no_stream_lists_says_so() -> None:
 def test_a_shard_id_two_streams_list_is_refused() -> None:
     """Shard ids carry their creation time and a random part: never seen twice. Were
     one listed by two streams, the listing fails loudly rather than mix them up."""
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("list_streams", streams_of_orders(NEW_ARN, OLD_ARN))
     stubber.add_response("describe_stream", describe(OLD_ARN, raw_shard(S1, closed=True)))
@@ -568,7 +470,7 @@ def test_a_shard_id_two_streams_list_is_refused() -> None:
 
 
 def test_list_streams_pages() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     first = streams_of_orders(NEW_ARN)
     first["LastEvaluatedStreamArn"] = NEW_ARN
@@ -583,7 +485,7 @@ def test_list_streams_pages() -> None:
 
 
 def test_a_table_without_a_stream_says_so() -> None:
-    client = stubbed()
+    client = DYNAMODB_STREAMS.stubbed_client()
     stubber = Stubber(client)
     stubber.add_response("list_streams", {"Streams": []})
     with stubber, pytest.raises(NoStreamError, match="table orders has no stream"):
@@ -597,67 +499,7 @@ def test_a_stream_needs_a_table_name_or_an_arn_not_both() -> None:
         TableStream(table_name="orders", arn=ARN)
 
 
-# --- throttling (botocore's standard retries, over HTTP) ---------------------------------
-
-
-class Throttling(BaseHTTPRequestHandler):
-    """DynamoDB Streams' JSON protocol, just enough for one reader."""
-
-    throttles: ClassVar[int] = 0
-    calls: ClassVar[list[str]] = []
-
-    def do_POST(self) -> None:
-        operation = self.headers["X-Amz-Target"].split(".")[-1]
-        self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).calls.append(operation)
-        if operation == "GetRecords" and type(self).throttles > 0:
-            type(self).throttles -= 1
-            self._answer(400, {"__type": "com.amazonaws.dynamodb.v20120810#LimitExceededException"})
-        elif operation == "GetRecords":
-            record = change(q(101), created=NOW)
-            record["dynamodb"]["ApproximateCreationDateTime"] = NOW.timestamp()
-            self._answer(200, {"Records": [record], "NextShardIterator": "it-2"})
-        else:
-            self._answer(200, {"ShardIterator": "it-1"})
-
-    def _answer(self, status: int, body: dict[str, object]) -> None:
-        payload = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/x-amz-json-1.0")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def throttling_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Throttling)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def test_throttling_is_retried_by_botocore_then_reaches_the_caller(
-    throttling_endpoint: str,
-) -> None:
-    Throttling.throttles, Throttling.calls = 1, []
-    client = streams_client("us-east-1", throttling_endpoint, max_attempts=3)
-    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
-    assert [r.sequence_number for r in reader.read().records] == [q(101)]
-    assert Throttling.calls == ["GetShardIterator", "GetRecords", "GetRecords"]
-
-    Throttling.throttles, Throttling.calls = 5, []
-    client = streams_client("us-east-1", throttling_endpoint, max_attempts=1)
-    reader = DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON)
-    with pytest.raises(ClientError, match="LimitExceeded"):
-        reader.read()
+# --- clients ---------------------------------------------------------------------------
 
 
 def test_clients_end_calls_in_seconds() -> None:
@@ -680,32 +522,12 @@ def test_exactly_one_source() -> None:
 def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
-    spec = StreamConsumerSpec.model_validate(
-        {
-            "source": {
-                "dynamodbStreams": {
-                    "tableName": "orders",
-                    "region": "eu-west-1",
-                    "endpointURL": "http://127.0.0.1:1",
-                }
-            },
-            "processor": {"image": "i", "entrypoint": "m:f"},
-        }
-    )
+    orders = {"tableName": "orders", "region": "eu-west-1", "endpointURL": "http://127.0.0.1:1"}
+    spec = consumer_spec(source={"dynamodbStreams": orders})
     settings = source_settings(spec.source)
     assert settings["source"] == "dynamodbStreams"
     assert settings["table_name"] == "orders"
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://op",
-            "namespace": "n",
-            "consumer": "c",
-            "worker_name": "w",
-            "token_path": "/t",
-            "entrypoint": "m:f",
-            **settings,
-        }
-    )
+    config = worker_config(**settings)
     for name, value in config.to_env().items():  # the pod's environment, read back
         monkeypatch.setenv(name, value)
     assert WorkerConfig.from_env() == config

@@ -41,12 +41,20 @@ def policy(then: str, **extra: object) -> FailurePolicy:
     return FailurePolicy.model_validate({"then": then, "retries": 2, **target, **extra})
 
 
+def driven(
+    processor: Poisoned, policy: FailurePolicy, *batches: ReadResult, until: float = 120
+) -> Drive:
+    """`processor` under `policy` given `batches`, the machine run to `until` seconds."""
+    drive = Drive(processor, policy=policy)
+    for result in batches:
+        drive.machine.read(result)
+    drive.run(until=until)
+    return drive
+
+
 def test_block_retries_for_ever_and_reports_the_shard_blocked() -> None:
     processor = Poisoned({"2"})
-    drive = Drive(processor, policy=policy("block"))
-    for result in (batch(1), batch(2), batch(3)):
-        drive.machine.read(result)
-    drive.run(until=120)
+    drive = driven(processor, policy("block"), batch(1), batch(2), batch(3))
     assert processor.done == ["1"], "nothing after the poison"
     failing = drive.machine.held(drive.now).failing
     assert failing is not None
@@ -58,10 +66,7 @@ def test_block_retries_for_ever_and_reports_the_shard_blocked() -> None:
 
 def test_skip_passes_the_batch_over_after_its_retries_and_says_so() -> None:
     processor = Poisoned({"2"})
-    drive = Drive(processor, policy=policy("skip"))
-    for result in (batch(1), batch(2), batch(3)):
-        drive.machine.read(result)
-    drive.run(until=120)
+    drive = driven(processor, policy("skip"), batch(1), batch(2), batch(3))
     assert processor.done == ["1", "3"]
     assert [s.attempts for s in drive.skipped] == [3], "the first try and two retries"
     assert drive.stored() == ["1", "2", "3"], "the checkpoint moves past the skipped batch"
@@ -71,18 +76,16 @@ def test_skip_passes_the_batch_over_after_its_retries_and_says_so() -> None:
 
 
 def test_a_heartbeat_answer_clears_the_reported_notes() -> None:
-    drive = Drive(Poisoned({"2"}), policy=policy("skip"))
-    drive.machine.read(batch(2))
-    drive.run(until=120)
+    drive = driven(Poisoned({"2"}), policy("skip"), batch(2))
     held = drive.machine.held(drive.now)
     drive.machine.reported(held)
     assert drive.machine.held(drive.now).passed_over == []
 
 
 def test_retry_for_seconds_ends_retries_before_their_count() -> None:
-    drive = Drive(Poisoned({"1"}), policy=policy("skip", retries=1000, retryForSeconds=5))
-    drive.machine.read(batch(1))
-    drive.run(until=60)
+    drive = driven(
+        Poisoned({"1"}), policy("skip", retries=1000, retryForSeconds=5), batch(1), until=60
+    )
     assert len(drive.skipped) == 1
     assert drive.skipped[0].attempts < 1000
 
@@ -102,9 +105,7 @@ def test_dead_letters_are_written_before_the_checkpoint_moves_and_retried() -> N
 
 def test_a_failing_batch_is_bisected_down_to_the_records_that_fail() -> None:
     processor = Poisoned({"5", "6"})
-    drive = Drive(processor, policy=policy("skip"))
-    drive.machine.read(batch(*range(1, 17)))
-    drive.run(until=300)
+    drive = driven(processor, policy("skip"), batch(*range(1, 17)), until=300)
     assert [[r.sequence_number for r in s.batch.records] for s in drive.skipped] == [["5"], ["6"]]
     assert processor.done == [str(i) for i in range(1, 17) if i not in (5, 6)]
     assert drive.stored()[-1] == "16"
@@ -113,10 +114,7 @@ def test_a_failing_batch_is_bisected_down_to_the_records_that_fail() -> None:
 def test_records_a_processor_has_not_checkpointed_keep_the_checkpoint_back() -> None:
     """A batching processor returned for 1 and 2 but checkpoints every third call: the
     skip of 3 must not store a checkpoint that covers 1 and 2 on the processor's behalf."""
-    drive = Drive(Poisoned({"3"}, every=3), policy=policy("skip"))
-    for result in (batch(1), batch(2), batch(3)):
-        drive.machine.read(result)
-    drive.run(until=120)
+    drive = driven(Poisoned({"3"}, every=3), policy("skip"), batch(1), batch(2), batch(3))
     assert len(drive.skipped) == 1
     assert drive.stored() == [], "nothing checkpointed yet"
 
@@ -192,9 +190,9 @@ def test_a_dead_letter_too_large_for_its_target_goes_to_the_overflow() -> None:
 
 def test_a_poison_batch_bisected_to_its_records_is_one_note_per_heartbeat() -> None:
     """Issue 22.13: a note per passed-over piece made heartbeats of thousands of notes."""
-    drive = Drive(Poisoned({"1", "2", "3", "4", "5"}), policy=policy("skip"))
-    drive.machine.read(batch(1, 2, 3, 4, 5))
-    drive.run(until=300)
+    drive = driven(
+        Poisoned({"1", "2", "3", "4", "5"}), policy("skip"), batch(1, 2, 3, 4, 5), until=300
+    )
     assert len(drive.skipped) > 1, "bisected"
     held = drive.machine.held(drive.now)
     (note,) = held.passed_over

@@ -28,17 +28,11 @@ from streamconsumer.models import (
     StartPositionType,
 )
 from streamconsumer.models.api import MAX_HELD_SHARDS, Failing, PassedOver
-from streamconsumer.models.resource import StreamConsumerSpec
+from testbed.specs import consumer_spec
 
 from .moments import CREATED
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "s"}},
-        "processor": {"image": "i", "entrypoint": "m:f"},
-        "leases": {"durationSeconds": 10},
-    }
-)
+SPEC = consumer_spec(lease_seconds=10)
 
 
 def beat(coordinator: LeaseCoordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]

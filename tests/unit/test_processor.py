@@ -3,8 +3,6 @@ SHARD_END only at shard end, and entrypoint loading with clear errors."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -23,7 +21,8 @@ from streamconsumer.processor import (
     warm_up,
 )
 from streamconsumer.testing import ProcessorHarness
-from streamconsumer.worker.config import WorkerConfig
+from testbed.specs import worker_config
+from testbed.worker_run import run_worker
 
 
 def rec(sequence: int, sub: int | None = None, safe: int | None = None) -> Record:
@@ -174,27 +173,12 @@ def test_worker_says_why_when_warm_up_fails(tmp_path: Path) -> None:
         "    def warm_up(self):\n"
         "        raise FileNotFoundError('java: command not found')\n"
     )
-    env = {
-        "PATH": os.environ["PATH"],
-        "PYTHONPATH": str(tmp_path),
-        **WorkerConfig.model_validate(
-            {
-                "operator_url": "http://127.0.0.1:9",
-                "namespace": "n",
-                "consumer": "c",
-                "worker_name": "w",
-                "token_path": str(tmp_path / "token"),
-                "entrypoint": "broken:NeedsJava",
-            }
-        ).to_env(),
-    }
-    worker = subprocess.run(
-        [sys.executable, "-m", "streamconsumer.worker"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    config = worker_config(
+        operator_url="http://127.0.0.1:9",
+        token_path=str(tmp_path / "token"),
+        entrypoint="broken:NeedsJava",
     )
+    worker = run_worker(config, pythonpath=tmp_path)
     assert worker.returncode == 1
     assert "processor warm-up failed: java: command not found" in worker.stderr
     assert "Traceback" not in worker.stderr

@@ -4,11 +4,9 @@ tests/sim finds each of them too when its fix is reverted; these say it in a few
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client as k8s
 
 from streamconsumer.controller.api import WorkerApi
@@ -21,24 +19,17 @@ from streamconsumer.controller.lease_coordinator import (
 from streamconsumer.controller.registry import Registry
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeldShard
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Progress, Record
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.testing import ProcessorHarness
 from streamconsumer.worker.shard import Stop, Wait
+from testbed.specs import consumer_spec
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
+from .worker_heartbeat import heartbeat_answer
 
-
-def spec(lease_seconds: float = 10) -> StreamConsumerSpec:
-    return StreamConsumerSpec.model_validate(
-        {
-            "source": {"kinesis": {"streamName": "s"}},
-            "processor": {"image": "i", "entrypoint": "m:f"},
-            "leases": {"durationSeconds": lease_seconds},
-        }
-    )
+SPEC = consumer_spec(lease_seconds=10)  # the tests that lower the lease lower it from 10 s
 
 
 def beat(coordinator: LeaseCoordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
@@ -63,7 +54,7 @@ def finish(coordinator: LeaseCoordinator, shard_id: str) -> None:
 
 def test_split_then_merge_back_never_restarts_the_original_shard() -> None:
     """11.1: lineage forgot a finished grandparent once its children's leases left."""
-    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("p", closed=True)])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -86,7 +77,7 @@ def test_split_then_merge_back_never_restarts_the_original_shard() -> None:
 
 def test_a_grant_reaches_no_worker_before_the_status_holds_it() -> None:
     """11.5: a grant left the operator before it was saved."""
-    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -100,13 +91,13 @@ def test_a_grant_reaches_no_worker_before_the_status_holds_it() -> None:
 
 def test_lowering_the_lease_duration_waits_out_fences_already_promised() -> None:
     """11.8: a shorter lease duration expired workers whose fences ran on the longer one."""
-    coordinator = LeaseCoordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
     epoch = coordinator.leases["s0"].epoch
     beat(coordinator, "a", 1.0, ("s0", epoch))  # a's fence now runs to 1.0 + 10 s
-    coordinator.update_spec(spec(lease_seconds=2))
+    coordinator.update_spec(consumer_spec(lease_seconds=2))
     coordinator.step(5.0)
     assert coordinator.leases["s0"].owner == "a", "expired while its fence is still open"
     coordinator.step(15.0)
@@ -115,16 +106,16 @@ def test_lowering_the_lease_duration_waits_out_fences_already_promised() -> None
 
 def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
     """11.8 with a restart: the status keeps the longest lease still promised."""
-    coordinator = LeaseCoordinator(spec(lease_seconds=10), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
     coordinator.persisted(coordinator.snapshot(0.0), coordinator.version)
     beat(coordinator, "a", 1.0, ("s0", coordinator.leases["s0"].epoch))
-    coordinator.update_spec(spec(lease_seconds=2))
+    coordinator.update_spec(consumer_spec(lease_seconds=2))
     saved = coordinator.snapshot(2.0)
     assert saved.promised_lease_seconds == 10
-    restarted = LeaseCoordinator(spec(lease_seconds=2), saved, now=3.0, created=CREATED)
+    restarted = LeaseCoordinator(consumer_spec(lease_seconds=2), saved, now=3.0, created=CREATED)
     restarted.set_shards([Shard("s0")])
     restarted.step(8.0)
     assert restarted.leases["s0"].owner == "a"
@@ -132,7 +123,7 @@ def test_a_restart_after_lowering_the_lease_waits_for_the_longer_one() -> None:
 
 def test_a_shard_that_left_the_stream_unfinished_loses_its_lease() -> None:
     """11.12: leases of shards trimmed by retention stayed forever."""
-    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0"), Shard("s1")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -265,17 +256,8 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
     configuration.retries = 0
     reviewer = TokenReviewer(k8s.AuthenticationV1Api(k8s.ApiClient(configuration)), timeout=2)
 
-    async def call() -> tuple[int, str | None]:
-        api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)
-        async with TestClient(TestServer(api.app())) as client:
-            response = await client.post(
-                "/v1/namespaces/n/streamconsumers/c/heartbeat",
-                json={"worker": "w"},
-                headers={"Authorization": "Bearer t"},
-            )
-            return response.status, response.headers.get("Retry-After")
-
-    assert asyncio.run(call()) == (503, "1")
+    api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)
+    assert heartbeat_answer(api) == (503, "1")
 
 
 # --- found by the simulation ----------------------------------------------------------------
@@ -319,7 +301,7 @@ def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
             "s1": {"owner": "a", "epoch": 1, "state": "Active"},
         }
     }
-    coordinator = LeaseCoordinator(spec(), durable_from_status(status), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, durable_from_status(status), now=0.0, created=CREATED)
     assert not coordinator.shards_known
     coordinator.heartbeat(
         HeartbeatRequest(
@@ -336,7 +318,7 @@ def test_the_engine_serves_started_shards_before_its_first_listing() -> None:
 
 
 def test_a_draining_owners_last_report_does_not_hide_a_measured_backlog() -> None:
-    coordinator = LeaseCoordinator(spec(), DurableState(), now=0.0, created=CREATED)
+    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)

@@ -10,15 +10,14 @@ from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoord
 from streamconsumer.core.leases import HANDOFF, RELEASED
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, StartPositionType
-from streamconsumer.models.resource import ResetPosition, ResetRequest, StreamConsumerSpec
+from streamconsumer.models.resource import ResetPosition, ResetRequest
 from streamconsumer.resets import ResetError, parse_position, shards_to_reset
+from testbed.specs import consumer_spec
 
 from .moments import CREATED
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-SPEC = StreamConsumerSpec.model_validate(
-    {"source": {"kinesis": {"streamName": "s"}}, "processor": {"image": "i", "entrypoint": "m:f"}}
-)
+SPEC = consumer_spec()
 
 
 def test_positions() -> None:

@@ -20,13 +20,12 @@ from streamconsumer.models import (
     HeartbeatResponse,
     StartPosition,
 )
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.processor import SHARD_END, BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.client import OperatorRefused
-from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
+from testbed.specs import consumer_spec, worker_config
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
@@ -177,13 +176,7 @@ def test_reading_stops_at_prefetch_and_at_shard_end() -> None:
 # --- the threaded runtime, against a real LeaseCoordinator in-process ----------------------------
 
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "s"}},
-        "processor": {"image": "i", "entrypoint": "m:f"},
-        "leases": {"durationSeconds": 3},
-    }
-)
+SPEC = consumer_spec(lease_seconds=3)
 
 
 class InProcessOperator:
@@ -270,18 +263,7 @@ def test_the_threaded_runtime_reads_parents_first_and_drains_on_request() -> Non
     Recorder.seen = []
     source = ListSource()
     operator = InProcessOperator(source.list_shards())
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://unused",
-            "namespace": "n",
-            "consumer": "c",
-            "worker_name": "w",
-            "token_path": "/dev/null",
-            "entrypoint": "m:f",
-            "idle_between_reads_ms": 10,
-            "drain_seconds": 10,
-        }
-    )
+    config = worker_config(idle_between_reads_ms=10, drain_seconds=10)  # no operator URL used
     worker = Worker(config, operator, source, Recorder)  # type: ignore[arg-type]
     runner = threading.Thread(target=worker.run)
     runner.start()

@@ -17,13 +17,13 @@ from streamconsumer.core import lineage
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import CheckpointRequest, HeartbeatRequest, HeldShard
 from streamconsumer.models.base import Model
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.sources import registry
 from streamconsumer.sources.aws import AwsError, aws_error
 from streamconsumer.sources.base import ShardReader
 from streamconsumer.sources.factory import make_source, source_settings
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
+from testbed.specs import consumer_spec, worker_config
 
 from . import memory_kind
 from .moments import CREATED
@@ -94,29 +94,15 @@ def test_a_consumer_runs_on_a_kind_registered_in_one_line(
     lister = make_source(source_spec)  # the operator's lister path
     settings = source_settings(source_spec)
     assert settings == {"source": "memory", "stream_name": "orders"}
-    config = WorkerConfig.model_validate(
-        {
-            "operator_url": "http://op",
-            "namespace": "team",
-            "consumer": "orders",
-            "worker_name": "w",
-            "token_path": "/t",
-            "entrypoint": "m:f",
-            **settings,
-            "max_records": 2,
-        }
-    )
+    config = worker_config(namespace="team", consumer="orders", **settings, max_records=2)
     for name, value in config.to_env().items():  # through the pod's environment
         monkeypatch.setenv(name, value)
     worker = worker_source(WorkerConfig.from_env())  # the worker's reader path
     assert isinstance(worker, memory_kind.MemorySource)
 
-    spec = StreamConsumerSpec.model_validate(
-        {
-            "source": {"kinesis": {"streamName": "unused"}},  # the coordinator never reads it
-            "processor": {"image": "i", "entrypoint": "m:f"},
-            "initialPosition": "TRIM_HORIZON",
-        }
+    spec = consumer_spec(
+        source={"kinesis": {"streamName": "unused"}},  # the coordinator never reads it
+        initialPosition="TRIM_HORIZON",
     )
     coordinator = LeaseCoordinator(spec, DurableState(), now=0.0, created=CREATED)
     processed: list[bytes] = []
@@ -149,17 +135,7 @@ def test_a_consumer_runs_on_a_kind_registered_in_one_line(
 
 def test_an_unknown_kind_is_refused_clearly() -> None:
     with pytest.raises(ValidationError, match="unknown kind of source 'memory'"):
-        WorkerConfig.model_validate(
-            {
-                "operator_url": "http://op",
-                "namespace": "team",
-                "consumer": "orders",
-                "worker_name": "w",
-                "token_path": "/t",
-                "entrypoint": "m:f",
-                "source": "memory",
-            }
-        )
+        worker_config(namespace="team", consumer="orders", source="memory")
     with pytest.raises(ValueError, match="unknown kind of source 'memory'"):
         make_source(WithMemory(memory=memory_kind.MemorySpec(stream_name="orders")))
 

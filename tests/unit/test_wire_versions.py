@@ -36,19 +36,13 @@ from streamconsumer.models.api import (
     Failing,
     PassedOver,
 )
-from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.worker.client import OperatorClient, OperatorUnavailable
+from testbed.specs import consumer_spec
 
 from .fenced import fenced_consumer
 from .moments import CREATED
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "s"}},
-        "processor": {"image": "i", "entrypoint": "m:f"},
-        "leases": {"durationSeconds": 10},
-    }
-)
+SPEC = consumer_spec(lease_seconds=10)
 BASE = "/v1/namespaces/n/streamconsumers/c"
 
 

@@ -28,10 +28,11 @@ from streamconsumer.models.api import (
     WIRE_VERSION_HEADER,
     heartbeat_body_limit,
 )
-from streamconsumer.models.resource import StreamConsumerSpec
+from testbed.specs import consumer_spec
 
 from .fenced import fenced_consumer
 from .moments import CREATED
+from .worker_heartbeat import heartbeat_answer
 
 WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w")
 NOTE = {"action": "skip", "firstSequence": "1", "lastSequence": "2", "count": 2, "error": "e"}
@@ -50,29 +51,16 @@ class Clock:
         return self.now
 
 
-def post(api: WorkerApi) -> tuple[int, str | None]:
-    async def call() -> tuple[int, str | None]:
-        async with TestClient(TestServer(api.app())) as client:
-            response = await client.post(
-                "/v1/namespaces/n/streamconsumers/c/heartbeat",
-                json={"worker": "w"},
-                headers={"Authorization": "Bearer t"},
-            )
-            return response.status, response.headers.get("Retry-After")
-
-    return asyncio.run(call())
-
-
 def test_an_unknown_consumer_is_503_while_the_operator_starts_then_404() -> None:
     clock = Clock()
     registry = Registry(clock, startup_grace=30.0)
     registry.leading()
     api = WorkerApi(registry, Accepting(), clock)
-    assert post(api) == (503, "1"), "right after start: maybe not loaded yet"
+    assert heartbeat_answer(api) == (503, "1"), "right after start: maybe not loaded yet"
     clock.now += 31
-    assert post(api)[0] == 404, "well after start: not ours"
+    assert heartbeat_answer(api)[0] == 404, "well after start: not ours"
     registry.loading("n", "c")
-    assert post(api) == (503, "1"), "being loaded"
+    assert heartbeat_answer(api) == (503, "1"), "being loaded"
 
 
 def test_a_standby_answers_come_back_later_without_reviewing_the_token() -> None:
@@ -83,7 +71,7 @@ def test_a_standby_answers_come_back_later_without_reviewing_the_token() -> None
     clock = Clock()
     leads = [False]
     api = WorkerApi(Registry(clock, startup_grace=0.0), Refusing(), clock, lambda: leads[0])
-    assert post(api) == (503, "1")
+    assert heartbeat_answer(api) == (503, "1")
 
 
 def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
@@ -94,25 +82,19 @@ def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
     api = WorkerApi(registry, Accepting(), clock)
     clock.now += 600  # a standby for ten minutes
     registry.leading()
-    assert post(api) == (503, "1"), "just promoted: come back"
+    assert heartbeat_answer(api) == (503, "1"), "just promoted: come back"
     clock.now += 31
-    assert post(api)[0] == 404
+    assert heartbeat_answer(api)[0] == 404
 
 
 def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     """Issue 22.1: a new term answers nobody from the status it only read."""
     from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
     from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-    from streamconsumer.models.resource import StreamConsumerSpec
 
     from .moments import CREATED
 
-    spec = StreamConsumerSpec.model_validate(
-        {
-            "source": {"kinesis": {"streamName": "s"}},
-            "processor": {"image": "i", "entrypoint": "m:f"},
-        }
-    )
+    spec = consumer_spec()
     clock = Clock()
     registry = Registry(clock, startup_grace=0.0)
     registry.leading()
@@ -209,13 +191,7 @@ def test_a_token_not_meant_for_us_is_refused() -> None:
 
 # --- bad input from a worker: judged before anything changes, answered in JSON ------------
 
-SPEC = StreamConsumerSpec.model_validate(
-    {
-        "source": {"kinesis": {"streamName": "s"}},
-        "processor": {"image": "i", "entrypoint": "m:f"},
-        "leases": {"durationSeconds": 10},
-    }
-)
+SPEC = consumer_spec(lease_seconds=10)
 BASE = "/v1/namespaces/n/streamconsumers/c"
 
 

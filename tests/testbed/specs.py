@@ -1,0 +1,36 @@
+"""A consumer's configuration for tests, built in one place: the StreamConsumer spec
+the operator reads and the settings a worker reads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.worker.config import WorkerConfig
+
+
+def consumer_spec(*, lease_seconds: float | None = None, **fields: Any) -> StreamConsumerSpec:
+    """A valid spec: Kinesis stream "s" read by processor "m:f" unless `fields` (spec
+    fields by their API names: source=..., processor=..., initialPosition=...) say
+    otherwise; leases of `lease_seconds` where given, else the default."""
+    body: dict[str, Any] = {
+        "source": {"kinesis": {"streamName": "s"}},
+        "processor": {"image": "i", "entrypoint": "m:f"},
+    }
+    if lease_seconds is not None:
+        body["leases"] = {"durationSeconds": lease_seconds}
+    return StreamConsumerSpec.model_validate(body | fields)
+
+
+def worker_config(**fields: Any) -> WorkerConfig:
+    """A valid worker configuration: worker w of consumer n/c, processor "m:f", unless
+    `fields` (by their Python names: consumer=..., stream_name=...) say otherwise."""
+    defaults = {
+        "operator_url": "http://op",
+        "namespace": "n",
+        "consumer": "c",
+        "worker_name": "w",
+        "token_path": "/t",
+        "entrypoint": "m:f",
+    }
+    return WorkerConfig.model_validate(defaults | fields)
