@@ -20,6 +20,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from streamconsumer.controller import answers
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import Caller
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
@@ -35,8 +36,17 @@ from streamconsumer.models.api import (
     WIRE_VERSION_HEADER,
     Failing,
     PassedOver,
+    wire_version,
 )
-from streamconsumer.worker.client import OperatorClient, OperatorUnavailable
+from streamconsumer.worker.client import (
+    OperatorClient,
+    OperatorRefused,
+    OperatorUnavailable,
+    checkpoint_answer,
+    checkpoint_outcome,
+    heartbeat_answer,
+)
+from streamconsumer.worker.shard import Answer
 from testbed.specs import consumer_spec
 
 from .fenced import fenced_consumer
@@ -390,3 +400,25 @@ def test_the_body_limits_hold_the_largest_message_a_current_worker_sends() -> No
     assert item > HELD_SHARD_BYTES * 0.75, "the figure is not loose"
     empty = HeartbeatRequest(worker="\U0001f600" * 253, draining=True)
     assert len(json.dumps(empty.wire(), ensure_ascii=False).encode()) <= HEARTBEAT_ENVELOPE_BYTES
+
+
+@pytest.mark.parametrize("header", ["\u00b2", "\u2460", "\u0663", "9" * 5000, "-1", " ", "2 x"])
+def test_a_wire_version_that_is_no_ascii_number_is_a_json_400(header: str) -> None:
+    """Found by an adversarial review: `str.isdigit` takes "²" and "٣", which `int`
+    refuses (or reads as 3), and 5,000 digits are past Python's int-parsing limit: a 500
+    in plain text. Both sides read the header the same way now."""
+    reply = answers.front_door(True, header, "Bearer t")
+    assert isinstance(reply, answers.Reply)
+    assert (reply.status, reply.body["error"]) == (400, "bad_request")
+    assert wire_version(header) is None
+
+
+@pytest.mark.parametrize("status", [409, 429, 502, 302, 404])
+def test_no_answer_ends_a_workers_thread_however_odd(status: int) -> None:
+    """An error body nested past the JSON parser's depth, from a proxy or a hostile
+    peer, is a failed call like any other (it was a RecursionError out of the thread)."""
+    nested = b"[" * 1000
+    for read in (heartbeat_answer, checkpoint_answer):
+        with pytest.raises((OperatorUnavailable, OperatorRefused)):
+            read(status, nested)
+    assert checkpoint_outcome("s0", lambda: checkpoint_answer(status, nested)) in set(Answer)

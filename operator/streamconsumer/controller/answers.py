@@ -37,6 +37,7 @@ from streamconsumer.models.api import (
     checkpoint_hold_seconds,
     heartbeat_body_limit,
 )
+from streamconsumer.models.api import wire_version as read_wire_version
 from streamconsumer.models.base import WireModel
 
 RETRY_AFTER_SECONDS = 1
@@ -101,11 +102,11 @@ def front_door(leading: bool, wire_version: str | None, authorization: str | Non
         # Close the connection too: a worker's keep-alive would otherwise stay on this
         # pod (a Service keeps established connections where they are).
         return unavailable("this operator replica does not lead; the leader serves", close=True)
-    raw = (wire_version or "1").strip()  # no header: 1, the wire before versions
-    if not raw.isdigit() or int(raw) < OLDEST_WIRE_VERSION:
+    version = read_wire_version(wire_version)
+    if version is None or version < OLDEST_WIRE_VERSION:
         return error(
             400,
-            f"{WIRE_VERSION_HEADER} {wire_version!r} is not served: this operator serves "
+            f"{WIRE_VERSION_HEADER} {wire_version!r:.40} is not served: this operator serves "
             f"versions {OLDEST_WIRE_VERSION} to {WIRE_VERSION} (and ignores what a newer one "
             "adds)",
         )

@@ -53,13 +53,17 @@ def _response(reply: Reply) -> web.Response:
 async def _wire(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
 ) -> web.StreamResponse:
-    """aiohttp's own 4xx (no route, wrong method, too large) as JSON like ours."""
+    """aiohttp's own 4xx (no route, wrong method, too large) as JSON like ours; a bug of
+    ours as a JSON 500, logged, never a stack trace to the caller."""
     try:
         return await handler(request)
     except web.HTTPException as raised:
         if raised.status < 400 or raised.status >= 500:
             raise
         return _response(answers.error(raised.status, raised.reason))
+    except Exception:
+        log.exception("%s %s failed", request.method, request.path)
+        return _response(answers.error(500, "the operator failed to answer; retry", "internal"))
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes | None:

@@ -135,11 +135,12 @@ class LeaseCoordinator:
         self._listings_started = 0
         self._listing = 0  # the number of the listing the shards come from
         self._shard_end_claims: dict[str, int] = {}  # shard -> listings started by then
-        # Releases taken but not saved yet: shard -> (the worker, its epoch, the lease as
+        # Releases taken but not saved yet: (shard, worker, epoch) -> (the lease as
         # released, the version holding it). The worker repeats its release until it is
-        # saved, while the shard may already be planned for another owner; the repeat is
-        # answered from here, never as a loss (docs/design.md#hand-off-on-planned-moves).
-        self._unsaved_releases: dict[str, tuple[str, int, ShardLease, int]] = {}
+        # saved, while the shard may already be planned onward (and released again by its
+        # next owner); the repeat is answered from here, never as a loss
+        # (docs/design.md#hand-off-on-planned-moves).
+        self._unsaved_releases: dict[tuple[str, str, int], tuple[ShardLease, int]] = {}
         self.workers: dict[str, WorkerProgress] = {}
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
@@ -423,9 +424,9 @@ class LeaseCoordinator:
             and request.release
             and request.sequence_number in (None, released.checkpoint)
         )
-        if repeated and (lease is None or lease.epoch != request.epoch):
+        if repeated:
             assert released is not None
-            return released  # a repeat, while the shard is planned for another owner
+            return released  # whatever came since (a grant onward, a reset) is not saved
         if (
             lease is None
             and request.sequence_number == SHARD_END
@@ -446,16 +447,14 @@ class LeaseCoordinator:
             self.leases[request.shard_id] = updated
             self._changed()
             if request.release and updated.state is RELEASED:
-                entry = (request.worker, request.epoch, updated, self.version)
-                self._unsaved_releases[request.shard_id] = entry
+                key = (request.shard_id, request.worker, request.epoch)
+                self._unsaved_releases[key] = (updated, self.version)
         return updated
 
     def _unsaved_release(self, shard_id: str, worker: str, epoch: int) -> ShardLease | None:
         """The lease as `worker` released it under `epoch`, if that is not saved yet."""
-        entry = self._unsaved_releases.get(shard_id)
-        if entry is None or entry[:2] != (worker, epoch):
-            return None
-        return entry[2]
+        entry = self._unsaved_releases.get((shard_id, worker, epoch))
+        return None if entry is None else entry[0]
 
     def _closed(self, request: CheckpointRequest) -> bool | None:
         """What the listing says of a shard a SHARD_END names; None: not known yet. A
@@ -517,9 +516,9 @@ class LeaseCoordinator:
         """The status now holds `snapshot` (taken at `version`)."""
         self.durable = snapshot
         self.persisted_version = max(self.persisted_version, version)
-        for shard_id, entry in list(self._unsaved_releases.items()):
-            if entry[3] <= self.persisted_version:
-                del self._unsaved_releases[shard_id]
+        for key, (_, held_at) in list(self._unsaved_releases.items()):
+            if held_at <= self.persisted_version:
+                del self._unsaved_releases[key]
 
     def adopt(self, durable: DurableState, now: float) -> None:
         """Another writer saved a newer table: start over from it. Nothing of ours that

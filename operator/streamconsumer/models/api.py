@@ -35,6 +35,14 @@ OLDEST_WIRE_VERSION = 1
 """The oldest a worker may speak to this operator: version N serves N and N-1."""
 WIRE_VERSION_HEADER = "StreamConsumer-Wire-Version"
 
+
+def wire_version(header: str | None) -> int | None:
+    """The version a peer's header says (none: 1, the wire before versions); None if
+    it is not a version number (ASCII digits only: `str.isdigit` takes "²" and "٣")."""
+    raw = "1" if header is None else header.strip()
+    return int(raw) if re.fullmatch(r"[0-9]{1,9}", raw) else None
+
+
 MAX_WIRE_INT = 2**53 - 1
 """The largest integer every JSON reader holds exactly (and far inside an int64)."""
 MAX_MILLIS_BEHIND = 366 * 24 * 3600 * 1000
@@ -244,5 +252,6 @@ class ErrorResponse(WireModel):
         "method_not_allowed",
         "too_large",
         "unavailable",
+        "internal",
     ]
     message: str

@@ -125,7 +125,12 @@ class KinesisShardReader:
             open_at=functools.partial(shard_iterator, client, stream, shard_id),
             get_records=client.get_records,
             limit=max_records,
-            renewable={EXPIRED},  # a fresh iterator for each that expired, however often
+            # An expired iterator (5 minutes unused): a fresh one, once a read. A second
+            # refusal reaches the caller, who pauses the shard: a service that kept
+            # refusing fresh iterators must not spin this thread (an adversarial review
+            # found it looping without end).
+            renewable={EXPIRED},
+            max_renewals=1,
         )
         self._ended: ReadResult | None = None
 

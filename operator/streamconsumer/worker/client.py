@@ -30,6 +30,7 @@ from streamconsumer.models.api import (
     MAX_CHECKPOINT_HOLD_SECONDS,
     WIRE_VERSION,
     WIRE_VERSION_HEADER,
+    wire_version,
 )
 from streamconsumer.worker.shard import Answer
 
@@ -118,12 +119,13 @@ class OperatorClient:
 
     def _heard(self, header: str | None) -> None:
         """Notes the operator's wire version (none: version 1, before versions)."""
-        raw = header or "1"
-        version = int(raw) if raw.isdigit() else None
+        version = wire_version(header)
         if version != self.operator_wire_version:
             self.operator_wire_version = version
             if version != WIRE_VERSION:
-                log.info("the operator speaks wire version %s, this worker %d", raw, WIRE_VERSION)
+                log.info(
+                    "the operator speaks wire version %.40r, this worker %d", header, WIRE_VERSION
+                )
 
     def _reload_ca(self) -> None:
         # Adds the file's CA (a rotated one) to those trusted; new connections use it.
@@ -150,11 +152,16 @@ def request_headers(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}", WIRE_VERSION_HEADER: str(WIRE_VERSION)}
 
 
+def _later(status: int) -> bool:
+    """An answer that means "come back" whoever gave it (the operator, a proxy)."""
+    return status >= 500 or status == 429 or 300 <= status < 400
+
+
 def heartbeat_answer(status: int, content: bytes) -> HeartbeatResponse:
     """What the operator's answer to a heartbeat means (the simulation reads it so too):
-    OperatorUnavailable, try again soon; OperatorRefused (401/403/404), which counts
-    toward giving up."""
-    if status >= 500:
+    OperatorUnavailable (5xx, 429, 3xx), try again soon; OperatorRefused (another 4xx:
+    401/403/404 mostly), which counts toward giving up."""
+    if _later(status):
         raise OperatorUnavailable(f"heartbeat: HTTP {status}: {_message(content)}")
     if status != 200:
         raise OperatorRefused(f"heartbeat refused ({status}): {_message(content)}")
@@ -183,6 +190,9 @@ def checkpoint_outcome(shard_id: str, send: Callable[[], CheckpointResponse]) ->
     except OperatorRefused as refused:
         log.warning("%s: checkpoint refused: %s", shard_id, refused)
         return Answer.LOST if refused.lease_lost else Answer.INVALID
+    except Exception:  # never end the shard's thread with a request in flight
+        log.exception("%s: checkpoint answer not understood; sent again", shard_id)
+        return Answer.UNREACHABLE
     return Answer.SAVED if response.persisted else Answer.ACCEPTED
 
 
@@ -200,7 +210,7 @@ def _message(content: bytes) -> str:
     text = content.decode(errors="replace")
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         return text[:500]
     message = body.get("message") if isinstance(body, dict) else None
     return str(message) if message is not None else text[:500]
