@@ -419,4 +419,30 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.an_unsaved_release_is_lost,
         "duplicates although every fault was planned",
     ),
+    "22.15 a drain's SHARD_END waits on a slow listing": Regression(
+        # Found by the soak: a reader ended a shard early while the operator's listing was
+        # slow; the deferred SHARD_END kept a draining worker past its grace period.
+        Run(
+            seed=0,
+            shards=3,
+            replicas=0,
+            lease=3.0,
+            processor="recorder",
+            checkpoint_every=0,
+            faults=(
+                F(at=20.67, kind="listing_slow", arg=0, seconds=0.5),
+                F(at=20.86, kind="early_end", arg=0, seconds=11.74),
+            ),
+            duration=60.0,
+            puts_per_second=6.0,
+            autoscale=True,
+            initial_position="TRIM_HORIZON",
+            on_failure="block",
+            history=0,
+            operators=1,
+            newer_peers=False,
+        ),
+        reverts.a_hand_off_waits_for_shard_end,
+        "did not finish within the grace period",
+    ),
 }

@@ -477,3 +477,9 @@ def a_lapse_resumes(patch: pytest.MonkeyPatch) -> None:
 
     patch.setattr(Election, "_end_if_lapsed", lambda self, now: self._ended)
     patch.setattr(Election, "lost", lambda self, now: self._term is not None and self._ended)
+
+
+def a_hand_off_waits_for_shard_end(patch: pytest.MonkeyPatch) -> None:
+    """A draining worker's SHARD_END waits for the operator's next listing however long
+    it takes, past the pod's grace period."""
+    patch.setattr(ShardMachine, "_hands_off_instead", lambda self, request: False)

@@ -320,3 +320,23 @@ def test_a_refused_shard_end_hands_the_shard_back_at_the_last_record_done(
     assert drive.sent[-1].release
     assert drive.machine.outcome is Outcome.RELEASED
     assert drive.machine.last_request() == drive.sent[-1], "said again if asked again"
+
+
+def test_a_hand_off_does_not_wait_on_a_shard_end_the_operator_cannot_confirm_yet(
+    events: list[str],
+) -> None:
+    """Found by the soak: a draining worker's SHARD_END was deferred (503) while the
+    operator's listing was slow, and the drain overran the pod's grace period. During a
+    hand-off the shard is released at the last record done instead."""
+    drive = Drive(
+        Journal(events),
+        answer=lambda r: Answer.UNREACHABLE if r.sequence_number == SHARD_END else Answer.SAVED,
+    )
+    drive.machine.read(batch(1, 2, end=True))
+    drive.run(until=0.05)
+    assert drive.sent[-1].sequence_number == SHARD_END
+    drive.machine.revoke(Stop.HANDOFF)
+    drive.run(until=10)
+    assert drive.sent[-1].release
+    assert drive.sent[-1].sequence_number == "2"
+    assert drive.machine.outcome is Outcome.RELEASED

@@ -439,6 +439,18 @@ class ShardMachine:
             )
         return self._final
 
+    def _hands_off_instead(self, request: CheckpointRequest) -> bool:
+        """A SHARD_END not taken yet while a planned move waits: the move cannot wait for
+        the operator to confirm the shard's end (it waits for a listing newer than our
+        claim, which may be slow), so the shard is handed back at the last record done
+        and its next owner reads the end again: nothing skipped, nothing replayed
+        (docs/design.md#hand-off-on-planned-moves)."""
+        return (
+            request is self._final
+            and request.sequence_number == SHARD_END
+            and self._stop is Stop.HANDOFF
+        )
+
     def _release_at_done(self) -> CheckpointRequest:
         done = self.progress.done
         position = done.checkpoint_sequence if done is not None else None
@@ -525,6 +537,8 @@ class ShardMachine:
             # Pause (the fence stops deliveries if this lasts), then ask again.
             self._retry_send_at = now + min(1.0, 0.05 * 2 ** min(self._send_failures, 5))
             self._send_failures += 1
+            if self._hands_off_instead(request):
+                self._final = self._release_at_done()
             return
         self._send_failures = 0
         if request is self._final:
