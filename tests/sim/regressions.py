@@ -383,9 +383,10 @@ REGRESSIONS: dict[str, Regression] = {
     "22.14 a draining worker's release, taken and not saved, outlives a frozen leader": Regression(
         # Found by the soak: the release was planned onward at once and its worker told
         # LOST; the leader froze (slow status writes) before saving it, and the shard's
-        # new owner replayed what had been released.
+        # new owner replayed what had been released. (Re-seeded from 387 once hand-offs
+        # stopped waiting on a SHARD_END: the soak's schedule, another interleaving.)
         Run(
-            seed=387,
+            seed=380,
             shards=3,
             replicas=1,
             lease=10.0,
