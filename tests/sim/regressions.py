@@ -446,4 +446,31 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.a_hand_off_waits_for_shard_end,
         "did not finish within the grace period",
     ),
+    "22.14 an unsaved release, a crashed leader, one shard": Regression(
+        # The soak's smaller find of the same defect: the autoscaler's drain released the
+        # shard, the leader crashed before saving it (status errors) and the worker had
+        # already let go on LOST.
+        Run(
+            seed=0,
+            shards=1,
+            replicas=0,
+            lease=3.0,
+            processor="recorder",
+            checkpoint_every=0,
+            faults=(
+                F(at=1.0, kind="early_end", arg=0, seconds=1.0),
+                F(at=3.0, kind="status_errors", arg=0, seconds=4.0),
+                F(at=5.0, kind="operator_crash", arg=0, seconds=1.0),
+            ),
+            duration=60.0,
+            puts_per_second=6.0,
+            autoscale=True,
+            initial_position="TRIM_HORIZON",
+            on_failure="block",
+            history=0,
+            operators=1,
+        ),
+        reverts.an_unsaved_release_is_lost,
+        "duplicates although every fault was planned",
+    ),
 }
