@@ -159,6 +159,77 @@ REFUSED = [
 ]
 
 
+# Issue 24: a tenant's pod is no more than the pod they could run themselves.
+PROCESSOR = dict(VALID["spec"]["processor"])
+VOLUMES_REFUSED = "volumes may use only configMap, secret, emptyDir"
+ROOT_REFUSED = "may not run the workers as root or with group 0"
+RESERVED_ENV = "env names STREAMCONSUMER_* (but STREAMCONSUMER_LOG_LEVEL) and POD_NAME are"
+TENANT_REFUSED = [
+    pytest.param(
+        variant(pod={"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}]}),
+        VOLUMES_REFUSED,
+        id="hostPath",
+    ),
+    pytest.param(
+        variant(pod={"volumes": [{"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}]}),
+        VOLUMES_REFUSED,
+        id="nfs",
+    ),
+    pytest.param(
+        variant(pod={"securityContext": {"supplementalGroups": [1000, 0]}}),
+        ROOT_REFUSED,
+        id="group-0",
+    ),
+    pytest.param(variant(pod={"securityContext": {"fsGroup": 0}}), ROOT_REFUSED, id="fsGroup-0"),
+    pytest.param(variant(pod={"securityContext": {"runAsUser": 0}}), ROOT_REFUSED, id="root"),
+    pytest.param(
+        variant(pod={"securityContext": {"runAsNonRoot": False}}), ROOT_REFUSED, id="may-be-root"
+    ),
+    pytest.param(
+        variant(pod={"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}),
+        "seLinuxOptions may set only type, one of container_t",
+        id="spc_t",
+    ),
+    pytest.param(
+        variant(pod={"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}),
+        "may not make the workers Unconfined",
+        id="apparmor-unconfined",
+    ),
+    pytest.param(
+        variant(pod={"securityContext": {"seccompProfile": {"type": "Unconfined"}}}),
+        "may not make the workers Unconfined",
+        id="seccomp-unconfined",
+    ),
+    pytest.param(
+        variant(pod={"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}),
+        "sysctls may set only kernel.shm_rmid_forced",
+        id="unsafe-sysctl",
+    ),
+    pytest.param(
+        variant(
+            processor=PROCESSOR
+            | {"env": [{"name": "STREAMCONSUMER_OPERATOR_URL", "value": "http://evil:80"}]}
+        ),
+        RESERVED_ENV,
+        id="reserved-env",
+    ),
+    pytest.param(
+        variant(processor=PROCESSOR | {"env": [{"name": "POD_NAME", "value": "other"}]}),
+        RESERVED_ENV,
+        id="pod-name-env",
+    ),
+    pytest.param(
+        variant(
+            processor=PROCESSOR
+            | {"envFrom": [{"prefix": "STREAMCONSUMER_", "configMapRef": {"name": "x"}}]}
+        ),
+        "an envFrom prefix may not start with STREAMCONSUMER_",
+        id="reserved-env-prefix",
+    ),
+]
+REFUSED += TENANT_REFUSED
+
+
 def apply(plane: ControlPlane, namespace: str, manifest: dict[str, Any]) -> tuple[int, str]:
     result = plane.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(manifest))
     return result.returncode, result.stderr + result.stdout
@@ -204,6 +275,32 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
                         "overflowS3": {"bucket": "large-letters", "prefix": "clicks/"},
                     },
                 }
+            ),
+            variant(  # what a tenant may ask for: the restricted standard's pod
+                pod={
+                    "volumes": [
+                        {"name": "settings", "configMap": {"name": "clicks"}},
+                        {"name": "cache", "emptyDir": {}},
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "clicks"}},
+                    ],
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 1000,
+                        "fsGroup": 2000,
+                        "supplementalGroups": [3000],
+                        "seLinuxOptions": {"type": "container_t"},
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                        "sysctls": [{"name": "net.ipv4.tcp_keepalive_time", "value": "60"}],
+                    },
+                },
+                processor=PROCESSOR
+                | {
+                    "env": [{"name": "STREAMCONSUMER_LOG_LEVEL", "value": "INFO"}],
+                    "envFrom": [
+                        {"secretRef": {"name": "aws"}},
+                        {"prefix": "APP_", "configMapRef": {"name": "a"}},
+                    ],
+                },
             ),
         )
     ):

@@ -113,10 +113,13 @@ def deployment(
             "on_failure": spec.processor.on_failure,
         }
     )
+    # The worker's own settings come last: of two entries of one name the last wins,
+    # so even a StreamConsumer applied before the CRD refused reserved names
+    # (models/pod_policy.py) cannot point the worker elsewhere.
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *(e.wire() for e in spec.processor.env if e.name != "POD_NAME"),
         *({"name": k, "value": v} for k, v in config.to_env().items()),
-        *(e.wire() for e in spec.processor.env),
     ]
     container: dict[str, Any] = {
         "name": "worker",

@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from streamconsumer.models.base import Model, with_rules
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.models.pod_policy import POD_RULES, PROCESSOR_RULES
 
 GROUP = "streamconsumer.io"
 VERSION = "v1alpha1"
@@ -191,6 +192,8 @@ class EnvVar(Model):
 class Processor(Model):
     """The user's record processor and the image it runs in."""
 
+    model_config = with_rules(*PROCESSOR_RULES)
+
     image: str = Field(
         min_length=1, max_length=1024, description="Worker image with the processor."
     )
@@ -252,6 +255,7 @@ class PodSettings(Model):
             f"!has(self.labels) || self.labels.all(k, !(k in {list(RESERVED_LABELS)}))",
             f"labels {', '.join(RESERVED_LABELS)} select the workers: they are set for you",
         ),
+        *POD_RULES,  # no more than the tenant could run: models/pod_policy.py
     )
 
     labels: dict[str, str] = Field(default_factory=dict)
@@ -275,7 +279,11 @@ class PodSettings(Model):
         json_schema_extra=kubernetes("PodSecurityContext"),
     )
     volumes: list[dict[str, Any]] = Field(
-        default_factory=list, json_schema_extra=kubernetes("Volume", many=True)
+        default_factory=list,
+        max_length=64,
+        description="Volumes of the worker pods: configMap, secret, emptyDir, "
+        "persistentVolumeClaim, csi, projected, downwardAPI, ephemeral or image.",
+        json_schema_extra=kubernetes("Volume", many=True),
     )
     volume_mounts: list[dict[str, Any]] = Field(
         default_factory=list,

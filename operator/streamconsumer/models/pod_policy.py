@@ -1,0 +1,157 @@
+"""What a tenant may put in the worker pods' template (docs/security.md#pod-template):
+no more than a pod they could run themselves under the `restricted` Pod Security
+Standard. The operator creates the pods with its own rights, so without these rules a
+StreamConsumer would be a way around the namespace's policy (a hostPath of the container
+runtime's socket with group 0 is root on the node).
+
+Each rule is a CEL expression (with its message) that the CRD checks at `kubectl apply`;
+`models/resource.py` attaches them. The lists follow the Pod Security Standards
+(https://kubernetes.io/docs/concepts/security/pod-security-standards/)."""
+
+from __future__ import annotations
+
+SAFE_VOLUME_SOURCES = (
+    "configMap",
+    "secret",
+    "emptyDir",
+    "persistentVolumeClaim",
+    "csi",
+    "projected",
+    "downwardAPI",
+    "ephemeral",
+    "image",
+)
+"""Volume sources a tenant can use safely: what the namespace already lets them read."""
+
+UNSAFE_VOLUME_SOURCES = (
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "gitRepo",
+    "glusterfs",
+    "hostPath",
+    "iscsi",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+)
+"""Every other source of core/v1 Volume (tests/unit/test_pod_policy.py checks the two lists
+cover Kubernetes' schema): the node's files, or storage reached with credentials the
+tenant does not hold."""
+
+SAFE_SYSCTLS = (
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_syncookies",
+)
+"""The sysctls namespaced to the pod (the baseline standard's list)."""
+
+SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+"""SELinux types a container may ask for; anything else (spc_t) escapes confinement."""
+
+RESERVED_ENV_PREFIX = "STREAMCONSUMER_"
+RESERVED_ENV_NAMES = ("POD_NAME",)
+"""The worker's own settings: the operator's URL, CA and token paths, the shards' source.
+A tenant who could set them could send the worker's token in clear or elsewhere."""
+TENANT_ENV_NAMES = ("STREAMCONSUMER_LOG_LEVEL",)
+"""Under the reserved prefix, what a tenant may set: knobs that point nothing anywhere."""
+
+
+def _quoted(names: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{name}'" for name in names) + "]"
+
+
+def _unset_or(field: str, condition: str) -> str:
+    return f"(!has({field}) || {condition})"
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+SC = "self.securityContext"
+VOLUME_RULE = (
+    "!has(self.volumes) || self.volumes.all(v, "
+    + " && ".join(f"!has(v.{source})" for source in UNSAFE_VOLUME_SOURCES)
+    + ")",
+    f"volumes may use only {_listed(SAFE_VOLUME_SOURCES)}: the workers must not reach "
+    "the node's files or storage beyond what the namespace grants",
+)
+ROOT_RULE = (
+    f"!has({SC}) || ("
+    + " && ".join(
+        (
+            _unset_or(f"{SC}.runAsUser", f"{SC}.runAsUser != 0"),
+            _unset_or(f"{SC}.runAsGroup", f"{SC}.runAsGroup != 0"),
+            _unset_or(f"{SC}.fsGroup", f"{SC}.fsGroup != 0"),
+            _unset_or(f"{SC}.supplementalGroups", f"!(0 in {SC}.supplementalGroups)"),
+            _unset_or(f"{SC}.runAsNonRoot", f"{SC}.runAsNonRoot"),
+        )
+    )
+    + ")",
+    "securityContext may not run the workers as root or with group 0 (runAsUser, "
+    "runAsGroup, fsGroup, supplementalGroups, runAsNonRoot)",
+)
+SELINUX = f"{SC}.seLinuxOptions"
+SELINUX_RULE = (
+    f"!has({SC}) || !has({SELINUX}) || ("
+    f"!has({SELINUX}.user) && !has({SELINUX}.role) && "
+    + _unset_or(f"{SELINUX}.type", f"{SELINUX}.type in {_quoted(SELINUX_TYPES)}")
+    + ")",
+    f"securityContext.seLinuxOptions may set only type, one of {_listed(SELINUX_TYPES)}",
+)
+UNCONFINED_RULE = (
+    f"!has({SC}) || ("
+    + _unset_or(f"{SC}.appArmorProfile", f"{SC}.appArmorProfile.type != 'Unconfined'")
+    + " && "
+    + _unset_or(f"{SC}.seccompProfile", f"{SC}.seccompProfile.type != 'Unconfined'")
+    + " && "
+    + _unset_or(
+        f"{SC}.windowsOptions",
+        f"!has({SC}.windowsOptions.hostProcess) || !{SC}.windowsOptions.hostProcess",
+    )
+    + ")",
+    "securityContext may not make the workers Unconfined (appArmorProfile, seccompProfile) "
+    "or Windows host processes",
+)
+SYSCTL_RULE = (
+    f"!has({SC}) || !has({SC}.sysctls) || {SC}.sysctls.all(s, s.name in {_quoted(SAFE_SYSCTLS)})",
+    f"securityContext.sysctls may set only {_listed(SAFE_SYSCTLS)}",
+)
+POD_RULES = (VOLUME_RULE, ROOT_RULE, SELINUX_RULE, UNCONFINED_RULE, SYSCTL_RULE)
+
+ENV_RULE = (
+    "!has(self.env) || self.env.all(e, "
+    f"(!e.name.startsWith('{RESERVED_ENV_PREFIX}') || e.name in {_quoted(TENANT_ENV_NAMES)})"
+    f" && !(e.name in {_quoted(RESERVED_ENV_NAMES)}))",
+    f"env names {RESERVED_ENV_PREFIX}* (but {_listed(TENANT_ENV_NAMES)}) and "
+    f"{', '.join(RESERVED_ENV_NAMES)} are the worker's own settings, set by the operator",
+)
+ENV_FROM_RULE = (
+    "!has(self.envFrom) || self.envFrom.all(e, "
+    f"!has(e.prefix) || !e.prefix.startsWith('{RESERVED_ENV_PREFIX}'))",
+    f"an envFrom prefix may not start with {RESERVED_ENV_PREFIX}: those names are the "
+    "worker's own settings",
+)
+"""A source's keys are data, not spec, and cannot be checked at apply; the operator's
+own entries in `env` win over `envFrom` (the operator URL, token and CA paths among
+them), so a key can set only what the operator leaves unset."""
+PROCESSOR_RULES = (ENV_RULE, ENV_FROM_RULE)
