@@ -5,17 +5,20 @@ input from a worker, refused in JSON before anything changes (issue 22)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import time
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 from multidict import CIMultiDictProxy
 
 from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import AUDIENCE, Caller, TokenReviewer
+from streamconsumer.controller.auth import AUDIENCE, Caller, ReviewUnavailable, TokenReviewer
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.registry import ManagedConsumer, Registry
 from streamconsumer.core.leases import ACTIVE, ShardLease
@@ -166,27 +169,98 @@ def reviewed(audiences: list[str], authenticated: bool = True) -> k8s.V1TokenRev
     )
 
 
-def reviewer(answers: list[k8s.V1TokenReviewStatus]) -> tuple[TokenReviewer, FakeAuthentication]:
+def token(**claims: Any) -> str:
+    """A projected ServiceAccount token's shape (unsigned: TokenReview, faked here,
+    judges the signature): worker w of consumer c, meant for us, valid for an hour."""
+    payload = {
+        "aud": [AUDIENCE],
+        "exp": time.time() + 3600,
+        "sub": "system:serviceaccount:n:c-worker",
+        "kubernetes.io": {"namespace": "n", "pod": {"name": "w", "uid": "u"}},
+    } | claims
+    encoded = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+    return f"eyJhbGciOiJSUzI1NiJ9.{encoded}.c2lnbmF0dXJl"
+
+
+class Ticking:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def reviewer(
+    answers: list[k8s.V1TokenReviewStatus], clock: Ticking | None = None
+) -> tuple[TokenReviewer, FakeAuthentication]:
     fake = FakeAuthentication(answers)
-    return TokenReviewer(fake, timeout=2.5), fake  # type: ignore[arg-type]  # the boundary
+    tokens = TokenReviewer(fake, timeout=2.5, clock=clock or Ticking())  # type: ignore[arg-type]
+    return tokens, fake
 
 
-def test_a_refused_token_is_asked_again_and_an_accepted_one_is_cached() -> None:
+def test_a_refusal_is_remembered_briefly_and_an_acceptance_longer() -> None:
+    clock = Ticking()
     tokens, fake = reviewer(
-        [reviewed([AUDIENCE], authenticated=False), reviewed([AUDIENCE]), reviewed([AUDIENCE])]
+        [reviewed([AUDIENCE], authenticated=False), reviewed([AUDIENCE]), reviewed([AUDIENCE])],
+        clock,
     )
-    assert asyncio.run(tokens.review("t")) is None
-    assert asyncio.run(tokens.review("t")) == WORKER, "a refusal is not cached"
-    assert asyncio.run(tokens.review("t")) == WORKER
-    assert len(fake.calls) == 2, "an acceptance is"
+    t = token()
+    assert asyncio.run(tokens.review(t)) is None
+    clock.now = 1.0
+    assert asyncio.run(tokens.review(t)) is None, "a repeated refusal costs no review"
+    clock.now = 2.5
+    assert asyncio.run(tokens.review(t)) == WORKER, "asked again: the pod may be new"
+    clock.now = 20.0
+    assert asyncio.run(tokens.review(t)) == WORKER
+    assert len(fake.calls) == 2, "an acceptance is remembered"
     assert fake.calls[0] == {"_request_timeout": 2.5}
 
 
 def test_a_token_not_meant_for_us_is_refused() -> None:
     """An authenticator that ignores audiences returns none of ours: refuse."""
     tokens, _ = reviewer([reviewed(["https://kubernetes.default.svc"]), reviewed([])])
-    assert asyncio.run(tokens.review("t1")) is None
-    assert asyncio.run(tokens.review("t2")) is None
+    assert asyncio.run(tokens.review(token())) is None
+    assert asyncio.run(tokens.review(token(jti="other"))) is None
+
+
+JUNK = [
+    "t",
+    "a.b.c",
+    "x" * 20_000,
+    token(aud=["https://kubernetes.default.svc"]),
+    token(aud="someone-else"),
+    token(exp=time.time() - 3600),
+    token(exp="tomorrow"),
+    token(sub="system:node:worker-1"),
+    token(sub="alice"),
+    "eyJhbGciOiJSUzI1NiJ9." + "W" * 100 + ".c2ln",  # not JSON
+    "eyJhbGciOiJSUzI1NiJ9." + base64.urlsafe_b64encode(b"[" * 2000).decode() + ".c2ln",
+]
+
+
+def test_junk_tokens_cost_no_token_review() -> None:
+    """Issue 24: every junk bearer token cost one TokenReview on a small shared pool;
+    1,000 of them delayed unrelated calls and, kept up, cost the leader its Lease."""
+    tokens, fake = reviewer([])
+
+    async def thousand() -> list[Caller | None]:
+        return [await tokens.review(JUNK[index % len(JUNK)]) for index in range(1000)]
+
+    assert set(asyncio.run(thousand())) == {None}
+    assert fake.calls == []
+
+
+def test_a_failed_review_says_nothing_of_the_apiservers_answer() -> None:
+    """The 503 carried the apiserver's response headers and body to the caller."""
+
+    class Failing:
+        def create_token_review(self, body: Any, **kwargs: Any) -> Any:
+            raise ApiException(status=500, reason="boom")
+
+    tokens = TokenReviewer(Failing())  # type: ignore[arg-type]  # the boundary
+    with pytest.raises(ReviewUnavailable) as failed:
+        asyncio.run(tokens.review(token()))
+    assert str(failed.value) == "TokenReview failed: HTTP 500"
 
 
 # --- bad input from a worker: judged before anything changes, answered in JSON ------------

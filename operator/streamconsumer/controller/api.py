@@ -40,6 +40,8 @@ class Reviewer(Protocol):
 
 
 def _response(reply: Reply) -> web.Response:
+    if reply.status in (401, 403):  # someone knocking: counted, never logged per call
+        metrics.REFUSED_CALLS.labels(str(reply.status)).inc()
     response = web.Response(
         body=reply.content(), status=reply.status, content_type="application/json"
     )

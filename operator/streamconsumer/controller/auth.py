@@ -1,11 +1,23 @@
 """Who is calling the worker API: a projected ServiceAccount token, validated by the
 apiserver's TokenReview. Pod-bound tokens carry the pod's name, so a worker can only
-speak for itself."""
+speak for itself.
+
+TokenReviews cost the apiserver and run on their own small pool (`executors.AUTH`), so
+junk must not reach them (docs/security.md#worker-identity): a token that cannot be a
+projected ServiceAccount token meant for us (`plausible`: shape, audience, expiry,
+subject; no signature check, TokenReview does that) is refused at once, and
+a refusal is remembered for a few seconds, so a caller repeating one token costs one
+review per interval."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
@@ -15,6 +27,43 @@ from streamconsumer.controller import executors
 
 AUDIENCE = "streamconsumer.io"
 _POD_NAME = "authentication.kubernetes.io/pod-name"
+MAX_TOKEN_CHARS = 16 * 1024  # projected tokens are about 1 KiB
+REFUSAL_TTL_SECONDS = 2.0  # short: a pod's token may be refused while the pod is created
+CLOCK_SKEW_SECONDS = 60.0  # our clock may lag the apiserver's that issued the token
+
+
+def _claims(token: str) -> dict[str, Any] | None:
+    """A JWT's payload, unverified; None if it is not one."""
+    parts = token.split(".")
+    if len(token) > MAX_TOKEN_CHARS or len(parts) != 3:
+        return None
+    try:
+        payload = base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4))
+        claims = json.loads(payload)
+    except (binascii.Error, ValueError, RecursionError):
+        return None
+    return claims if isinstance(claims, dict) else None
+
+
+def plausible(token: str, audience: str, now: float) -> bool:
+    """Whether `token` may be a ServiceAccount token meant for `audience` and valid at
+    `now` (epoch seconds): what TokenReview would refuse anyway is refused here, at no
+    cost to the apiserver. (A token not bound to a pod is refused later, 403: it cannot
+    speak for any worker.)"""
+    claims = _claims(token)
+    if claims is None:
+        return False
+    aud = claims.get("aud")
+    audiences = aud if isinstance(aud, list) else [aud]
+    exp = claims.get("exp")
+    subject = str(claims.get("sub", "")).split(":")
+    return (
+        audience in audiences
+        and isinstance(exp, int | float)
+        and exp + CLOCK_SKEW_SECONDS > now
+        and len(subject) == 4
+        and subject[:2] == ["system", "serviceaccount"]
+    )
 
 
 @dataclass(frozen=True)
@@ -30,8 +79,7 @@ class ReviewUnavailable(Exception):
 
 class TokenReviewer:
     """TokenReview with a short cache of accepted tokens, so steady heartbeats cost the
-    apiserver little. A refusal is never cached: the next call asks again (a token may
-    be refused while its pod is still being created)."""
+    apiserver little, and a shorter one of refusals; implausible tokens never reach it."""
 
     def __init__(
         self,
@@ -39,24 +87,33 @@ class TokenReviewer:
         audience: str = AUDIENCE,
         ttl: float = 30.0,
         timeout: float = 5.0,
+        refusal_ttl: float = REFUSAL_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._api = api
         self._audience = audience
         self._ttl = ttl
         self._timeout = timeout
-        self._cache: dict[str, tuple[float, Caller]] = {}
+        self._refusal_ttl = refusal_ttl
+        self._clock = clock
+        self._wall_clock = wall_clock  # for the tokens' expiry
+        self._cache: dict[str, tuple[float, Caller | None]] = {}
 
     async def review(self, token: str) -> Caller | None:
         """The caller, None if the token is refused; raises ReviewUnavailable."""
-        now = time.monotonic()
+        now = self._clock()
         cached = self._cache.get(token)
-        if cached and now - cached[0] < self._ttl:
-            return cached[1]
+        if cached is not None:
+            at, caller = cached
+            if now - at < (self._ttl if caller is not None else self._refusal_ttl):
+                return caller
+        if not plausible(token, self._audience, self._wall_clock()):
+            return None
         caller = await executors.run_in(executors.AUTH, lambda: self._review(token))
-        if caller is not None:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[token] = (now, caller)
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[token] = (now, caller)
         return caller
 
     def _review(self, token: str) -> Caller | None:
@@ -65,8 +122,10 @@ class TokenReviewer:
         )
         try:
             status = self._api.create_token_review(body, _request_timeout=self._timeout).status
-        except (ApiException, HTTPError, OSError) as error:
-            raise ReviewUnavailable(f"TokenReview failed: {error}") from None
+        except ApiException as error:  # its text holds the apiserver's headers and body
+            raise ReviewUnavailable(f"TokenReview failed: HTTP {error.status}") from None
+        except (HTTPError, OSError) as error:
+            raise ReviewUnavailable(f"TokenReview failed: {type(error).__name__}") from None
         if status is None or not status.authenticated or status.user is None:
             return None
         # An authenticator that ignores audiences would accept any token of the cluster:

@@ -25,6 +25,13 @@ CHECKPOINTS = Counter(
     [*_CONSUMER, "result"],
     registry=REGISTRY,
 )
+REFUSED_CALLS = Counter(
+    "streamconsumer_worker_api_refusals",
+    "Worker API calls refused: 401 (no token, or one not ours), 403 (not this consumer's "
+    "worker, or speaking for another).",
+    ["status"],
+    registry=REGISTRY,
+)
 MILLIS_BEHIND = Gauge(
     "streamconsumer_millis_behind_latest",
     "MillisBehindLatest per shard, as its owner last reported it.",
