@@ -27,6 +27,7 @@ from testbed.specs import consumer_spec
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
+from .tokens import token
 from .worker_heartbeat import heartbeat_answer
 
 SPEC = consumer_spec(lease_seconds=10)  # the tests that lower the lease lower it from 10 s
@@ -257,7 +258,7 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
     reviewer = TokenReviewer(k8s.AuthenticationV1Api(k8s.ApiClient(configuration)), timeout=2)
 
     api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)
-    assert heartbeat_answer(api) == (503, "1")
+    assert heartbeat_answer(api, token()) == (503, "1")
 
 
 # --- found by the simulation ----------------------------------------------------------------

@@ -35,6 +35,7 @@ from testbed.specs import consumer_spec
 
 from .fenced import fenced_consumer
 from .moments import CREATED
+from .tokens import token
 from .worker_heartbeat import heartbeat_answer
 
 WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w")
@@ -167,19 +168,6 @@ def reviewed(audiences: list[str], authenticated: bool = True) -> k8s.V1TokenRev
             extra={"authentication.kubernetes.io/pod-name": ["w"]},
         ),
     )
-
-
-def token(**claims: Any) -> str:
-    """A projected ServiceAccount token's shape (unsigned: TokenReview, faked here,
-    judges the signature): worker w of consumer c, meant for us, valid for an hour."""
-    payload = {
-        "aud": [AUDIENCE],
-        "exp": time.time() + 3600,
-        "sub": "system:serviceaccount:n:c-worker",
-        "kubernetes.io": {"namespace": "n", "pod": {"name": "w", "uid": "u"}},
-    } | claims
-    encoded = base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
-    return f"eyJhbGciOiJSUzI1NiJ9.{encoded}.c2lnbmF0dXJl"
 
 
 class Ticking:

@@ -9,15 +9,16 @@ from aiohttp.test_utils import TestClient, TestServer
 from streamconsumer.controller.api import WorkerApi
 
 
-def heartbeat_answer(api: WorkerApi) -> tuple[int, str | None]:
-    """Worker w's heartbeat to consumer n/c: the answer's status and its Retry-After."""
+def heartbeat_answer(api: WorkerApi, token: str = "t") -> tuple[int, str | None]:
+    """Worker w's heartbeat to consumer n/c, with `token`: the answer's status and its
+    Retry-After."""
 
     async def call() -> tuple[int, str | None]:
         async with TestClient(TestServer(api.app())) as client:
             response = await client.post(
                 "/v1/namespaces/n/streamconsumers/c/heartbeat",
                 json={"worker": "w"},
-                headers={"Authorization": "Bearer t"},
+                headers={"Authorization": f"Bearer {token}"},
             )
             return response.status, response.headers.get("Retry-After")
 
