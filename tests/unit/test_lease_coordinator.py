@@ -92,7 +92,9 @@ def test_handoff_of_a_shard_never_started_is_released_by_its_epoch() -> None:
     assert len(beat(coordinator, "b", 0.3).assignments) == 2
 
 
-def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
+def all_to_a_then_b_joins() -> tuple[LeaseCoordinator, list[tuple[str, int]]]:
+    """Worker a runs all four shards (saved) when b joins and half are planned for b:
+    the coordinator and what a holds."""
     coordinator = fresh()
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
@@ -100,6 +102,11 @@ def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
     held = [(a.shard_id, a.epoch) for a in beat(coordinator, "a", 0.1).assignments]
     beat(coordinator, "b", 0.2)
     coordinator.step(0.2)
+    return coordinator, held
+
+
+def test_handoff_of_a_running_shard_is_revoked_and_then_released() -> None:
+    coordinator, held = all_to_a_then_b_joins()
     response = beat(coordinator, "a", 0.3, *held)
     moving = [r.shard_id for r in response.revocations]
     assert len(moving) == 2
@@ -124,13 +131,7 @@ def test_a_release_not_saved_yet_is_never_called_lost_while_its_shard_moves_on()
     another worker at once, and the releasing worker told LOST (heartbeat) and 409 (its
     repeated release), so it let go of a release only the operator's memory held; the
     leader froze before saving it and the new owner replayed what had been released."""
-    coordinator = fresh()
-    beat(coordinator, "a", 0.0)
-    coordinator.step(0.0)
-    saved(coordinator)
-    held = [(a.shard_id, a.epoch) for a in beat(coordinator, "a", 0.1).assignments]
-    beat(coordinator, "b", 0.2)
-    coordinator.step(0.2)
+    coordinator, held = all_to_a_then_b_joins()
     moving = [r.shard_id for r in beat(coordinator, "a", 0.3, *held).revocations]
     shard, epoch = moving[0], dict(held)[moving[0]]
     release = CheckpointRequest(

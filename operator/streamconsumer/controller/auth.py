@@ -16,7 +16,7 @@ import binascii
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client as k8s
@@ -77,38 +77,30 @@ class ReviewUnavailable(Exception):
     """The apiserver could not review the token now; the caller should retry."""
 
 
+@dataclass(eq=False)
 class TokenReviewer:
     """TokenReview with a short cache of accepted tokens, so steady heartbeats cost the
-    apiserver little, and a shorter one of refusals; implausible tokens never reach it."""
+    apiserver little, and a shorter one of refusals; implausible tokens never reach it.
+    `wall_clock` judges the tokens' expiry, `clock` the caches."""
 
-    def __init__(
-        self,
-        api: k8s.AuthenticationV1Api,
-        audience: str = AUDIENCE,
-        ttl: float = 30.0,
-        timeout: float = 5.0,
-        refusal_ttl: float = REFUSAL_TTL_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._api = api
-        self._audience = audience
-        self._ttl = ttl
-        self._timeout = timeout
-        self._refusal_ttl = refusal_ttl
-        self._clock = clock
-        self._wall_clock = wall_clock  # for the tokens' expiry
-        self._cache: dict[str, tuple[float, Caller | None]] = {}
+    api: k8s.AuthenticationV1Api
+    audience: str = AUDIENCE
+    ttl: float = 30.0
+    timeout: float = 5.0
+    refusal_ttl: float = REFUSAL_TTL_SECONDS
+    clock: Callable[[], float] = time.monotonic
+    wall_clock: Callable[[], float] = time.time
+    _cache: dict[str, tuple[float, Caller | None]] = field(default_factory=dict, init=False)
 
     async def review(self, token: str) -> Caller | None:
         """The caller, None if the token is refused; raises ReviewUnavailable."""
-        now = self._clock()
+        now = self.clock()
         cached = self._cache.get(token)
         if cached is not None:
             at, caller = cached
-            if now - at < (self._ttl if caller is not None else self._refusal_ttl):
+            if now - at < (self.ttl if caller is not None else self.refusal_ttl):
                 return caller
-        if not plausible(token, self._audience, self._wall_clock()):
+        if not plausible(token, self.audience, self.wall_clock()):
             return None
         caller = await executors.run_in(executors.AUTH, lambda: self._review(token))
         if len(self._cache) > 10_000:
@@ -117,11 +109,9 @@ class TokenReviewer:
         return caller
 
     def _review(self, token: str) -> Caller | None:
-        body = k8s.V1TokenReview(
-            spec=k8s.V1TokenReviewSpec(token=token, audiences=[self._audience])
-        )
+        body = k8s.V1TokenReview(spec=k8s.V1TokenReviewSpec(token=token, audiences=[self.audience]))
         try:
-            status = self._api.create_token_review(body, _request_timeout=self._timeout).status
+            status = self.api.create_token_review(body, _request_timeout=self.timeout).status
         except ApiException as error:  # its text holds the apiserver's headers and body
             raise ReviewUnavailable(f"TokenReview failed: HTTP {error.status}") from None
         except (HTTPError, OSError) as error:
@@ -130,7 +120,7 @@ class TokenReviewer:
             return None
         # An authenticator that ignores audiences would accept any token of the cluster:
         # the review must say the token is meant for us.
-        if self._audience not in (status.audiences or []):
+        if self.audience not in (status.audiences or []):
             return None
         parts = (status.user.username or "").split(":")
         if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"]:
