@@ -163,7 +163,10 @@ REFUSED = [
 PROCESSOR = dict(VALID["spec"]["processor"])
 VOLUMES_REFUSED = "volumes may use only configMap, secret, emptyDir"
 ROOT_REFUSED = "may not run the workers as root or with group 0"
-RESERVED_ENV = "env names STREAMCONSUMER_* (but STREAMCONSUMER_LOG_LEVEL) and POD_NAME are"
+RESERVED_ENV = (
+    "env names STREAMCONSUMER_* (but STREAMCONSUMER_LOG_LEVEL or STREAMCONSUMER_SPARK_JARS) "
+    "and POD_NAME are"
+)
 TENANT_REFUSED = [
     pytest.param(
         variant(pod={"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}]}),
@@ -295,7 +298,10 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
                 },
                 processor=PROCESSOR
                 | {
-                    "env": [{"name": "STREAMCONSUMER_LOG_LEVEL", "value": "INFO"}],
+                    "env": [
+                        {"name": "STREAMCONSUMER_LOG_LEVEL", "value": "INFO"},
+                        {"name": "STREAMCONSUMER_SPARK_JARS", "value": "/opt/spark-jars"},
+                    ],
                     "envFrom": [
                         {"secretRef": {"name": "aws"}},
                         {"prefix": "APP_", "configMapRef": {"name": "a"}},

@@ -71,8 +71,11 @@ RESERVED_ENV_PREFIX = "STREAMCONSUMER_"
 RESERVED_ENV_NAMES = ("POD_NAME",)
 """The worker's own settings: the operator's URL, CA and token paths, the shards' source.
 A tenant who could set them could send the worker's token in clear or elsewhere."""
-TENANT_ENV_NAMES = ("STREAMCONSUMER_LOG_LEVEL",)
-"""Under the reserved prefix, what a tenant may set: knobs that point nothing anywhere."""
+LOG_LEVEL_ENV = "STREAMCONSUMER_LOG_LEVEL"
+SPARK_JARS_ENV = "STREAMCONSUMER_SPARK_JARS"  # a directory of jars in the worker image
+TENANT_ENV_NAMES = (LOG_LEVEL_ENV, SPARK_JARS_ENV)
+"""Under the reserved prefix, the worker's knobs a tenant may set (the operator never
+does): they point nothing at another party."""
 
 
 def _quoted(names: tuple[str, ...]) -> str:

@@ -9,12 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from streamconsumer.models.pod_policy import SPARK_JARS_ENV
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 # A directory of jars fetched ahead of time (`python -m streamconsumer.spark.jars DIR`, as
 # the Spark worker image does): pods then need neither Maven Central nor a writable cache.
-JARS_DIR_ENV = "STREAMCONSUMER_SPARK_JARS"
+JARS_DIR_ENV = SPARK_JARS_ENV  # the tenant may set it (models/pod_policy.py)
 
 
 def delta_conf() -> dict[str, str]:

@@ -9,6 +9,7 @@ import ssl
 import sys
 
 from streamconsumer.deadletter import writer_for
+from streamconsumer.models.pod_policy import LOG_LEVEL_ENV
 from streamconsumer.processor import load_processor, warm_up
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
@@ -19,7 +20,7 @@ from streamconsumer.worker.source import worker_source
 
 def main() -> None:
     logging.basicConfig(
-        level=os.environ.get("STREAMCONSUMER_LOG_LEVEL", "WARNING").upper(),
+        level=os.environ.get(LOG_LEVEL_ENV, "WARNING").upper(),
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
     )
     config = WorkerConfig.from_env()
