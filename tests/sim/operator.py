@@ -401,7 +401,8 @@ class SimReplica:
         if isinstance(token, Reply):
             respond(token)
             return
-        consumer = answers.admit(review(token), NAMESPACE, NAME, self.registry)
+        caller = review(token)
+        consumer = answers.admit(caller, NAMESPACE, NAME, self.registry)
         if isinstance(consumer, Reply):
             respond(consumer)
             return
@@ -410,7 +411,7 @@ class SimReplica:
         if len(body) > limit:
             respond(answers.too_large(limit))
             return
-        reply = route.receive(consumer, body, review(token), self.clock())
+        reply = route.receive(consumer, body, caller, self.clock())
         if reply.status == 200 and path == answers.CHECKPOINT.path:
             self.operators.ledger.accepted(reply.body["shardId"], reply.body.get("checkpoint"))
         if (hold := reply.hold) is None:

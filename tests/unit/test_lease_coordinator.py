@@ -36,9 +36,15 @@ from .moments import CREATED
 SPEC = consumer_spec(lease_seconds=10)
 
 
-def beat(coordinator: LeaseCoordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
+def beat(  # type: ignore[no-untyped-def]
+    coordinator: LeaseCoordinator,
+    worker: str,
+    now: float,
+    *held: tuple[str, int],
+    draining: bool = False,
+):
     request = HeartbeatRequest(
-        worker=worker, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
+        worker=worker, draining=draining, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
     )
     return coordinator.heartbeat(request, now)
 
@@ -156,33 +162,32 @@ def test_a_release_not_saved_yet_is_never_called_lost_while_its_shard_moves_on()
     assert refused.value.lease_lost
 
 
-def draining_beat(coordinator: LeaseCoordinator, worker: str, now: float, *held: tuple[str, int]):  # type: ignore[no-untyped-def]
-    request = HeartbeatRequest(
-        worker=worker, draining=True, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
-    )
-    return coordinator.heartbeat(request, now)
-
-
-def test_an_unsaved_release_outlives_the_next_owners_release_of_its_unsaved_grant() -> None:
-    """Found by an adversarial review: a released to c, c drained before its grant was
-    saved and released it too; one entry per shard forgot a's release, a was told LOST."""
+def one_shard_run_by_a() -> LeaseCoordinator:
+    """Shard s0, granted to worker a under epoch 1 (saved) and heard of by a."""
     coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
     coordinator.set_shards([Shard("s0")])
     beat(coordinator, "a", 0.0)
     coordinator.step(0.0)
     saved(coordinator)
     beat(coordinator, "a", 0.1)
+    return coordinator
+
+
+def test_an_unsaved_release_outlives_the_next_owners_release_of_its_unsaved_grant() -> None:
+    """Found by an adversarial review: a released to c, c drained before its grant was
+    saved and released it too; one entry per shard forgot a's release, a was told LOST."""
+    coordinator = one_shard_run_by_a()
     beat(coordinator, "c", 0.2)
-    draining_beat(coordinator, "a", 0.3, ("s0", 1))
+    beat(coordinator, "a", 0.3, ("s0", 1), draining=True)
     coordinator.step(0.3)
     a_release = CheckpointRequest(
         worker="a", shard_id="s0", epoch=1, sequence_number="7", release=True, wait=True
     )
     coordinator.checkpoint(a_release)
     coordinator.step(0.4)  # granted to c at epoch 2, not saved
-    draining_beat(coordinator, "c", 0.5)
+    beat(coordinator, "c", 0.5, draining=True)
     coordinator.step(0.5)
-    for revoked in draining_beat(coordinator, "c", 0.6).revocations:
+    for revoked in beat(coordinator, "c", 0.6, draining=True).revocations:
         coordinator.checkpoint(
             CheckpointRequest(
                 worker="c", shard_id="s0", epoch=revoked.epoch, release=True, wait=True
@@ -190,21 +195,16 @@ def test_an_unsaved_release_outlives_the_next_owners_release_of_its_unsaved_gran
         )
     repeated = coordinator.checkpoint(a_release)
     assert (repeated.epoch, repeated.checkpoint) == (1, "7")
-    answer = draining_beat(coordinator, "a", 0.7, ("s0", 1))
+    answer = beat(coordinator, "a", 0.7, ("s0", 1), draining=True)
     assert all(r.reason is not RevocationReason.LOST for r in answer.revocations)
 
 
 def test_a_repeated_unsaved_release_is_answered_after_a_reset_too() -> None:
     """A reset clears the checkpoint under the same epoch; the repeat of a release it
     did not save yet is still the release, not a 409."""
-    coordinator = LeaseCoordinator(SPEC, DurableState(), now=0.0, created=CREATED)
-    coordinator.set_shards([Shard("s0")])
-    beat(coordinator, "a", 0.0)
-    coordinator.step(0.0)
-    saved(coordinator)
-    beat(coordinator, "a", 0.1)
+    coordinator = one_shard_run_by_a()
     coordinator.request_reset(ResetRequest(id="r", to=ResetPosition(timestamp=None)))
-    draining_beat(coordinator, "a", 0.2, ("s0", 1))
+    beat(coordinator, "a", 0.2, ("s0", 1), draining=True)
     coordinator.step(0.2)
     release = CheckpointRequest(
         worker="a", shard_id="s0", epoch=1, sequence_number="7", release=True, wait=True
