@@ -14,9 +14,22 @@ from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 
 
-def token_for(api: k8s.ApiClient, namespace: str, account: str, audience: str = AUDIENCE) -> str:
+def token_for(
+    api: k8s.ApiClient,
+    namespace: str,
+    account: str,
+    audience: str = AUDIENCE,
+    pod: k8s.V1Pod | None = None,
+) -> str:
+    """A token of `account`, bound to `pod` if given (as a kubelet mints them)."""
     core = k8s.CoreV1Api(api)
-    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[audience]))
+    bound = None
+    if pod is not None and pod.metadata is not None:
+        bound = k8s.V1BoundObjectReference(
+            kind="Pod", api_version="v1", name=pod.metadata.name, uid=pod.metadata.uid
+        )
+    spec = k8s.V1TokenRequestSpec(audiences=[audience], bound_object_ref=bound)
+    request = k8s.AuthenticationV1TokenRequest(spec=spec)
     status = core.create_namespaced_service_account_token(account, namespace, request).status
     assert status is not None
     assert status.token is not None
@@ -38,6 +51,20 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
         namespace, k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="other-worker"))
     )
     base = f"{scenario.operator.url}/v1/namespaces/{namespace}/streamconsumers/{scenario.name}"
+    # Issue 24: any pod running as the workers' ServiceAccount could take shards. This one
+    # is nobody's (never scheduled: a pod object is all a token needs to be bound to).
+    intruder = k8s.CoreV1Api(api).create_namespaced_pod(
+        namespace,
+        k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name="intruder"),
+            spec=k8s.V1PodSpec(
+                service_account_name=f"{scenario.name}-worker",
+                node_name="nowhere",
+                containers=[k8s.V1Container(name="c", image="example/intruder:1")],
+            ),
+        ),
+    )
+    intruder_token = token_for(api, namespace, f"{scenario.name}-worker", pod=intruder)
 
     def checkpoint(
         token: str | None, headers: dict[str, str] | None = None, **body: object
@@ -82,6 +109,10 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
             403,
         ),
         "speaks for another worker": (checkpoint(pod_token, worker="someone-else"), 403),
+        "a pod that is not one of the workers": (
+            checkpoint(intruder_token, worker="intruder"),
+            403,
+        ),
         "malformed": (checkpoint(pod_token, sequenceNumber="12abc"), 400),
         "a wire version not served": (checkpoint(pod_token, {WIRE_VERSION_HEADER: "0"}), 400),
         "larger than any checkpoint": (checkpoint(pod_token, padding="x" * 5000), 413),

@@ -13,6 +13,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.controller.children import deployment
 from streamconsumer.models.resource import StreamConsumerSpec
 from testbed.controlplane import ControlPlane
@@ -82,7 +83,8 @@ def helm_template(helm: Path, namespace: str) -> str:
 
 
 def worker_template(spec: dict[str, Any]) -> dict[str, Any]:
-    manifest = deployment("team-a", "clicks", StreamConsumerSpec.model_validate(spec), "https://x")
+    spec_model = StreamConsumerSpec.model_validate(spec)
+    manifest = deployment("team-a", "clicks", spec_model, "https://x", AUDIENCE)
     template: dict[str, Any] = manifest["spec"]["template"]
     return template
 

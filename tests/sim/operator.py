@@ -213,7 +213,7 @@ class SimConsumer(ManagedConsumer):
 
 def review(token: str) -> Caller:
     """TokenReview, simulated: a worker's token names its pod."""
-    return Caller(namespace=NAMESPACE, service_account=worker_service_account(NAME), pod_name=token)
+    return Caller(NAMESPACE, worker_service_account(NAME), pod_name=token, consumer=NAME)
 
 
 class SimReplica:

@@ -22,7 +22,7 @@ def pod_of(manifest: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_worker_writes_only_to_its_scratch_directory() -> None:
-    pod = pod_of(deployment("ns", "clicks", SPEC, "http://operator:8080"))
+    pod = pod_of(deployment("ns", "clicks", SPEC, "http://operator:8080", AUDIENCE))
     (container,) = pod["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -31,7 +31,7 @@ def test_a_worker_writes_only_to_its_scratch_directory() -> None:
 
 
 def test_a_worker_gets_a_pod_bound_token_for_the_operator_and_drains_in_time() -> None:
-    pod = pod_of(deployment("ns", "clicks", SPEC, "http://operator:8080"))
+    pod = pod_of(deployment("ns", "clicks", SPEC, "http://operator:8080", AUDIENCE))
     (container,) = pod["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     (token,) = [v for v in pod["volumes"] if "projected" in v]
@@ -41,7 +41,7 @@ def test_a_worker_gets_a_pod_bound_token_for_the_operator_and_drains_in_time() -
 
 
 def test_over_https_a_worker_verifies_the_operator_with_its_ca_bundle() -> None:
-    pod = pod_of(deployment("ns", "clicks", SPEC, "https://10.96.0.12:8080"))
+    pod = pod_of(deployment("ns", "clicks", SPEC, "https://10.96.0.12:8080", AUDIENCE))
     (container,) = pod["containers"]
     env = {e["name"]: e.get("value") for e in container["env"]}
     ca_path = env[WorkerConfig.env_name("ca_path")]
@@ -57,7 +57,7 @@ def test_over_https_a_worker_verifies_the_operator_with_its_ca_bundle() -> None:
 
 
 def test_over_plain_http_there_is_no_ca_bundle() -> None:
-    pod = pod_of(deployment("ns", "clicks", SPEC, "http://127.0.0.1:8080"))
+    pod = pod_of(deployment("ns", "clicks", SPEC, "http://127.0.0.1:8080", AUDIENCE))
     (container,) = pod["containers"]
     assert WorkerConfig.env_name("ca_path") not in {e["name"] for e in container["env"]}
     assert all("configMap" not in v for v in pod["volumes"])
@@ -66,7 +66,7 @@ def test_over_plain_http_there_is_no_ca_bundle() -> None:
 def test_a_worker_container_meets_pod_security_restricted_with_a_users_pod_context() -> None:
     spec = SPEC.model_copy(deep=True)
     spec.pod.security_context = {"runAsUser": 20000, "fsGroup": 20000}
-    pod = pod_of(deployment("ns", "clicks", spec, "https://operator:8080"))
+    pod = pod_of(deployment("ns", "clicks", spec, "https://operator:8080", AUDIENCE))
     (container,) = pod["containers"]
     assert pod["securityContext"] == {"runAsUser": 20000, "fsGroup": 20000}
     assert container["securityContext"] == {

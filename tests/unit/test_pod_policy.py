@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.controller.children import deployment
 from streamconsumer.models import kubernetes_schemas
 from streamconsumer.models.pod_policy import SAFE_VOLUME_SOURCES, UNSAFE_VOLUME_SOURCES
@@ -32,9 +33,8 @@ def test_the_workers_own_settings_win_over_a_tenants_env() -> None:
     spec.processor.env.append(  # as if the CRD had not refused it
         type(spec.processor.env[0])(name="STREAMCONSUMER_OPERATOR_URL", value="http://evil")
     )
-    container = deployment("n", "c", spec, "https://operator:8443")["spec"]["template"]["spec"][
-        "containers"
-    ][0]
+    manifest = deployment("n", "c", spec, "https://operator:8443", AUDIENCE)
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
     env = container["env"]
     last = {entry["name"]: entry for entry in env}
     assert last["STREAMCONSUMER_OPERATOR_URL"]["value"] == "https://operator:8443"

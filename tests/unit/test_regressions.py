@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client as k8s
 
 from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import TokenReviewer
+from streamconsumer.controller.auth import KubePodOwners, TokenReviewer
 from streamconsumer.controller.lease_coordinator import (
     DurableState,
     LeaseCoordinator,
@@ -24,10 +24,10 @@ from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.testing import ProcessorHarness
 from streamconsumer.worker.shard import Stop, Wait
 from testbed.specs import consumer_spec
+from testbed.tokens import token
 
 from .moments import CREATED
 from .shard_drive import Drive, batch
-from .tokens import token
 from .worker_heartbeat import heartbeat_answer
 
 SPEC = consumer_spec(lease_seconds=10)  # the tests that lower the lease lower it from 10 s
@@ -255,7 +255,10 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
     configuration = k8s.Configuration()
     configuration.host = "https://127.0.0.1:9"  # nothing listens there
     configuration.retries = 0
-    reviewer = TokenReviewer(k8s.AuthenticationV1Api(k8s.ApiClient(configuration)), timeout=2)
+    api_client = k8s.ApiClient(configuration)
+    reviewer = TokenReviewer(
+        k8s.AuthenticationV1Api(api_client), KubePodOwners(api_client), timeout=2
+    )
 
     api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)
     assert heartbeat_answer(api, token()) == (503, "1")

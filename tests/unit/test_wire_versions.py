@@ -100,8 +100,8 @@ class V1CheckpointResponse(V1):
 
 
 class Accepting:
-    async def review(self, token: str) -> Caller | None:
-        return Caller(namespace="n", service_account="c-worker", pod_name="w")
+    async def review(self, token: str, source: str = "") -> Caller | None:
+        return Caller(namespace="n", service_account="c-worker", pod_name="w", consumer="c")
 
 
 class Clock:

@@ -17,8 +17,16 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from multidict import CIMultiDictProxy
 
+from streamconsumer.controller.answers import Reply, admit
 from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import AUDIENCE, Caller, ReviewUnavailable, TokenReviewer
+from streamconsumer.controller.auth import (
+    AUDIENCE,
+    Caller,
+    ReviewBudget,
+    ReviewUnavailable,
+    TokenReviewer,
+    TooManyReviews,
+)
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.registry import ManagedConsumer, Registry
 from streamconsumer.core.leases import ACTIVE, ShardLease
@@ -32,18 +40,18 @@ from streamconsumer.models.api import (
     heartbeat_body_limit,
 )
 from testbed.specs import consumer_spec
+from testbed.tokens import token
 
 from .fenced import fenced_consumer
 from .moments import CREATED
-from .tokens import token
 from .worker_heartbeat import heartbeat_answer
 
-WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w")
+WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w", pod_uid="u", consumer="c")
 NOTE = {"action": "skip", "firstSequence": "1", "lastSequence": "2", "count": 2, "error": "e"}
 
 
 class Accepting:
-    async def review(self, token: str) -> Caller | None:
+    async def review(self, token: str, source: str = "") -> Caller | None:
         return WORKER
 
 
@@ -69,7 +77,7 @@ def test_an_unknown_consumer_is_503_while_the_operator_starts_then_404() -> None
 
 def test_a_standby_answers_come_back_later_without_reviewing_the_token() -> None:
     class Refusing:
-        async def review(self, token: str) -> Caller | None:
+        async def review(self, token: str, source: str = "") -> Caller | None:
             raise AssertionError("a standby must not review tokens")
 
     clock = Clock()
@@ -147,6 +155,16 @@ def test_a_replica_that_does_not_lead_closes_keep_alive_connections() -> None:
     assert asyncio.run(call()) == "close"
 
 
+class OwnedBy:
+    """The owner of the pod named in a token (consumer c's worker w, uid u, by default)."""
+
+    def __init__(self, consumer: str | None = "c") -> None:
+        self.consumer = consumer
+
+    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> str | None:
+        return self.consumer if (namespace, pod_name, pod_uid) == ("n", "w", "u") else None
+
+
 class FakeAuthentication:
     """AuthenticationV1Api.create_token_review, answering from a list."""
 
@@ -165,7 +183,10 @@ def reviewed(audiences: list[str], authenticated: bool = True) -> k8s.V1TokenRev
         audiences=audiences,
         user=k8s.V1UserInfo(
             username="system:serviceaccount:n:c-worker",
-            extra={"authentication.kubernetes.io/pod-name": ["w"]},
+            extra={
+                "authentication.kubernetes.io/pod-name": ["w"],
+                "authentication.kubernetes.io/pod-uid": ["u"],
+            },
         ),
     )
 
@@ -182,7 +203,7 @@ def reviewer(
     answers: list[k8s.V1TokenReviewStatus], clock: Ticking | None = None
 ) -> tuple[TokenReviewer, FakeAuthentication]:
     fake = FakeAuthentication(answers)
-    tokens = TokenReviewer(fake, timeout=2.5, clock=clock or Ticking())  # type: ignore[arg-type]
+    tokens = TokenReviewer(fake, OwnedBy(), timeout=2.5, clock=clock or Ticking())  # type: ignore[arg-type]
     return tokens, fake
 
 
@@ -238,6 +259,55 @@ def test_junk_tokens_cost_no_token_review() -> None:
     assert fake.calls == []
 
 
+def test_each_address_gets_a_burst_of_reviews_then_a_rate() -> None:
+    """Well-formed forged tokens reach TokenReview: one address may cost a burst, then
+    a few a second; another address is not held back by it."""
+    clock = Ticking()
+    tokens, fake = reviewer([reviewed([AUDIENCE], authenticated=False)] * 30, clock)
+    tokens.budget = ReviewBudget(rate=2.0, burst=3)
+    for jti in range(3):
+        assert asyncio.run(tokens.review(token(jti=jti), "10.0.0.1")) is None
+    with pytest.raises(TooManyReviews) as throttled:
+        asyncio.run(tokens.review(token(jti="more"), "10.0.0.1"))
+    assert throttled.value.retry_after == pytest.approx(0.5)
+    assert asyncio.run(tokens.review(token(jti="elsewhere"), "10.0.0.2")) is None
+    clock.now = 0.5
+    assert asyncio.run(tokens.review(token(jti="later"), "10.0.0.1")) is None
+    assert len(fake.calls) == 5
+
+
+def test_a_deleted_pods_token_is_reviewed_again_not_taken_from_the_cache() -> None:
+    tokens, fake = reviewer([reviewed([AUDIENCE]), reviewed([AUDIENCE], authenticated=False)])
+    t = token()
+    assert asyncio.run(tokens.review(t)) == WORKER
+    tokens.forget_pod("another-uid")
+    assert asyncio.run(tokens.review(t)) == WORKER, "another pod's deletion changes nothing"
+    tokens.forget_pod("u")
+    assert asyncio.run(tokens.review(t)) is None, "the apiserver refuses a dead pod's token"
+    assert len(fake.calls) == 2
+
+
+def test_a_pod_the_consumer_does_not_own_is_not_its_worker() -> None:
+    """Any pod running as `<name>-worker` could take shards (issue 24)."""
+    nobodys = Caller("n", "c-worker", "intruder", "u2", consumer=None)
+    registry = Registry(Clock(), startup_grace=0.0)
+    refused = admit(nobodys, "n", "c", registry)
+    assert isinstance(refused, Reply)
+    assert refused.status == 403
+    assert "intruder is not one of streamconsumer n/c's workers" in refused.body["message"]
+    tokens, _ = reviewer([reviewed([AUDIENCE])])
+    tokens.owners = OwnedBy(None)
+    assert asyncio.run(tokens.review(token())) == Caller("n", "c-worker", "w", "u", None)
+
+
+def test_too_many_reviews_waiting_is_503_at_once() -> None:
+    tokens, fake = reviewer([])
+    tokens.max_pending = 0
+    with pytest.raises(ReviewUnavailable, match="too many tokens waiting"):
+        asyncio.run(tokens.review(token()))
+    assert fake.calls == []
+
+
 def test_a_failed_review_says_nothing_of_the_apiservers_answer() -> None:
     """The 503 carried the apiserver's response headers and body to the caller."""
 
@@ -245,7 +315,7 @@ def test_a_failed_review_says_nothing_of_the_apiservers_answer() -> None:
         def create_token_review(self, body: Any, **kwargs: Any) -> Any:
             raise ApiException(status=500, reason="boom")
 
-    tokens = TokenReviewer(Failing())  # type: ignore[arg-type]  # the boundary
+    tokens = TokenReviewer(Failing(), OwnedBy())  # type: ignore[arg-type]  # the boundary
     with pytest.raises(ReviewUnavailable) as failed:
         asyncio.run(tokens.review(token()))
     assert str(failed.value) == "TokenReview failed: HTTP 500"

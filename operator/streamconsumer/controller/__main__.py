@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from streamconsumer.controller import executors, handlers
 from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import TokenReviewer
+from streamconsumer.controller.auth import KubePodOwners, ReviewBudget, TokenReviewer
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
@@ -72,11 +72,21 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         elector = Elector(lock, election, time.monotonic)
         # Both: the election's view now, and the process' (an ended term never resumes).
         leading = lambda: lifecycle.leading and elector.leading()  # noqa: E731
-    api = WorkerApi(
-        registry, TokenReviewer(k8s.AuthenticationV1Api(api_client)), time.monotonic, leading
+    reviewer = TokenReviewer(
+        k8s.AuthenticationV1Api(api_client),
+        KubePodOwners(api_client),
+        audience=config.token_audience,
+        budget=ReviewBudget(config.token_reviews_per_second, config.token_review_burst),
     )
-    # A short shutdown: workers retry, and reach the next leader.
-    runner = web.AppRunner(api.app(), access_log=None, shutdown_timeout=1.0)
+    api = WorkerApi(registry, reviewer, time.monotonic, leading, config.api_body_timeout_seconds)
+    # A short shutdown: workers retry, and reach the next leader. aiohttp's keep-alive
+    # timeout also closes a connection whose request headers are not all in by then.
+    runner = web.AppRunner(
+        api.app(),
+        access_log=None,
+        shutdown_timeout=1.0,
+        keepalive_timeout=config.api_header_timeout_seconds,
+    )
     await runner.setup()
     # HTTPS unless the API URL is http:// (local development): workers' tokens never
     # cross the pod network in clear. Every replica serves from the one CA in the Secret.
@@ -134,6 +144,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             config=config,
             api_client=api_client,
             registry=registry,
+            reviewer=reviewer,
             tls=tls,
             # Unique to this process: a restart in the same pod is a new term holder.
             holder=f"{config.identity()}/{uuid.uuid4().hex[:8]}",

@@ -12,6 +12,7 @@ is `held`: its host waits for the status write (at most `Hold.seconds`), then ca
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
@@ -66,7 +67,7 @@ class Hold:
 class Reply:
     status: int
     body: dict[str, Any]
-    retry_after: int | None = None  # 503: come back after this many seconds
+    retry_after: int | None = None  # 503, 429: come back after this many seconds
     close: bool = False  # end the keep-alive connection
     hold: Hold | None = None
 
@@ -94,6 +95,18 @@ def error(status: int, message: str, code: str | None = None) -> Reply:
 def unavailable(message: str, close: bool = False) -> Reply:
     body = ErrorResponse(error="unavailable", message=message)
     return Reply(503, body.wire(), retry_after=RETRY_AFTER_SECONDS, close=close)
+
+
+def throttled(message: str, retry_after: float) -> Reply:
+    """429: this caller asked too often; it may come back after `retry_after` seconds."""
+    body = ErrorResponse(error="unavailable", message=message)
+    return Reply(429, body.wire(), retry_after=max(1, math.ceil(retry_after)))
+
+
+def too_slow(seconds: float) -> Reply:
+    """408: the body did not arrive in time; the connection is closed."""
+    body = ErrorResponse(error="unavailable", message=f"the body took over {seconds:g} s")
+    return Reply(408, body.wire(), close=True)
 
 
 def front_door(leading: bool, wire_version: str | None, authorization: str | None) -> Reply | str:
@@ -124,6 +137,10 @@ def admit(
         return error(401, "the token was not accepted by TokenReview")
     if caller.namespace != namespace or caller.service_account != worker_service_account(name):
         return error(403, f"not a worker of streamconsumer {namespace}/{name}")
+    if caller.consumer != name:  # the workers' ServiceAccount, in a pod not of our workers
+        return error(
+            403, f"pod {caller.pod_name} is not one of streamconsumer {namespace}/{name}'s workers"
+        )
     consumer = registry.get(namespace, name)
     if consumer is None:
         if registry.starting(namespace, name):

@@ -8,7 +8,10 @@ a wire version not served, 401 no or invalid token, 403 not a worker of this con
 speaking for another, 404 unknown consumer, 409 lease lost (stale epoch), 413 a body
 larger than any legal message. 503 with Retry-After means "come back soon": the token
 could not be reviewed right now, the consumer is still being loaded, or a SHARD_END
-waits for the first listing of the stream. Every answer carries our wire version.
+waits for the first listing of the stream; 429 with Retry-After, too many new tokens
+from one address; 408, a body that did not arrive in time. Every answer carries our
+wire version. A connection that does not send its headers in time is closed
+(`OperatorConfig.api_header_timeout_seconds`).
 
 What each request gets is decided in `answers.py` (sans-I/O, run by the simulation
 too); this module serves it: the token reviewed before the body is read, the body read
@@ -28,7 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streamconsumer.controller import answers, metrics
 from streamconsumer.controller.answers import ROUTES, Reply, Route
-from streamconsumer.controller.auth import Caller, ReviewUnavailable
+from streamconsumer.controller.auth import Caller, ReviewUnavailable, TooManyReviews
 from streamconsumer.controller.registry import Registry
 from streamconsumer.models.api import MAX_HELD_SHARDS, WIRE_VERSION_HEADER, heartbeat_body_limit
 
@@ -36,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 class Reviewer(Protocol):
-    async def review(self, token: str) -> Caller | None: ...
+    async def review(self, token: str, source: str) -> Caller | None: ...
 
 
 def _response(reply: Reply) -> web.Response:
@@ -95,11 +98,13 @@ class WorkerApi:
         reviewer: Reviewer,
         clock: Callable[[], float],
         leading: Callable[[], bool] = _always,
+        body_timeout: float = 10.0,
     ) -> None:
         self.registry = registry
         self.reviewer = reviewer
         self.clock = clock
         self.leading = leading
+        self.body_timeout = body_timeout
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -133,7 +138,9 @@ class WorkerApi:
         if isinstance(token, Reply):
             return token
         try:
-            caller = await self.reviewer.review(token)
+            caller = await self.reviewer.review(token, request.remote or "")
+        except TooManyReviews as error:
+            return answers.throttled(str(error), error.retry_after)
         except ReviewUnavailable as error:
             return answers.unavailable(str(error))
         namespace, name = request.match_info["namespace"], request.match_info["name"]
@@ -142,7 +149,10 @@ class WorkerApi:
             return consumer
         assert caller is not None  # admitted
         limit = route.body_limit(consumer)
-        body = await _read_body(request, limit)
+        try:
+            body = await asyncio.wait_for(_read_body(request, limit), self.body_timeout)
+        except TimeoutError:
+            return answers.too_slow(self.body_timeout)
         if body is None:
             return answers.too_large(limit)
         reply = route.receive(consumer, body, caller, self.clock())

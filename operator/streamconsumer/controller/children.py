@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.controller.names import (
     operator_ca,
     worker_deployment,
@@ -29,6 +28,7 @@ from streamconsumer.worker.config import WorkerConfig
 
 DRAIN_MARGIN_SECONDS = 5  # the worker's drain ends this long before the pod is killed
 WORKER_METRICS_PORT = 9102
+WORKER_APP = "streamconsumer-worker"  # the workers' app.kubernetes.io/name
 # Pod Security Standard `restricted`, set on the container so that a pod-level
 # spec.pod.securityContext (runAsUser, fsGroup, ...) still applies alongside it.
 RESTRICTED_CONTAINER = {
@@ -59,7 +59,7 @@ def scale_patch(consumer: str, replicas: int) -> dict[str, Any]:
 
 
 def selector_labels(consumer: str) -> dict[str, str]:
-    return {CONSUMER_LABEL: consumer, NAME_LABEL: "streamconsumer-worker"}
+    return {CONSUMER_LABEL: consumer, NAME_LABEL: WORKER_APP}
 
 
 def label_selector(consumer: str) -> str:
@@ -91,8 +91,9 @@ def ca_bundle(consumer: str, ca_pem: bytes) -> dict[str, Any]:
 
 
 def deployment(
-    namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str
+    namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str, audience: str
 ) -> dict[str, Any]:
+    """`audience`: this operator release's, for the workers' tokens (docs/security.md)."""
     pod = spec.pod
     tls = uses_tls(operator_url)
     config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
@@ -176,7 +177,7 @@ def deployment(
                                 "sources": [
                                     {
                                         "serviceAccountToken": {
-                                            "audience": AUDIENCE,
+                                            "audience": audience,
                                             "expirationSeconds": 3600,
                                             "path": "token",
                                         }

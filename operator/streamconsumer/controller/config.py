@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.core.election import ElectionTiming
 
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -42,6 +43,18 @@ class OperatorConfig(BaseSettings):
     tls_sans: list[str] = Field(default_factory=list)
     # cert-manager's Secret mounted here (tls.crt, tls.key, ca.crt): no CA of our own.
     tls_cert_dir: str | None = None
+    # The workers' tokens are meant for this audience only: one per operator release, so a
+    # token minted for another release's workers is refused here (the chart sets it).
+    token_audience: str = Field(default=AUDIENCE, min_length=1)
+    # A connection that has not sent a whole request's headers this long after it opened
+    # or after its last answer is closed (also the idle keep-alive timeout; workers' HTTP
+    # client drops idle connections after 5 s).
+    api_header_timeout_seconds: float = Field(default=15.0, gt=0)
+    # A request whose body takes longer is answered 408 and its connection closed.
+    api_body_timeout_seconds: float = Field(default=10.0, gt=0)
+    # New tokens (each a TokenReview) one source address may present: a burst, then a rate.
+    token_reviews_per_second: float = Field(default=5.0, gt=0)
+    token_review_burst: int = Field(default=20, ge=1)
     shard_sync_seconds: float = Field(default=10.0, gt=0)
     # A listing that takes longer is abandoned (the loop keeps the last one meanwhile).
     shard_sync_timeout_seconds: float = Field(default=30.0, gt=0)

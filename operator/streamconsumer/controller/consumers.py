@@ -17,13 +17,13 @@ from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.loop import Event, LoopSettings
+from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import KubeStatusApi, StatusWriter
 from streamconsumer.sources.factory import make_source
 
 AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
-KUBERNETES_TIMEOUT_SECONDS = 10.0
 
 
 async def consume(

@@ -10,6 +10,7 @@ from typing import Any
 import kopf
 from kubernetes import client as k8s
 
+from streamconsumer.controller.auth import TokenReviewer
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import Serving
@@ -20,6 +21,7 @@ class OperatorContext:
     config: OperatorConfig
     api_client: k8s.ApiClient
     registry: Registry
+    reviewer: TokenReviewer
     tls: Serving | None
     # Unique to this process: the status' term fence names it (two lives never share one).
     holder: str

@@ -19,15 +19,17 @@ from pydantic import ValidationError
 from streamconsumer.controller import children, consumers, executors, fanout
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.owned import NotOurs, apply_owned
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
+    NAME_LABEL,
     RESET_ANNOTATION,
     ResetRequest,
     StreamConsumerSpec,
 )
 
-FIELD_MANAGER = "streamconsumer-operator"
-KUBERNETES_TIMEOUT_SECONDS = 10.0
+# An object of a name we need that is not ours: looked at again this often.
+CONFLICT_RETRY_SECONDS = 10.0
 
 
 def spec_of(body: kopf.Body) -> StreamConsumerSpec:
@@ -56,29 +58,6 @@ async def stop_serving(memo: kopf.Memo, **_: Any) -> None:
     await context_of(memo).stop_serving()
 
 
-def _apply(api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str) -> None:
-    """Server-side apply: idempotent create-or-update in one call."""
-    name = manifest["metadata"]["name"]
-    kwargs: dict[str, Any] = {
-        "field_manager": FIELD_MANAGER,
-        "force": True,
-        "_content_type": "application/apply-patch+yaml",
-        "_request_timeout": KUBERNETES_TIMEOUT_SECONDS,
-    }
-    if manifest["kind"] == "Deployment":
-        k8s.AppsV1Api(api_client).patch_namespaced_deployment(name, namespace, manifest, **kwargs)
-    elif manifest["kind"] == "ConfigMap":
-        k8s.CoreV1Api(api_client).patch_namespaced_config_map(name, namespace, manifest, **kwargs)
-    elif manifest["kind"] == "PodDisruptionBudget":
-        k8s.PolicyV1Api(api_client).patch_namespaced_pod_disruption_budget(
-            name, namespace, manifest, **kwargs
-        )
-    else:
-        k8s.CoreV1Api(api_client).patch_namespaced_service_account(
-            name, namespace, manifest, **kwargs
-        )
-
-
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
@@ -97,18 +76,37 @@ async def reconcile_children(
         children.service_account(name, spec),
         # The CA before the Deployment: its pods mount it.
         *([children.ca_bundle(name, context.tls.ca_pem)] if context.tls is not None else []),
-        children.deployment(namespace, name, spec, context.config.api_url),
+        children.deployment(
+            namespace, name, spec, context.config.api_url, context.config.token_audience
+        ),
         children.disruption_budget(name),
     ]
-    for manifest in manifests:
-        kopf.adopt(manifest, owner=body)
-        apply = functools.partial(_apply, context.api_client, manifest, namespace)
-        await executors.run_in(executors.KUBERNETES, apply)
     consumer = context.registry.get(namespace, name)
+    try:
+        for manifest in manifests:
+            kopf.adopt(manifest, owner=body)
+            apply = functools.partial(
+                apply_owned, context.api_client, manifest, namespace, body.metadata.uid
+            )
+            await executors.run_in(executors.KUBERNETES, apply)
+    except NotOurs as conflict:
+        kopf.warn(body, reason="ObjectConflict", message=str(conflict))
+        if consumer is not None:
+            consumer.loop.children_applied(str(conflict))
+            consumer.wake()
+        raise kopf.TemporaryError(str(conflict), delay=CONFLICT_RETRY_SECONDS) from None
     if consumer is not None:
+        consumer.loop.children_applied(None)
         consumer.coordinator.update_spec(spec)
         consumer.wake()
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
+
+
+@kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})
+async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    """A deleted worker pod's tokens are refused at once, not when their cache runs out."""
+    if event["type"] == "DELETED":
+        context_of(memo).reviewer.forget_pod(event["object"]["metadata"]["uid"])
 
 
 def _fan_out(body: kopf.Body, **_: Any) -> bool:

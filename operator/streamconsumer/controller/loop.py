@@ -106,6 +106,7 @@ class ConsumerLoop:
         self.events: list[Event] = []
         self.source_error: str | None = None
         self.write_error: str | None = None
+        self.children_error: str | None = None  # the workers' objects could not be applied
         self.conditions: list[Condition] = []
         self._syncing = False
         self._listing: int | None = None  # the number of the listing under way
@@ -127,6 +128,12 @@ class ConsumerLoop:
     def deposed_by(self, reason: str) -> None:
         """A newer term fenced the status: this loop must never grant or write again."""
         self.deposed = reason
+
+    def children_applied(self, error: str | None) -> None:
+        """The outcome of applying the workers' objects (None: all applied)."""
+        if error != self.children_error:
+            self.children_error = error
+            self.coordinator.status_changed()
 
     def take_events(self) -> list[Event]:
         events, self.events = self.events, []
@@ -253,7 +260,7 @@ class ConsumerLoop:
         self._writing = True
         version = coordinator.version
         snapshot = coordinator.snapshot(now)
-        problems = [p for p in (self.source_error, self.write_error) if p]
+        problems = [p for p in (self.source_error, self.write_error, self.children_error) if p]
         problems += coordinator.blocked_shards()
         status = render(
             self.name, coordinator, snapshot, self.generation(), self.conditions, problems

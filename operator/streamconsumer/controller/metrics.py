@@ -32,6 +32,11 @@ REFUSED_CALLS = Counter(
     ["status"],
     registry=REGISTRY,
 )
+TOKEN_REVIEWS = Counter(
+    "streamconsumer_token_reviews",
+    "TokenReviews sent to the apiserver (new worker tokens; junk never reaches one).",
+    registry=REGISTRY,
+)
 MILLIS_BEHIND = Gauge(
     "streamconsumer_millis_behind_latest",
     "MillisBehindLatest per shard, as its owner last reported it.",

@@ -154,7 +154,7 @@ def request_headers(token: str) -> dict[str, str]:
 
 def _later(status: int) -> bool:
     """An answer that means "come back" whoever gave it (the operator, a proxy)."""
-    return status >= 500 or status == 429 or 300 <= status < 400
+    return status >= 500 or status in (408, 429) or 300 <= status < 400
 
 
 def heartbeat_answer(status: int, content: bytes) -> HeartbeatResponse:

@@ -1,0 +1,97 @@
+"""Creating and updating the objects a StreamConsumer owns, and never any other.
+
+A tenant may name a StreamConsumer after an object that already exists, say a
+ServiceAccount `<name>-worker` bound to roles or to an IAM role: applying over it with
+force and adopting it would hand its rights to the tenant's workers, and delete it
+with the StreamConsumer. So an object is applied without force where none was read (one
+created in between, by someone who could create it anyway, fails on any field of theirs
+and on a controller of its own), and with force only while its controller reference is
+this StreamConsumer (its uid in the patch: the apply fails if the object was replaced
+meanwhile). Anything else is `NotOurs`, left untouched
+(docs/security.md#ownership)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+FIELD_MANAGER = "streamconsumer-operator"
+KUBERNETES_TIMEOUT_SECONDS = 10.0
+
+
+class NotOurs(Exception):
+    """An object of the name we need exists and is not this StreamConsumer's."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        super().__init__(
+            f"{kind} {name} exists and is not this StreamConsumer's: it is left untouched; "
+            f"delete or rename it, or rename the StreamConsumer"
+        )
+        self.kind = kind
+        self.name = name
+
+
+@dataclass(frozen=True)
+class _Verbs:
+    read: Callable[..., Any]
+    patch: Callable[..., Any]
+
+
+def _verbs(api_client: k8s.ApiClient, kind: str) -> _Verbs:
+    core, apps = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client)
+    policy = k8s.PolicyV1Api(api_client)
+    return {
+        "Deployment": _Verbs(
+            apps.read_namespaced_deployment,
+            apps.patch_namespaced_deployment,
+        ),
+        "ConfigMap": _Verbs(
+            core.read_namespaced_config_map,
+            core.patch_namespaced_config_map,
+        ),
+        "ServiceAccount": _Verbs(
+            core.read_namespaced_service_account,
+            core.patch_namespaced_service_account,
+        ),
+        "PodDisruptionBudget": _Verbs(
+            policy.read_namespaced_pod_disruption_budget,
+            policy.patch_namespaced_pod_disruption_budget,
+        ),
+    }[kind]
+
+
+def controlled_by(owners: list[Any] | None, owner_uid: str) -> bool:
+    return any(o.controller and o.uid == owner_uid for o in owners or [])
+
+
+def apply_owned(
+    api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str, owner_uid: str
+) -> None:
+    """Creates `manifest` (which carries its owner reference) or brings ours up to date;
+    raises NotOurs, or ApiException (a conflict is retried by the caller)."""
+    kind, name = manifest["kind"], manifest["metadata"]["name"]
+    verbs = _verbs(api_client, kind)
+    try:
+        existing = verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        existing = None
+    if existing is not None and not controlled_by(existing.metadata.owner_references, owner_uid):
+        raise NotOurs(kind, name)
+    if existing is not None:
+        manifest = {**manifest, "metadata": {**manifest["metadata"], "uid": existing.metadata.uid}}
+    # Server-side apply: our fields, whoever else manages others (kubectl scale, HPA).
+    verbs.patch(
+        name,
+        namespace,
+        manifest,
+        field_manager=FIELD_MANAGER,
+        force=existing is not None,
+        _content_type="application/apply-patch+yaml",
+        _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
+    )

@@ -1,0 +1,237 @@
+"""A tenant's attacks (issue 24) on the real operator process and the real apiserver:
+an object of the workers' name that is not the StreamConsumer's, junk tokens by the
+thousand, a connection that never finishes its headers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.models import API_VERSION, KIND
+from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
+from testbed.controlplane import ControlPlane
+from testbed.kube import StreamConsumers
+from testbed.operator_process import LEADER_LEASE_SECONDS, OperatorProcess
+from testbed.tokens import token
+from testbed.waiting import wait_for
+
+HEADER_TIMEOUT_SECONDS = 2.0
+REVIEWS_PER_SECOND, REVIEW_BURST = 5.0, 20
+WIRE = str(WIRE_VERSION)
+
+
+@pytest.fixture
+def operator(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(
+        control_plane.kubeconfig,
+        namespace,
+        tmp_path / "operator",
+        env={
+            "STREAMCONSUMER_API_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT_SECONDS),
+            "STREAMCONSUMER_TOKEN_REVIEWS_PER_SECOND": str(REVIEWS_PER_SECOND),
+            "STREAMCONSUMER_TOKEN_REVIEW_BURST": str(REVIEW_BURST),
+        },
+    ).start()
+    yield process
+    process.stop()
+
+
+def consumer(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+            "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+        },
+    }
+
+
+def degraded_message(consumers: StreamConsumers, name: str) -> str:
+    conditions = consumers.get(name).get("status", {}).get("conditions", [])
+    return next((c["message"] for c in conditions if c["type"] == "Degraded"), "")
+
+
+def test_an_object_of_the_workers_name_that_is_not_ours_is_left_untouched(
+    api_client: k8s.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """Applying with force and adopting took over an existing ServiceAccount
+    `<name>-worker` (with its RoleBindings, or an IAM role through IRSA) and had it
+    garbage-collected with the StreamConsumer."""
+    core, apps = k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client)
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/platform-admin"}
+    core.create_namespaced_service_account(
+        namespace,
+        k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name="clicks-worker", annotations=role)),
+    )
+    before = core.read_namespaced_service_account("clicks-worker", namespace).metadata
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(consumer("clicks"))
+
+    wait_for(
+        lambda: (
+            "ServiceAccount clicks-worker exists and is not this StreamConsumer's"
+            in degraded_message(consumers, "clicks")
+        ),
+        60,
+        "a Degraded condition naming the ServiceAccount",
+    )
+    events = core.list_namespaced_event(namespace, field_selector="reason=ObjectConflict").items
+    assert any("ServiceAccount clicks-worker" in (e.message or "") for e in events), events
+    after = core.read_namespaced_service_account("clicks-worker", namespace).metadata
+    assert after is not None
+    assert before is not None
+    assert after.resource_version == before.resource_version, "not patched"
+    assert not after.owner_references
+    assert after.annotations == role
+    with pytest.raises(ApiException) as missing:  # no pod ever runs as the borrowed account
+        apps.read_namespaced_deployment("clicks-workers", namespace)
+    assert missing.value.status == 404
+
+    # Once the account is out of the way, the StreamConsumer's own is made, and owned.
+    core.delete_namespaced_service_account("clicks-worker", namespace)
+
+    def owned() -> bool:
+        try:
+            account = core.read_namespaced_service_account("clicks-worker", namespace)
+        except ApiException:
+            return False
+        refs = (account.metadata.owner_references if account.metadata else None) or []
+        return [(r.kind, r.name, r.controller) for r in refs] == [(KIND, "clicks", True)]
+
+    wait_for(owned, 60, "the StreamConsumer's own ServiceAccount")
+    wait_for(
+        lambda: "clicks-worker" not in degraded_message(consumers, "clicks"),
+        60,
+        "the conflict cleared from the condition",
+    )
+    mine = core.read_namespaced_service_account("clicks-worker", namespace).metadata
+    assert mine is not None
+    assert not mine.annotations, "the IRSA role was the other account's"
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed(operator: OperatorProcess) -> None:
+    """It stayed open indefinitely (aiohttp's keep-alive timeout was 3,630 s)."""
+    host, port = "127.0.0.1", operator.port
+    with socket.create_connection((host, port), timeout=30) as connection:
+        opened = time.monotonic()
+        connection.sendall(b"POST /v1/namespaces/n/streamconsumers/c/heartbeat HTTP/1.1\r\n")
+        connection.settimeout(0.5)
+        closed_after = None
+        while time.monotonic() - opened < HEADER_TIMEOUT_SECONDS + 10:
+            try:
+                connection.sendall(b"X")  # a header name, a byte at a time
+                if connection.recv(1024) == b"":
+                    closed_after = time.monotonic() - opened
+                    break
+            except TimeoutError:
+                continue
+            except OSError:  # reset
+                closed_after = time.monotonic() - opened
+                break
+    assert closed_after is not None, "still open"
+    assert closed_after < HEADER_TIMEOUT_SECONDS + 2, closed_after
+
+
+class LeaseRenewals:
+    """Every renewTime of the operators' Lease seen while it runs, polled."""
+
+    def __init__(self, api_client: k8s.ApiClient, namespace: str) -> None:
+        self._api = k8s.CoordinationV1Api(api_client)
+        self._namespace = namespace
+        self.seen: list[tuple[str, datetime]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        name = OperatorConfig.model_fields["leader_lease_name"].default
+        while not self._stop.wait(0.1):
+            spec = self._api.read_namespaced_lease(name, self._namespace).spec
+            renewed = spec.renew_time if spec is not None else None
+            if renewed is not None and (not self.seen or self.seen[-1][1] != renewed):
+                assert spec is not None
+                self.seen.append((str(spec.holder_identity), renewed))
+
+    def __enter__(self) -> LeaseRenewals:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def longest_gap(self) -> float:
+        times = [at for _, at in self.seen]
+        return max((b - a).total_seconds() for a, b in itertools.pairwise(times))
+
+
+def token_reviews(plane: ControlPlane) -> float:
+    """TokenReviews the apiserver has served, by its own count."""
+    _, body = plane.get("/metrics")
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name == "apiserver_request_total"
+        and sample.labels.get("resource") == "tokenreviews"
+    )
+
+
+def test_junk_tokens_cost_a_bounded_number_of_reviews_and_the_lease_stays_renewed(
+    api_client: k8s.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """Each well-formed forged token (right audience, subject shape, expiry; no valid
+    signature) cost one TokenReview on a small pool: 1,000 of them held the leader's
+    renewals back until it lost its Lease."""
+    path = f"/v1/namespaces/{namespace}/streamconsumers/clicks/heartbeat"
+    subject = f"system:serviceaccount:{namespace}:clicks-worker"
+    forged = [token(sub=subject, jti=uuid.uuid4().hex) for _ in range(1000)]
+    reviews_before = token_reviews(control_plane)
+
+    async def flood() -> list[int]:
+        limits = httpx.Limits(max_connections=50)
+        async with httpx.AsyncClient(base_url=operator.url, limits=limits, timeout=30) as http:
+            gate = asyncio.Semaphore(50)
+
+            async def call(junk: str) -> int:
+                async with gate:
+                    headers = {"Authorization": f"Bearer {junk}", WIRE_VERSION_HEADER: WIRE}
+                    response = await http.post(path, json={"worker": "w"}, headers=headers)
+                    return response.status_code
+
+            return await asyncio.gather(*(call(junk) for junk in forged))
+
+    with LeaseRenewals(api_client, namespace) as renewals:
+        started = time.monotonic()
+        statuses = asyncio.run(flood())
+        elapsed = time.monotonic() - started
+        time.sleep(LEADER_LEASE_SECONDS)  # renewals after the flood too
+    reviews = token_reviews(control_plane) - reviews_before
+    assert reviews <= REVIEW_BURST + REVIEWS_PER_SECOND * elapsed + 1, (reviews, elapsed)
+    assert operator.metric("streamconsumer_token_reviews_total") == reviews
+    assert set(statuses) <= {401, 429}, set(statuses)
+    assert statuses.count(429) > 0
+    holders = {holder for holder, _ in renewals.seen}
+    assert len(holders) == 1, f"leadership changed hands: {holders}"
+    assert operator.exit_code() is None
+    assert renewals.longest_gap() < LEADER_LEASE_SECONDS, renewals.seen
