@@ -123,7 +123,7 @@ def main() -> None:
 def measure_worker(cluster: Cluster, emulator: KinesisEmulator) -> dict[str, float]:
     """The clickstream example, one worker over 4 shards: its RSS idle, then busy."""
     node, kubectl = cluster.node, Kubectl(cluster)
-    install_operator(cluster, helm_binary(), kubectl)
+    install_operator(cluster, helm_binary(), kubectl, emulator)
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     consumer_namespace(kubectl, namespace)
     stream = "clicks"

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from streamconsumer.controller.access import AccessPolicy
 from streamconsumer.controller.leadership import LEADER_LABEL
 from testbed.controlplane import ControlPlane
 
@@ -210,3 +212,21 @@ def test_cert_manager_mode_renders_its_issuers_and_mounts_the_certificate(helm: 
     )
     default_url = env_of(operator_container(rendered_docs(helm, "--set", "tls.mode=certManager")))
     assert default_url["STREAMCONSUMER_API_URL"] == "https://sc-operator.sys.svc:8080"
+
+
+def test_aws_access_reaches_the_operator_as_it_reads_it(helm: Path) -> None:
+    """`awsAccess` (docs/security.md#aws-access) becomes the JSON the operator parses;
+    a misspelt field is refused at install, not ignored."""
+    policy = {"namespaces": {"team-a": {"streams": ["team-a-*"], "allowHttp": True}}}
+    env = env_of(
+        operator_container(rendered_docs(helm, "--set-json", f"awsAccess={json.dumps(policy)}"))
+    )
+    read = AccessPolicy.model_validate_json(env["STREAMCONSUMER_AWS_ACCESS"])
+    assert read == AccessPolicy.model_validate(policy)
+    default = env_of(operator_container(rendered_docs(helm)))
+    assert "STREAMCONSUMER_AWS_ACCESS" not in default, "no awsAccess: the operator's default"
+    refused = template(helm, "--set-json", 'awsAccess={"default":{"endpoint":["x"]}}')
+    assert refused.returncode != 0
+    assert "endpoint" in refused.stderr
+    # Each release's workers' tokens are for that release only.
+    assert env["STREAMCONSUMER_TOKEN_AUDIENCE"] == "streamconsumer.io/sys/sc-operator"

@@ -19,6 +19,7 @@ from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_na
 from streamconsumer.sources.kinesis_fanout import FanOutKinesisSource, FanOutShardReader
 from streamconsumer.worker.source import worker_source
 from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records, split_shard_in_half
+from testbed.specs import TEST_BED_ACCESS as ACCESS
 from testbed.specs import worker_config
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
@@ -101,14 +102,14 @@ def test_moving_fan_out_to_another_stream_deregisters_from_the_first(
     on_first = StreamConsumers(kinesis.client, StreamRef(name=first))
     on_second = StreamConsumers(kinesis.client, StreamRef(name=second))
     on_first.register(name)
-    arn = asyncio.run(fanout.consumer_changed("team", "clicks", spec(first), spec(second)))
+    arn = asyncio.run(fanout.consumer_changed(ACCESS, "team", "clicks", spec(first), spec(second)))
     assert arn == on_second.consumer_arn(name)
     deadline = time.monotonic() + 30
     while consumers_of(kinesis, on_first):
         assert time.monotonic() < deadline, "the first stream's consumer stayed"
         time.sleep(0.2)
     assert consumers_of(kinesis, on_second) == [name]
-    asyncio.run(fanout.consumer_changed("team", "clicks", spec(second), spec(second)))
+    asyncio.run(fanout.consumer_changed(ACCESS, "team", "clicks", spec(second), spec(second)))
     assert on_second.consumer_arn(name) == arn, "the same stream keeps its consumer"
 
 

@@ -5,7 +5,9 @@ thousand, a connection that never finishes its headers."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import itertools
+import json
 import socket
 import threading
 import time
@@ -52,13 +54,16 @@ def operator(
     process.stop()
 
 
-def consumer(name: str) -> dict[str, object]:
+def consumer(name: str, endpoint: str | None = None) -> dict[str, object]:
+    source = {"streamName": "clicks", "region": "eu-west-1"}
+    if endpoint is not None:
+        source["endpointURL"] = endpoint
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": name},
         "spec": {
-            "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+            "source": {"kinesis": source},
             "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
         },
     }
@@ -235,3 +240,83 @@ def test_junk_tokens_cost_a_bounded_number_of_reviews_and_the_lease_stays_renewe
     assert len(holders) == 1, f"leadership changed hands: {holders}"
     assert operator.exit_code() is None
     assert renewals.longest_gap() < LEADER_LEASE_SECONDS, renewals.seen
+
+
+SECRET = "hunter2"
+
+
+class InternalPage:
+    """An internal web page with a password on it, answering every POST 400 (a body
+    botocore reads as an error message), counting the calls."""
+
+    def __init__(self) -> None:
+        page = f"<html><body>admin console, password: {SECRET}</body></html>".encode()
+        calls = self.calls = [0]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                calls[0] += 1
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(400)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_internal_endpoint_is_refused_and_no_answer_is_reflected(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """The operator POSTed to any endpointURL with its own AWS credentials, and the page
+    it got back (a password in it) landed in Degraded and a Warning Event."""
+    page = InternalPage()
+    # The admin allowed this namespace one emulator on loopback, by that name only.
+    policy = {"namespaces": {namespace: {"endpoints": ["127.0.0.1"], "allowHttp": True}}}
+    process = OperatorProcess(
+        control_plane.kubeconfig,
+        namespace,
+        tmp_path / "operator",
+        env={"STREAMCONSUMER_AWS_ACCESS": json.dumps(policy)},
+    ).start()
+    try:
+        consumers = StreamConsumers(api_client, namespace)
+        consumers.create(consumer("sneaky", f"http://localhost:{page.port}/"))
+        wait_for(
+            lambda: (
+                "endpoint host localhost is not one namespace"
+                in degraded_message(consumers, "sneaky")
+            ),
+            60,
+            "the endpoint refused",
+        )
+        assert page.calls[0] == 0, "nothing sent to a refused endpoint"
+
+        consumers.create(consumer("allowed", f"http://127.0.0.1:{page.port}/"))
+        wait_for(lambda: page.calls[0] > 0, 60, "the allowed endpoint called")
+        wait_for(
+            lambda: "not an AWS service's" in degraded_message(consumers, "allowed"),
+            60,
+            "the failed listing shown",
+        )
+        time.sleep(2)  # more listings, more chances to leak
+        core = k8s.CoreV1Api(api_client)
+        events = [e.message or "" for e in core.list_namespaced_event(namespace).items]
+        shown = json.dumps([consumers.get(n).get("status") for n in ("sneaky", "allowed")])
+        assert SECRET not in shown
+        assert not [e for e in events if SECRET in e], events
+        assert process.server is not None
+        assert SECRET not in process.server.log_path.read_text(errors="replace")
+    finally:
+        process.stop()
+        page.close()

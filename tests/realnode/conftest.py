@@ -56,8 +56,10 @@ def emulator(
 
 
 @pytest.fixture(scope="package")
-def operator_namespace(cluster: Cluster, helm: Path, kubectl: Kubectl) -> str:
-    install_operator(cluster, helm, kubectl)
+def operator_namespace(
+    cluster: Cluster, helm: Path, kubectl: Kubectl, emulator: KinesisEmulator
+) -> str:
+    install_operator(cluster, helm, kubectl, emulator)
     return RELEASE_NAMESPACE
 
 

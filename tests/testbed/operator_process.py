@@ -15,6 +15,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from testbed.processes import Server, free_port
+from testbed.specs import TEST_BED_ACCESS
 
 LEADER_LEASE_SECONDS = 4.0
 
@@ -51,6 +52,7 @@ class OperatorProcess:
             "STREAMCONSUMER_LEADER_LEASE_SECONDS": str(LEADER_LEASE_SECONDS),
             "STREAMCONSUMER_LEADER_RENEW_DEADLINE_SECONDS": "3",
             "STREAMCONSUMER_LEADER_RETRY_SECONDS": "0.5",
+            "STREAMCONSUMER_AWS_ACCESS": TEST_BED_ACCESS.model_dump_json(by_alias=True),
             **(env or {}),
         }
         self._workdir = workdir

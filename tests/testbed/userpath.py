@@ -10,6 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -19,6 +20,7 @@ from testbed.node import Cluster
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "clickstream"
 INSTALL_MARKER = "# The real-node tier of `make test` runs this block as it is."
+EMULATOR_MARKER = "# Against an emulator, the real-node tier of `make test` runs this block too."
 RELEASE_NAMESPACE = "streamconsumer-system"
 OPERATOR = "streamconsumer-operator"  # the chart's name for the release `streamconsumer`
 WORKER_LABEL = "app.kubernetes.io/name=streamconsumer-worker"
@@ -62,12 +64,12 @@ class Kubectl:
         return list(listed["items"])
 
 
-def install_block(readme: Path = REPO / "README.md") -> str:
-    """The README's install commands: the ```sh block that carries INSTALL_MARKER."""
+def readme_block(marker: str = INSTALL_MARKER, readme: Path = REPO / "README.md") -> str:
+    """The README's ```sh block that carries `marker` (the install commands by default)."""
     for block in re.findall(r"```sh\n(.*?)```", readme.read_text(), flags=re.DOTALL):
-        if INSTALL_MARKER in block:
+        if marker in block:
             return str(block)
-    raise AssertionError(f"README.md has no install block marked {INSTALL_MARKER!r}")
+    raise AssertionError(f"README.md has no sh block marked {marker!r}")
 
 
 def helm_binary() -> Path:
@@ -77,9 +79,12 @@ def helm_binary() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def install_operator(cluster: Cluster, helm: Path, kubectl: Kubectl) -> None:
+def install_operator(
+    cluster: Cluster, helm: Path, kubectl: Kubectl, emulator: KinesisEmulator
+) -> None:
     """Runs the README's install block as it is, with REGISTRY and TAG naming our operator
-    image, kubectl and helm first on PATH."""
+    image, kubectl and helm first on PATH; then its block that lets the operator reach
+    `emulator` (EMULATOR_HOST)."""
     repository, tag = cluster.images["operator"].rsplit(":", 1)
     path = [str(cluster.plane.bin_dir), str(helm.parent), os.environ["PATH"]]
     env = {
@@ -89,19 +94,21 @@ def install_operator(cluster: Cluster, helm: Path, kubectl: Kubectl) -> None:
         "TAG": tag,
         "KUBECONFIG": str(cluster.plane.kubeconfig),
         "PATH": os.pathsep.join(path),
+        "EMULATOR_HOST": str(urlsplit(emulator.endpoint_url).hostname),
     }
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", install_block()],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    if result.returncode != 0:
-        pods = kubectl("get", "pods", "-A", "-o", "wide")
-        raise AssertionError(f"the README's install block failed:\n{result.stderr}\n{pods}")
+    for marker in (INSTALL_MARKER, EMULATOR_MARKER):
+        result = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", readme_block(marker)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if result.returncode != 0:
+            pods = kubectl("get", "pods", "-A", "-o", "wide")
+            raise AssertionError(f"the README's block {marker!r} failed:\n{result.stderr}\n{pods}")
 
 
 def consumer_namespace(kubectl: Kubectl, name: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from streamconsumer.controller import fanout
 from streamconsumer.models.resource import Source
+from testbed.specs import TEST_BED_ACCESS as ACCESS
 
 POLLING = {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}}
 FAN_OUT = {"kinesis": {"streamName": "clicks", "region": "eu-west-1", "consumer": "fanOut"}}
@@ -66,27 +67,27 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
 def test_source_changes(
     calls: Calls, old: dict[str, Any], new: dict[str, Any], expected: list[tuple[str, str]]
 ) -> None:
-    asyncio.run(fanout.consumer_changed("team", "clicks", old, new))
+    asyncio.run(fanout.consumer_changed(ACCESS, "team", "clicks", old, new))
     assert calls.made == expected
 
 
 def test_only_fan_out_registers_and_deregisters(calls: Calls) -> None:
     for source in (POLLING, TABLE):
         spec = Source.model_validate(source)
-        assert asyncio.run(fanout.register("team", "clicks", spec)) is None
-        asyncio.run(fanout.deregister("team", "clicks", spec))
+        assert asyncio.run(fanout.register(ACCESS, "team", "clicks", spec)) is None
+        asyncio.run(fanout.deregister(ACCESS, "team", "clicks", spec))
     assert calls.made == []
     spec = Source.model_validate(FAN_OUT)
-    assert asyncio.run(fanout.register("team", "clicks", spec)) == "arn:clicks/team.clicks"
-    asyncio.run(fanout.deregister("team", "clicks", spec))
+    assert asyncio.run(fanout.register(ACCESS, "team", "clicks", spec)) == "arn:clicks/team.clicks"
+    asyncio.run(fanout.deregister(ACCESS, "team", "clicks", spec))
     assert calls.made == [("register", "team.clicks"), ("deregister", "team.clicks")]
 
 
 def test_fan_out_moving_to_another_stream_deregisters_from_the_old_one(calls: Calls) -> None:
     """fanOut on stream A, then on stream B: registered on B, and A's consumer is gone
     (it would count against A's limit of 20 consumers, and bill, forever)."""
-    asyncio.run(fanout.register("team", "clicks", Source.model_validate(FAN_OUT)))
-    arn = asyncio.run(fanout.consumer_changed("team", "clicks", FAN_OUT, OTHER_STREAM))
+    asyncio.run(fanout.register(ACCESS, "team", "clicks", Source.model_validate(FAN_OUT)))
+    arn = asyncio.run(fanout.consumer_changed(ACCESS, "team", "clicks", FAN_OUT, OTHER_STREAM))
     assert arn == "arn:views/team.clicks"
     assert calls.registered == {"views": "arn:views/team.clicks"}
     assert calls.made[1:] == [("register", "team.clicks"), ("deregister", "team.clicks")]
@@ -96,7 +97,7 @@ def test_the_same_stream_under_another_spelling_keeps_its_consumer(calls: Calls)
     """A new endpoint URL (or region spelling) may name the very stream it named before:
     the consumer just registered is the old one, and stays."""
     moved = {"kinesis": {**FAN_OUT["kinesis"], "endpointURL": "https://kinesis.example"}}
-    asyncio.run(fanout.register("team", "clicks", Source.model_validate(FAN_OUT)))
-    asyncio.run(fanout.consumer_changed("team", "clicks", FAN_OUT, moved))
+    asyncio.run(fanout.register(ACCESS, "team", "clicks", Source.model_validate(FAN_OUT)))
+    asyncio.run(fanout.consumer_changed(ACCESS, "team", "clicks", FAN_OUT, moved))
     assert calls.registered == {"clicks": "arn:clicks/team.clicks"}
     assert ("deregister", "team.clicks") not in calls.made

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamconsumer.controller.access import AccessPolicy
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.core.election import ElectionTiming
 
@@ -55,6 +56,9 @@ class OperatorConfig(BaseSettings):
     # New tokens (each a TokenReview) one source address may present: a burst, then a rate.
     token_reviews_per_second: float = Field(default=5.0, gt=0)
     token_review_burst: int = Field(default=20, ge=1)
+    # Which streams and endpoints each namespace's StreamConsumers may have the operator
+    # call AWS for, as JSON ({"default": {...}, "namespaces": {"team-a": {...}}}).
+    aws_access: AccessPolicy = Field(default_factory=AccessPolicy)
     shard_sync_seconds: float = Field(default=10.0, gt=0)
     # A listing that takes longer is abandoned (the loop keeps the last one meanwhile).
     shard_sync_timeout_seconds: float = Field(default=30.0, gt=0)

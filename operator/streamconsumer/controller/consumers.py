@@ -13,6 +13,7 @@ import kopf
 from kubernetes import client as k8s
 
 from streamconsumer.controller import children, executors
+from streamconsumer.controller.access import guarded
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import ThreadJobs
@@ -55,7 +56,7 @@ async def consume(
             namespace,
             name,
             loop,
-            make_source,
+            guarded(config.aws_access, namespace, make_source),
             writer,
             jobs,
             time.monotonic,

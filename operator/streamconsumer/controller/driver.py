@@ -174,7 +174,8 @@ class ConsumerDriver:
         try:
             self.loop.probes_done(outcome.result(), self._clock())
         except Exception as error:
-            log.info("%s/%s: backlog probe failed: %s", self.namespace, self.name, error)
+            message = failure(error, "backlog probe", self._timeouts.listing, self._advice)
+            log.info("%s/%s: %s", self.namespace, self.name, message)
 
     def _scaled(self, decision: tuple[int, int, float], outcome: Outcome[None]) -> None:
         before, after, lag = decision
@@ -261,7 +262,7 @@ def _measure(
         try:
             measured[shard_id] = source.backlog(shard_id, start)
         except Exception as error:
-            log.debug("backlog of %s not measured: %s", shard_id, error)
+            log.debug("backlog of %s not measured: %s", shard_id, aws_error(error).message)
     return measured
 
 
@@ -273,6 +274,6 @@ def failure(
         return f"{doing} timed out after {timeout:.0f}s"
     code, message = aws_error(error)
     if not code:
-        return f"{doing}: {error}"
+        return f"{doing}: {message}"
     hint = (advice or {}).get(code)
     return f"{doing}: {code}: {message}" + (f" ({hint})" if hint else "")

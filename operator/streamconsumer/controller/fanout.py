@@ -7,12 +7,17 @@ says (`sources/registry.py`)."""
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from streamconsumer.controller import executors
+from streamconsumer.controller.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
+from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import ConsumerRegistration
 from streamconsumer.sources.registry import selected
+
+T = TypeVar("T")
 
 
 def uses_fan_out(source: Source) -> bool:
@@ -33,41 +38,53 @@ def consumer_name(namespace: str, name: str, source: Source) -> str:
     return kind.fan_out.consumer_name(namespace, name)
 
 
-async def register(namespace: str, name: str, source: Source) -> str | None:
+class FanOutFailed(Exception):
+    """A registration call failed; its text is a bounded summary of the answer."""
+
+
+async def _call(call: Callable[[], T]) -> T:
+    try:
+        return await executors.run_in(executors.CONSUMERS, call)
+    except Exception as error:  # the endpoint's words, bounded (docs/security.md#aws-access)
+        code, message = aws_error(error)
+        raise FanOutFailed(f"{code}: {message}" if code else message) from None
+
+
+async def register(policy: AccessPolicy, namespace: str, name: str, source: Source) -> str | None:
     """Registers the consumer of a fanOut StreamConsumer (idempotent); its ARN, or None
-    for any other source."""
+    for any other source. Raises AccessRefused (nothing sent) or FanOutFailed."""
     if not uses_fan_out(source):
         return None
+    reason = policy.refusal(namespace, source)
+    if reason is not None:
+        raise AccessRefused(reason)
     consumers = stream_consumers(source)
-    return await executors.run_in(
-        executors.CONSUMERS,
-        functools.partial(consumers.register, consumer_name(namespace, name, source)),
+    return await _call(
+        functools.partial(consumers.register, consumer_name(namespace, name, source))
     )
 
 
-async def deregister(namespace: str, name: str, source: Source) -> None:
-    """Deregisters the consumer a fanOut spec registered (gone already is fine)."""
-    if not uses_fan_out(source):
+async def deregister(policy: AccessPolicy, namespace: str, name: str, source: Source) -> None:
+    """Deregisters the consumer a fanOut spec registered (gone already is fine; a source
+    the policy refuses was never registered by us)."""
+    if not uses_fan_out(source) or policy.refusal(namespace, source) is not None:
         return
     consumers = stream_consumers(source)
-    await executors.run_in(
-        executors.CONSUMERS,
-        functools.partial(consumers.deregister, consumer_name(namespace, name, source)),
-    )
+    await _call(functools.partial(consumers.deregister, consumer_name(namespace, name, source)))
 
 
 async def consumer_changed(
-    namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]
+    policy: AccessPolicy, namespace: str, name: str, old: dict[str, Any], new: dict[str, Any]
 ) -> str | None:
     """`spec.source` went from `old` to `new`: register for fanOut, deregister leaving it
     (or leaving its stream for another one)."""
     before = Source.model_validate(old)
     after = Source.model_validate(new)
     if not uses_fan_out(after):
-        await deregister(namespace, name, before)
+        await deregister(policy, namespace, name, before)
         return None
-    arn = await register(namespace, name, after)
-    if uses_fan_out(before):
+    arn = await register(policy, namespace, name, after)
+    if uses_fan_out(before) and policy.refusal(namespace, before) is None:
         await _deregister_unless(namespace, name, before, keep=arn)
     return arn
 
@@ -79,10 +96,6 @@ async def _deregister_unless(namespace: str, name: str, source: Source, keep: st
     subscriptions move on while the old one goes."""
     consumers = stream_consumers(source)
     consumer = consumer_name(namespace, name, source)
-    old = await executors.run_in(
-        executors.CONSUMERS, functools.partial(consumers.consumer_arn, consumer)
-    )
+    old = await _call(functools.partial(consumers.consumer_arn, consumer))
     if old is not None and old != keep:
-        await executors.run_in(
-            executors.CONSUMERS, functools.partial(consumers.deregister, consumer)
-        )
+        await _call(functools.partial(consumers.deregister, consumer))

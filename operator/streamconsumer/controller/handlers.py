@@ -7,8 +7,10 @@ python -m streamconsumer.controller --all-namespaces
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import kopf
@@ -17,6 +19,7 @@ from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
 from streamconsumer.controller import children, consumers, executors, fanout
+from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.owned import NotOurs, apply_owned
@@ -109,6 +112,17 @@ async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) ->
         context_of(memo).reviewer.forget_pod(event["object"]["metadata"]["uid"])
 
 
+@contextlib.contextmanager
+def _fan_out_failures() -> Iterator[None]:
+    """kopf shows a handler's error in an Event: only our bounded words reach it."""
+    try:
+        yield
+    except AccessRefused as refused:
+        raise kopf.PermanentError(f"access policy: {refused}") from None
+    except fanout.FanOutFailed as failed:
+        raise kopf.TemporaryError(str(failed), delay=5.0) from None
+
+
 def _fan_out(body: kopf.Body, **_: Any) -> bool:
     return fanout.uses_fan_out(spec_of(body).source)
 
@@ -119,27 +133,43 @@ def _fan_out(body: kopf.Body, **_: Any) -> bool:
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
 @kopf.on.create(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
 async def register_stream_consumer(
-    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    arn = await fanout.register(namespace, name, spec_of(body).source)
+    policy = context_of(memo).config.aws_access
+    with _fan_out_failures():
+        arn = await fanout.register(policy, namespace, name, spec_of(body).source)
     logger.info("enhanced fan-out through stream consumer %s", arn)
 
 
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec.source", backoff=5.0)
 async def stream_consumer_changed(
-    old: Any, new: Any, name: str, namespace: str | None, **_: Any
+    old: Any, new: Any, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    await fanout.consumer_changed(namespace, name, old or {}, new or {})
+    policy = context_of(memo).config.aws_access
+    with _fan_out_failures():
+        await fanout.consumer_changed(policy, namespace, name, old or {}, new or {})
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
 async def deregister_stream_consumer(
-    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, **_: Any
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    await fanout.deregister(namespace, name, spec_of(body).source)
+    policy = context_of(memo).config.aws_access
+    with _fan_out_failures():
+        await fanout.deregister(policy, namespace, name, spec_of(body).source)
     logger.info("stream consumer deregistered")
 
 

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from botocore.parsers import ResponseParserError
 
 from streamconsumer.models.resource import AwsStreamSource
 from streamconsumer.sources.base import Settings
@@ -37,14 +38,34 @@ class AwsError(NamedTuple):
     message: str
 
 
+MAX_REMOTE_TEXT = 200  # characters of a remote party's words we pass on
+MAX_ERROR_CODE = 64
+NOT_AWS = "the endpoint's answer is not an AWS service's (not shown)"
+
+
+def summary(text: str, limit: int = MAX_REMOTE_TEXT) -> str:
+    """Words from the other end as we show them (status, Events, logs): printable, one
+    line, bounded. An endpoint may be anything a spec names; its answer must not become
+    ours to publish."""
+    flat = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def aws_error(error: BaseException) -> AwsError:
     """The service's error code and message of a failed call (botocore's ClientError,
     and EventStreamError, its subclass for errors inside an event stream); for any other
-    exception no code, and the exception's text."""
+    exception no code, and the exception's text; each a bounded `summary`. An answer
+    that is not an AWS service's (no error code of its own; botocore could not parse
+    it) is never quoted: its text would be the raw body."""
     if isinstance(error, ClientError):
         details = error.response.get("Error", {})
-        return AwsError(str(details.get("Code") or ""), str(details.get("Message") or error))
-    return AwsError("", str(error))
+        code = summary(str(details.get("Code") or ""), MAX_ERROR_CODE)
+        if code.isdigit():  # botocore names an unparsed answer by its HTTP status
+            return AwsError("", f"HTTP {code}: {NOT_AWS}")
+        return AwsError(code, summary(str(details.get("Message") or error)))
+    if isinstance(error, ResponseParserError):
+        return AwsError("", NOT_AWS)
+    return AwsError("", summary(str(error)))
 
 
 def endpoint_settings(spec: AwsStreamSource) -> Settings:

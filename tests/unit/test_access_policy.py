@@ -1,0 +1,117 @@
+"""Which streams and endpoints a namespace's StreamConsumers may have the operator call
+AWS for (issue 24): by default any stream over AWS's own https endpoints, no custom
+endpoint; admins widen it per namespace. A refused source sends nothing."""
+
+from __future__ import annotations
+
+import pytest
+from botocore.exceptions import ClientError
+from botocore.parsers import ResponseParserError
+
+from streamconsumer.controller.access import (
+    AccessPolicy,
+    AccessRefused,
+    AwsAccess,
+    RefusedSource,
+    guarded,
+)
+from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.driver import failure
+from streamconsumer.models.resource import Source
+from streamconsumer.sources.aws import MAX_REMOTE_TEXT, NOT_AWS, aws_error
+
+ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/team-a-clicks"
+
+
+def kinesis(**fields: str) -> Source:
+    return Source.model_validate({"kinesis": {"streamName": "clicks", **fields}})
+
+
+def test_the_default_allows_aws_endpoints_only() -> None:
+    policy = AccessPolicy()
+    assert policy.refusal("team-a", kinesis()) is None
+    vpce = "https://vpce-0a1b-2c3d.kinesis.eu-west-1.vpce.amazonaws.com"
+    assert policy.refusal("team-a", kinesis(endpointURL=vpce)) is None
+    for url, reason in [
+        ("https://internal.corp:8443/admin", "endpoint host internal.corp is not one"),
+        ("https://169.254.169.254/latest", "endpoint host 169.254.169.254 is not one"),
+        ("http://kinesis.eu-west-1.amazonaws.com", "endpointURL must be https://"),
+        ("https://amazonaws.com.evil.example", "endpoint host amazonaws.com.evil.example"),
+        ("https://[::1", "endpointURL is not a URL"),
+    ]:
+        refused = policy.refusal("team-a", kinesis(endpointURL=url))
+        assert refused is not None, url
+        assert reason in refused, (url, refused)
+
+
+def test_a_namespace_gets_only_the_streams_and_endpoints_its_entry_names() -> None:
+    policy = AccessPolicy.model_validate(
+        {
+            "default": {"streams": []},
+            "namespaces": {
+                "team-a": {
+                    "streams": ["team-a-*", "arn:aws:kinesis:eu-west-1:123456789012:stream/*"],
+                    "endpoints": ["kinesis.internal:4567"],
+                    "allowHttp": True,
+                }
+            },
+        }
+    )
+    assert policy.refusal("team-a", kinesis(streamName="team-a-views")) is None
+    refused = policy.refusal("team-a", kinesis(streamName="payments"))
+    assert refused == "stream payments is not one namespace team-a may read"
+    arn_source = Source.model_validate({"kinesis": {"streamARN": ARN}})
+    assert policy.refusal("team-a", arn_source) is None
+    assert policy.refusal("team-b", arn_source) is not None, "no entry: the default"
+    local = kinesis(streamName="team-a-x", endpointURL="http://kinesis.internal:4567")
+    assert policy.refusal("team-a", local) is None
+    elsewhere = kinesis(streamName="team-a-x", endpointURL="http://kinesis.internal:80")
+    assert policy.refusal("team-a", elsewhere) is not None
+    table = Source.model_validate({"dynamodbStreams": {"tableName": "orders"}})
+    assert policy.refusal("team-a", table) == "table orders is not one namespace team-a may read"
+
+
+def test_a_refused_source_calls_nothing() -> None:
+    made: list[Source] = []
+
+    def make(source: Source) -> object:
+        made.append(source)
+        return object()
+
+    make_source = guarded(AccessPolicy(), "team-a", make)  # type: ignore[arg-type]
+    source = make_source(kinesis(endpointURL="https://internal.corp"))
+    assert isinstance(source, RefusedSource)
+    with pytest.raises(AccessRefused):
+        source.list_shards()
+    assert made == []
+    assert "internal.corp is not one namespace team-a may use" in failure(
+        AccessRefused(source.reason), "listing shards", 30.0
+    )
+
+
+def test_the_policy_comes_from_the_operators_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "STREAMCONSUMER_AWS_ACCESS",
+        '{"namespaces": {"lab": {"endpoints": ["*"], "allowHttp": true}}}',
+    )
+    policy = OperatorConfig().aws_access
+    assert policy.namespaces == {"lab": AwsAccess(endpoints=("*",), allow_http=True)}
+    assert policy.default == AwsAccess()
+
+
+PAGE = "<html><body>admin console\n\x1b[31mpassword: hunter2</body></html>" + "x" * 5000
+
+
+def test_an_endpoints_answer_is_shown_bounded_and_one_line_or_not_at_all() -> None:
+    """The internal page (password and all) came back in Degraded and an Event."""
+    answer = {"Error": {"Code": "Oops\n" + "C" * 500, "Message": PAGE}}
+    code, message = aws_error(ClientError(answer, "ListShards"))  # type: ignore[arg-type]
+    assert "\n" not in code + message
+    assert "\x1b" not in message
+    assert len(code) <= 64
+    assert len(message) <= MAX_REMOTE_TEXT
+    html = {"Error": {"Code": "400", "Message": PAGE}}  # botocore's reading of a non-AWS 400
+    assert aws_error(ClientError(html, "ListShards")) == ("", f"HTTP 400: {NOT_AWS}")  # type: ignore[arg-type]
+    unparsed = ResponseParserError(f"Unable to parse response, invalid XML received:\n{PAGE}")
+    assert "hunter2" not in failure(unparsed, "listing shards", 30.0)
+    assert len(failure(RuntimeError(PAGE), "listing shards", 30.0)) < MAX_REMOTE_TEXT + 20
