@@ -89,9 +89,10 @@ clean:  ## remove the venv and stamps (the control-plane cache stays in ~/.cache
 	rm -rf $(VENV) $(STAMPS) tests/kinesis/node_modules tests/dynamodb/lib
 
 .PHONY: crds
-crds: venv  ## regenerate crds/streamconsumer.yaml from the pydantic models
+crds: venv  ## regenerate crds/streamconsumer.yaml and the chart's admission policy from the models
 	$(BIN)/python -m streamconsumer.crd > crds/streamconsumer.yaml
 	cp crds/streamconsumer.yaml charts/streamconsumer/crds/streamconsumer.yaml
+	$(BIN)/python -m streamconsumer.admission > charts/streamconsumer/templates/admission-policy.yaml
 
 .PHONY: bench
 bench: venv emulators controlplane node-packages node-binaries node-images  ## benchmarks; figures also go to bench/results.json

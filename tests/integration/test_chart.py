@@ -51,6 +51,8 @@ def test_rendered_chart_applies_on_the_real_apiserver(
         "Service",
         "NetworkPolicy",
         "PodDisruptionBudget",
+        "ValidatingAdmissionPolicy",  # no confused deputy (docs/security.md)
+        "ValidatingAdmissionPolicyBinding",
     }
     applied = control_plane.kubectl(
         "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=rendered.stdout

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import yaml
 
+from streamconsumer import admission
 from streamconsumer.crd import custom_resource_definition, render, structural_schema
 from streamconsumer.models.resource import StreamConsumerSpec
 
@@ -19,6 +20,11 @@ CRD_FILES = [
 def test_committed_crds_match_the_models() -> None:
     for path in CRD_FILES:
         assert path.read_text() == render(), f"{path}: run `make crds` and commit the result"
+
+
+def test_the_committed_admission_policy_matches_its_generator() -> None:
+    path = REPO / admission.TEMPLATE
+    assert path.read_text() == admission.render(), f"{path}: run `make crds` and commit it"
 
 
 def test_schema_is_structural() -> None:

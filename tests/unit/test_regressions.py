@@ -257,7 +257,7 @@ def test_a_failing_token_review_answers_503_not_500() -> None:
     configuration.retries = 0
     api_client = k8s.ApiClient(configuration)
     reviewer = TokenReviewer(
-        k8s.AuthenticationV1Api(api_client), KubePodOwners(api_client), timeout=2
+        k8s.AuthenticationV1Api(api_client), KubePodOwners.of(api_client), timeout=2
     )
 
     api = WorkerApi(Registry(time.monotonic, startup_grace=0), reviewer, time.monotonic)

@@ -22,6 +22,7 @@ from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import (
     AUDIENCE,
     Caller,
+    KubePodOwners,
     ReviewBudget,
     ReviewUnavailable,
     TokenReviewer,
@@ -298,6 +299,107 @@ def test_a_pod_the_consumer_does_not_own_is_not_its_worker() -> None:
     tokens, _ = reviewer([reviewed([AUDIENCE])])
     tokens.owners = OwnedBy(None)
     assert asyncio.run(tokens.review(token())) == Caller("n", "c-worker", "w", "u", None)
+
+
+def test_a_pod_deleted_while_its_token_is_under_review_is_not_cached_as_accepted() -> None:
+    """Found by review: the review under way when the pod watch said DELETED put the
+    dead pod's acceptance back in the cache for the whole ttl."""
+    tokens, fake = reviewer([reviewed([AUDIENCE]), reviewed([AUDIENCE], authenticated=False)])
+    deleted_meanwhile = fake.create_token_review
+
+    def slow(body: k8s.V1TokenReview, **kwargs: Any) -> k8s.V1TokenReview:
+        tokens.forget_pod("u")  # the watch's event lands while the apiserver answers
+        return deleted_meanwhile(body, **kwargs)
+
+    fake.create_token_review = slow  # type: ignore[method-assign]
+    assert asyncio.run(tokens.review(token())) is None
+    fake.create_token_review = deleted_meanwhile  # type: ignore[method-assign]
+    assert asyncio.run(tokens.review(token())) is None, "asked again, not taken from a cache"
+    assert len(fake.calls) == 2
+
+
+def test_refusals_never_push_an_accepted_token_out_and_stay_bounded() -> None:
+    """Found by review: 10,000 refused 16 KiB tokens held 158 MiB, then a clear() made
+    every worker's token go back to TokenReview at once."""
+    answers = [reviewed([AUDIENCE])] + [reviewed([AUDIENCE], authenticated=False)] * 300
+    tokens, fake = reviewer(answers)
+    tokens.overall = ReviewBudget(rate=1e6, burst=1e6)
+    tokens.max_refusals = 100
+    worker = token()
+    assert asyncio.run(tokens.review(worker)) == WORKER
+    padding = "p" * 10_000  # tokens of about 13 KiB
+    for index in range(300):
+        junk = token(jti=f"{index}{padding}")
+        assert asyncio.run(tokens.review(junk, f"10.0.{index // 250}.{index % 250}")) is None
+    assert asyncio.run(tokens.review(worker)) == WORKER
+    assert len(fake.calls) == 301, "the worker's token was not reviewed again"
+
+
+def test_many_addresses_add_up_to_one_overall_budget_and_bounded_buckets() -> None:
+    clock = Ticking()
+    tokens, fake = reviewer([reviewed([AUDIENCE], authenticated=False)] * 50, clock)
+    tokens.overall = ReviewBudget(rate=1.0, burst=10)
+    tokens.budget = ReviewBudget(rate=5.0, burst=20, max_sources=100)
+    refused = 0
+    for index in range(500):
+        try:
+            asyncio.run(tokens.review(token(jti=index), f"2001:db8::{index:x}"))
+        except TooManyReviews:
+            refused += 1
+    assert len(fake.calls) == 10, "the overall burst, whatever the number of addresses"
+    assert refused == 490
+    assert tokens.budget.sources == 100
+
+
+class FakeApi:
+    """The reads KubePodOwners makes, answered from a table of objects by name."""
+
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+
+    def _read(self, name: str, namespace: str, **_: Any) -> Any:
+        if name not in self.objects:
+            raise ApiException(status=404)
+        return self.objects[name]
+
+    read_namespaced_pod = read_namespaced_replica_set = read_namespaced_deployment = _read
+
+    def get_namespaced_custom_object(self, *args: str, **_: Any) -> Any:
+        return self._read(args[-1], args[2])
+
+
+def owned(name: str, uid: str, api_version: str, kind: str, owner: str, owner_uid: str) -> Any:
+    ref = k8s.V1OwnerReference(
+        api_version=api_version, kind=kind, name=owner, uid=owner_uid, controller=True
+    )
+    return k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=name, uid=uid, owner_references=[ref]))
+
+
+@pytest.mark.parametrize(
+    ("consumer_ref", "consumer_uid", "expected"),
+    [
+        (("streamconsumer.io/v1alpha1", "sc-uid"), "sc-uid", "c"),
+        (("streamconsumer.io/v1alpha1", "made-up"), "sc-uid", None),  # a namesake's uid
+        (("evil.example/v1", "sc-uid"), "sc-uid", None),  # another group's kind
+    ],
+)
+def test_the_owner_chain_ends_at_the_streamconsumer_itself(
+    consumer_ref: tuple[str, str], consumer_uid: str, expected: str | None
+) -> None:
+    """Found by review: the last link was taken on its kind alone, so a tenant's own
+    Deployment `c-workers` claiming any StreamConsumer `c` made its pods workers."""
+    objects = {
+        "p": owned("p", "u", "apps/v1", "ReplicaSet", "rs", "rs-uid"),
+        "rs": owned("rs", "rs-uid", "apps/v1", "Deployment", "c-workers", "d-uid"),
+        "c-workers": owned(
+            "c-workers", "d-uid", consumer_ref[0], "StreamConsumer", "c", consumer_ref[1]
+        ),
+        "c": {"metadata": {"name": "c", "uid": consumer_uid}},
+    }
+    api = FakeApi(objects)
+    owners = KubePodOwners(api, api, api)  # type: ignore[arg-type]  # the boundary
+    assert owners.consumer_of("n", "p", "u") == expected
+    assert owners.consumer_of("n", "p", "another-uid") is None, "a pod of the same name"
 
 
 def test_too_many_reviews_waiting_is_503_at_once() -> None:

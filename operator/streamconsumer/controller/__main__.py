@@ -74,7 +74,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         leading = lambda: lifecycle.leading and elector.leading()  # noqa: E731
     reviewer = TokenReviewer(
         k8s.AuthenticationV1Api(api_client),
-        KubePodOwners(api_client),
+        KubePodOwners.of(api_client),
         audience=config.token_audience,
         budget=ReviewBudget(config.token_reviews_per_second, config.token_review_burst),
     )

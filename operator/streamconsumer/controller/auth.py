@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -28,6 +30,7 @@ from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors, metrics
 from streamconsumer.controller.names import worker_deployment
+from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 AUDIENCE = "streamconsumer.io"
 _POD_NAME = "authentication.kubernetes.io/pod-name"
@@ -99,72 +102,108 @@ class PodOwners(Protocol):
         ReviewUnavailable if the apiserver cannot say now."""
 
 
-def _controlled(obj: Any, uid: str, kind: str) -> Any:
-    """The controller reference of this kind on `obj` (a V1OwnerReference) if `obj` has
-    this uid; None if not (replaced since it was named, or controlled otherwise)."""
+def _controlled(obj: Any, uid: str, api_version: str, kind: str) -> Any:
+    """The controller reference (a V1OwnerReference) of this kind and group on `obj` if
+    `obj` has this uid; None if not (replaced since it was named, or controlled by
+    something else). A kind of another API group is something else."""
     meta = obj.metadata
     if meta is None or meta.uid != uid:
         return None
-    refs = meta.owner_references or []
-    return next((r for r in refs if r.controller and r.kind == kind), None)
+    group = api_version.split("/")[0]
+    return next(
+        (
+            ref
+            for ref in meta.owner_references or []
+            if ref.controller and ref.kind == kind and ref.api_version.split("/")[0] == group
+        ),
+        None,
+    )
 
 
 @dataclass(frozen=True)
 class KubePodOwners:
-    """Pod → ReplicaSet → Deployment → StreamConsumer, by controller references, each
-    object's uid compared with the reference that named it."""
+    """Pod → ReplicaSet → Deployment → StreamConsumer, by controller references (kind and
+    API group), each object read and its uid compared with the reference that named it.
 
-    api_client: k8s.ApiClient
+    What this cannot tell: a pod someone made with labels the ReplicaSet selects is
+    adopted by it, and a pod being deleted keeps its token valid for its grace period;
+    both need the right to create or keep pods in the namespace, which is already the
+    right to run any code as the workers' ServiceAccount (docs/security.md#worker-identity)."""
+
+    core: k8s.CoreV1Api
+    apps: k8s.AppsV1Api
+    custom: k8s.CustomObjectsApi
     timeout: float = 5.0
 
+    @classmethod
+    def of(cls, api_client: k8s.ApiClient) -> KubePodOwners:
+        return cls(
+            k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.CustomObjectsApi(api_client)
+        )
+
     def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> str | None:
-        core, apps = k8s.CoreV1Api(self.api_client), k8s.AppsV1Api(self.api_client)
-        timeout = self.timeout
+        core, apps, custom, timeout = self.core, self.apps, self.custom, self.timeout
         try:
             pod = core.read_namespaced_pod(pod_name, namespace, _request_timeout=timeout)
-            by = _controlled(pod, pod_uid, "ReplicaSet")
-            if by is not None:
-                replica_set = apps.read_namespaced_replica_set(
-                    by.name, namespace, _request_timeout=timeout
-                )
-                by = _controlled(replica_set, by.uid, "Deployment")
-            if by is not None:
-                deployment = apps.read_namespaced_deployment(
-                    by.name, namespace, _request_timeout=timeout
-                )
-                name = by.name
-                by = _controlled(deployment, by.uid, "StreamConsumer")
+            by = _controlled(pod, pod_uid, "apps/v1", "ReplicaSet")
+            if by is None:
+                return None
+            replica_set = apps.read_namespaced_replica_set(
+                by.name, namespace, _request_timeout=timeout
+            )
+            by = _controlled(replica_set, by.uid, "apps/v1", "Deployment")
+            if by is None:
+                return None
+            deployment_name = by.name
+            deployment = apps.read_namespaced_deployment(
+                by.name, namespace, _request_timeout=timeout
+            )
+            by = _controlled(deployment, by.uid, API_VERSION, KIND)
+            if by is None or deployment_name != worker_deployment(by.name):
+                return None
+            consumer = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, by.name, _request_timeout=timeout
+            )
         except ApiException as error:
             if error.status == 404:  # gone, or never there: not a worker
                 return None
             raise ReviewUnavailable(f"reading the caller's pod: HTTP {error.status}") from None
         except (HTTPError, OSError) as error:
             raise ReviewUnavailable(f"reading the caller's pod: {type(error).__name__}") from None
-        if by is None or name != worker_deployment(by.name):
-            return None
+        if not isinstance(consumer, dict) or consumer.get("metadata", {}).get("uid") != by.uid:
+            return None  # a namesake: not the StreamConsumer the Deployment belongs to
         return str(by.name)
 
 
 @dataclass(eq=False)
 class ReviewBudget:
-    """A token bucket per source address: `burst` reviews at once, then `rate` a second."""
+    """A token bucket per source address: `burst` reviews at once, then `rate` a second.
+    The least recently used buckets go first past `max_sources` (an address back after
+    that starts full again: the overall budget still holds)."""
 
     rate: float = 5.0
     burst: float = 20.0
-    _buckets: dict[str, tuple[float, float]] = field(default_factory=dict, init=False)
+    max_sources: int = 10_000
+    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict, init=False)
+
+    @property
+    def sources(self) -> int:
+        """How many addresses it holds a bucket for."""
+        return len(self._buckets)
 
     def take(self, source: str, now: float) -> float:
         """0 if `source` may have a review now (and it is counted), else the seconds
         until it may."""
-        tokens, at = self._buckets.get(source, (self.burst, now))
+        tokens, at = self._buckets.pop(source, (self.burst, now))
         tokens = min(self.burst, tokens + (now - at) * self.rate)
-        if tokens < 1.0:
-            self._buckets[source] = (tokens, now)
-            return (1.0 - tokens) / self.rate
-        if len(self._buckets) > 10_000:  # many sources: forget the full buckets
-            self._buckets = {s: b for s, b in self._buckets.items() if b[0] < self.burst}
-        self._buckets[source] = (tokens - 1.0, now)
-        return 0.0
+        wait = 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+        self._buckets[source] = (tokens - 1.0 if wait == 0.0 else tokens, now)
+        while len(self._buckets) > self.max_sources:
+            self._buckets.popitem(last=False)
+        return wait
+
+
+ALL_SOURCES = ""  # the overall budget's key
 
 
 MAX_PENDING_REVIEWS = 64  # more waiting than this: 503 at once, not a longer queue
@@ -183,24 +222,37 @@ class TokenReviewer:
     timeout: float = 5.0
     refusal_ttl: float = REFUSAL_TTL_SECONDS
     budget: ReviewBudget = field(default_factory=ReviewBudget)
+    # All sources together: many addresses must not add up to a flood either. A worker
+    # pod costs about one review per `ttl`: 100 a second is 3,000 pods.
+    overall: ReviewBudget = field(default_factory=lambda: ReviewBudget(rate=100.0, burst=200.0))
     max_pending: int = MAX_PENDING_REVIEWS
+    max_refusals: int = 10_000
     clock: Callable[[], float] = time.monotonic
     wall_clock: Callable[[], float] = time.time
-    _cache: dict[str, tuple[float, Caller | None]] = field(default_factory=dict, init=False)
+    # By the token's digest (a token may be 16 KiB): accepted ones, and refused ones
+    # apart, so refusals never push an acceptance out.
+    _accepted: dict[bytes, tuple[float, Caller]] = field(default_factory=dict, init=False)
+    _refused: OrderedDict[bytes, float] = field(default_factory=OrderedDict, init=False)
+    _deleted: dict[str, float] = field(default_factory=dict, init=False)  # pod uid -> when
     _pending: int = field(default=0, init=False)
 
     async def review(self, token: str, source: str = "") -> Caller | None:
         """The caller, None if the token is refused; raises ReviewUnavailable (or
         TooManyReviews, for `source`, the caller's address)."""
         now = self.clock()
-        cached = self._cache.get(token)
-        if cached is not None:
-            at, caller = cached
-            if now - at < (self.ttl if caller is not None else self.refusal_ttl):
-                return caller
+        key = hashlib.sha256(token.encode()).digest()
+        accepted = self._accepted.get(key)
+        if accepted is not None and now - accepted[0] < self.ttl:
+            return accepted[1]
+        refused_at = self._refused.get(key)
+        if refused_at is not None and now - refused_at < self.refusal_ttl:
+            return None
         if not plausible(token, self.audience, self.wall_clock()):
             return None
         wait = self.budget.take(source, now)
+        if wait > 0:
+            raise TooManyReviews(wait)
+        wait = self.overall.take(ALL_SOURCES, now)
         if wait > 0:
             raise TooManyReviews(wait)
         if self._pending >= self.max_pending:
@@ -210,16 +262,30 @@ class TokenReviewer:
             caller = await executors.run_in(executors.AUTH, lambda: self._review(token))
         finally:
             self._pending -= 1
-        if len(self._cache) > 10_000:
-            self._cache.clear()
-        self._cache[token] = (now, caller)
+        self._sweep(now)
+        if caller is not None and caller.pod_uid in self._deleted:
+            caller = None  # its pod was deleted while the review was under way
+        if caller is None:
+            self._refused[key] = now
+            while len(self._refused) > self.max_refusals:
+                self._refused.popitem(last=False)
+        else:
+            self._accepted[key] = (now, caller)
         return caller
 
     def forget_pod(self, pod_uid: str) -> None:
-        """The pod is gone: its tokens are refused from now on, cached or not."""
-        self._cache = {
-            t: (at, c) for t, (at, c) in self._cache.items() if c is None or c.pod_uid != pod_uid
-        }
+        """The pod is gone: its tokens are refused from now on, cached or under review."""
+        self._deleted[pod_uid] = self.clock()
+        self._accepted = {k: v for k, v in self._accepted.items() if v[1].pod_uid != pod_uid}
+
+    def _sweep(self, now: float) -> None:
+        """Drops what can no longer matter: expired acceptances, deletions older than any
+        review still under way."""
+        if len(self._accepted) > 1000:
+            self._accepted = {k: v for k, v in self._accepted.items() if now - v[0] < self.ttl}
+        horizon = self.timeout * 3 + self.ttl
+        if len(self._deleted) > 100:
+            self._deleted = {u: at for u, at in self._deleted.items() if now - at < horizon}
 
     def _review(self, token: str) -> Caller | None:
         metrics.TOKEN_REVIEWS.inc()

@@ -3,11 +3,12 @@
 A tenant may name a StreamConsumer after an object that already exists, say a
 ServiceAccount `<name>-worker` bound to roles or to an IAM role: applying over it with
 force and adopting it would hand its rights to the tenant's workers, and delete it
-with the StreamConsumer. So an object is applied without force where none was read (one
-created in between, by someone who could create it anyway, fails on any field of theirs
-and on a controller of its own), and with force only while its controller reference is
-this StreamConsumer (its uid in the patch: the apply fails if the object was replaced
-meanwhile). Anything else is `NotOurs`, left untouched
+with the StreamConsumer. So an object is applied with force only while its controller
+reference is this StreamConsumer (its uid in the patch: the apply fails if the object
+was replaced meanwhile), and without force where none was read. What that leaves: an
+object created in the milliseconds between our read and our apply, by someone who may
+create it anyway, is merged into unless a field of it conflicts with ours or it has a
+controller of its own. Anything else not ours is `NotOurs`, left untouched
 (docs/security.md#ownership)."""
 
 from __future__ import annotations
