@@ -27,7 +27,8 @@ from streamconsumer.worker.config import WorkerConfig
 from testbed.scenario import TESTS_DIR, Scenario
 from testbed.waiting import wait_for
 
-CA_SECRET = "streamconsumer-operator-ca"  # OperatorConfig's default name
+CA_SECRET = "streamconsumer-operator-ca"  # OperatorConfig's default names
+CA_BUNDLE = "streamconsumer-operator-ca-bundle"
 
 
 def test_workers_verify_the_operators_managed_ca_and_process_everything(
@@ -54,6 +55,9 @@ def test_workers_verify_the_operators_managed_ca_and_process_everything(
     assert bundle.metadata is not None
     owners = bundle.metadata.owner_references or []
     assert [(o.kind, o.name) for o in owners] == [("StreamConsumer", scenario.name)]
+    # What the ServiceMonitor trusts: the CA certificate in the operator's namespace.
+    published = core.read_namespaced_config_map(CA_BUNDLE, scenario.namespace)
+    assert published.data == {"ca.crt": ca_pem}
     # The operator's certificate verifies against that CA and nothing else.
     trusting = ssl.create_default_context(cadata=ca_pem)
     assert httpx.get(f"{scenario.operator.url}/healthz", verify=trusting).status_code == 200

@@ -123,6 +123,13 @@ def test_service_monitor_is_optional_and_scrapes_the_metrics_endpoint(helm: Path
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     )
     assert monitor["metadata"]["labels"]["release"] == "prom"
+    # It trusts the CA certificate the operator publishes, never the Secret with the key.
+    ca = monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"]
+    operator = next(
+        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Deployment"
+    )
+    env = env_of(operator["spec"]["template"]["spec"]["containers"][0])
+    assert ca == {"configMap": {"name": env["STREAMCONSUMER_TLS_CA_BUNDLE"], "key": "ca.crt"}}
 
 
 def test_examples_apply_on_the_real_apiserver(control_plane: ControlPlane, namespace: str) -> None:

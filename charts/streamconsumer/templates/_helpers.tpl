@@ -21,3 +21,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "streamconsumer.scheme" -}}
 {{- if eq .Values.tls.mode "disabled" }}http{{ else }}https{{ end -}}
 {{- end -}}
+
+{{/* The ConfigMap holding the CA certificate (never its key), for the ServiceMonitor. */}}
+{{- define "streamconsumer.caBundle" -}}
+{{ include "streamconsumer.name" . }}-ca-bundle
+{{- end -}}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import sys
@@ -33,7 +34,7 @@ from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
 from streamconsumer.controller.lifecycle import Lifecycle, Phase
 from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.serving import keep_fresh, serving_for
+from streamconsumer.controller.serving import keep_fresh, publish_ca, serving_for
 from streamconsumer.core.election import Election
 
 log = logging.getLogger("streamconsumer.operator")
@@ -93,7 +94,11 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     tls = await executors.run_in(executors.KUBERNETES, lambda: serving_for(config, api_client))
     ssl_context = tls.context if tls is not None else None
     await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=ssl_context).start()
-    refresh = asyncio.create_task(keep_fresh(tls)) if tls is not None else None
+    refresh = None
+    if tls is not None:
+        core = k8s.CoreV1Api(api_client)
+        publish = functools.partial(publish_ca, core, config.namespace, config.tls_ca_bundle)
+        refresh = asyncio.create_task(keep_fresh(tls, publish))
 
     label = None
     if elector is not None and config.pod_name:

@@ -40,6 +40,8 @@ class OperatorConfig(BaseSettings):
     service_name: str = "streamconsumer-operator"
     # The operator's own CA (created if absent); its key never leaves this namespace.
     tls_ca_secret: str = "streamconsumer-operator-ca"
+    # Its certificate (never the key) as a ConfigMap here, for the ServiceMonitor to trust.
+    tls_ca_bundle: str = "streamconsumer-operator-ca-bundle"
     # More names for the serving certificate (the chart adds the Service's cluster IP).
     tls_sans: list[str] = Field(default_factory=list)
     # cert-manager's Secret mounted here (tls.crt, tls.key, ca.crt): no CA of our own.

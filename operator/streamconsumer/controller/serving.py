@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import ssl
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -66,6 +68,7 @@ class MountedServing:
         )
 
     def refresh(self, now: dt.datetime) -> None:
+        self.ca_pem = (self._directory / "ca.crt").read_bytes()  # cert-manager may rotate it
         pair = self._read()
         if pair != self._pair:
             self._pair = pair
@@ -92,15 +95,53 @@ def serving_for(config: OperatorConfig, api_client: k8s.ApiClient) -> Serving | 
     return ManagedServing(ca, names, now)
 
 
-async def keep_fresh(serving: Serving, interval: float = REFRESH_SECONDS) -> None:
+CA_BUNDLE_KEY = "ca.crt"
+
+
+def publish_ca(core: k8s.CoreV1Api, namespace: str, name: str, ca_pem: bytes) -> None:
+    """The CA certificate (never its key) in a ConfigMap of the operator's namespace, for
+    whoever verifies the API from outside the workers (the ServiceMonitor): they trust
+    a ConfigMap, never the Secret that holds the CA's key."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "streamconsumer-operator"}},
+        "data": {CA_BUNDLE_KEY: ca_pem.decode()},
+    }
+    core.patch_namespaced_config_map(
+        name,
+        namespace,
+        body,
+        field_manager="streamconsumer-operator",
+        force=True,
+        _content_type="application/apply-patch+yaml",
+        _request_timeout=10.0,
+    )
+
+
+async def keep_fresh(
+    serving: Serving,
+    publish: Callable[[bytes], None],
+    interval: float = REFRESH_SECONDS,
+) -> None:
+    """Renews or reloads the serving certificate every `interval`, and publishes the CA
+    certificate whenever it is not yet published as it is now."""
+    published: bytes | None = None
     while True:
-        await asyncio.sleep(interval)
         try:
             await executors.run_in(
                 executors.KUBERNETES, lambda: serving.refresh(dt.datetime.now(dt.UTC))
             )
         except (OSError, ValueError, ssl.SSLError) as error:  # keep the current one
             log.error("worker API: serving certificate not refreshed: %s", error)
+        ca_pem = serving.ca_pem
+        if ca_pem != published:
+            try:
+                await executors.run_in(executors.KUBERNETES, functools.partial(publish, ca_pem))
+                published = ca_pem
+            except Exception as error:  # tried again next round
+                log.warning("worker API: CA bundle not published: %s", type(error).__name__)
+        await asyncio.sleep(interval)
 
 
 def _server_context() -> ssl.SSLContext:
