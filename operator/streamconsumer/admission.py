@@ -7,7 +7,8 @@ Secret or ConfigMap it mounts or reads into env, a PersistentVolumeClaim, pull s
 an IRSA role on the workers' ServiceAccount, a pod-level securityContext. The policy asks
 the apiserver's authorizer (CEL `authorizer`) whether the requester may do each, for the
 references a request adds or changes; an update that leaves them as they were (kopf's
-own bookkeeping, a tenant scaling an admin's consumer) is not asked about.
+own bookkeeping, a tenant scaling an admin's consumer) is not asked about, unless what
+runs changes (any processor or pod setting): new code would inherit every reference.
 
 `python -m streamconsumer.admission` prints the chart template; `make crds` writes it,
 and a test fails when the file and this module drift apart."""
@@ -102,6 +103,8 @@ FIELDS = (
             _gettable(_CONFIG_MAP, "item.configMap.name"),
             _gettable("persistentvolumeclaims", "item.persistentVolumeClaim.claimName"),
             _gettable(_SECRET, "item.csi.nodePublishSecretRef.name"),
+            # A claim made for the pod: as if the tenant created it (clones, bound PVs).
+            f"(!has(item.ephemeral) || {_may('create', 'persistentvolumeclaims')})",
             "(!has(item.projected) || !has(item.projected.sources)"
             " || item.projected.sources.all(source, "
             + _all(
@@ -122,47 +125,53 @@ FIELDS = (
 )
 
 
-def _unchanged(field: str) -> str:
-    return f"variables.{field} == variables.old_{field}"
+# An update that leaves what runs exactly as it was (processor and pod settings) is not
+# asked about: a tenant may scale or pause an admin's consumer. Any change to them (a new
+# image, a new env value) re-checks every reference: new code would inherit them.
+SAME_WORKLOAD = (
+    "oldObject != null && object.spec.processor == oldObject.spec.processor"
+    " && has(object.spec.pod) == has(oldObject.spec.pod)"
+    " && (!has(object.spec.pod) || object.spec.pod == oldObject.spec.pod)"
+)
+_FORBIDDEN = ": a StreamConsumer cannot do for you what you may not"
+
+# Pod-level settings a pod of one's own would need the right to create pods for, and the
+# workers' cloud identity.
+PRIVILEGES = (
+    *(
+        (f"pod.{name}", _may("create", "pods"))
+        for name in (
+            "securityContext",
+            "annotations",  # AppArmor's annotation, kube2iam's role
+            "nodeSelector",
+            "tolerations",
+            "affinity",
+            "priorityClassName",
+        )
+    ),
+    ("processor.serviceAccountAnnotations", _may("update", "serviceaccounts")),
+)
 
 
 def policy() -> dict[str, Any]:
-    variables: list[dict[str, str]] = []
+    variables = [{"name": "same_workload", "expression": SAME_WORKLOAD}]
     validations: list[dict[str, str]] = []
     for field in FIELDS:
         variables.append({"name": field.variable, "expression": _at(field.path)})
-        variables.append(
-            {"name": f"old_{field.variable}", "expression": _at(field.path, "oldObject")}
-        )
         validations.append(
             {
-                "expression": f"{_unchanged(field.variable)}"
+                "expression": "variables.same_workload"
                 f" || variables.{field.variable}.all(item, {field.allowed})",
-                "message": f"{field.message}: a StreamConsumer cannot do for you what you may not",
+                "message": field.message + _FORBIDDEN,
                 "reason": "Forbidden",
             }
         )
-    # Pod-level privileges and the workers' cloud identity: set, and not as before.
-    for path, allowed, message in (
-        (
-            "pod.securityContext",
-            _may("create", "pods"),
-            "spec.pod.securityContext needs the right to create pods in this namespace",
-        ),
-        (
-            "processor.serviceAccountAnnotations",
-            _may("update", "serviceaccounts"),
-            "spec.processor.serviceAccountAnnotations (an IRSA role, say) needs the right to "
-            "update ServiceAccounts in this namespace",
-        ),
-    ):
-        unchanged = (
-            f"({_present(path, 'oldObject')} && object.spec.{path} == oldObject.spec.{path})"
-        )
+    for path, allowed in PRIVILEGES:
+        right = "create pods" if "pods" in allowed else "update ServiceAccounts"
         validations.append(
             {
-                "expression": f"!({_present(path)}) || {unchanged} || {allowed}",
-                "message": f"{message}: a StreamConsumer cannot do for you what you may not",
+                "expression": f"variables.same_workload || !({_present(path)}) || {allowed}",
+                "message": f"spec.{path} needs the right to {right} in this namespace" + _FORBIDDEN,
                 "reason": "Forbidden",
             }
         )

@@ -135,6 +135,34 @@ REFUSED = {
         consumer(pod={"imagePullSecrets": [{"name": "db"}]}),
         "spec.pod.imagePullSecrets names a Secret you may not get yourself",
     ),
+    "a kube2iam role annotation": (
+        consumer(pod={"annotations": {"iam.amazonaws.com/role": "arn:aws:iam::1:role/admin"}}),
+        "spec.pod.annotations needs the right to create pods",
+    ),
+    "an ephemeral claim": (
+        consumer(
+            pod={
+                "volumes": [
+                    {
+                        "name": "clone",
+                        "ephemeral": {
+                            "volumeClaimTemplate": {
+                                "spec": {
+                                    "accessModes": ["ReadWriteOnce"],
+                                    "resources": {"requests": {"storage": "1Gi"}},
+                                    "dataSource": {
+                                        "kind": "PersistentVolumeClaim",
+                                        "name": "victim",
+                                    },
+                                }
+                            }
+                        },
+                    }
+                ]
+            }
+        ),
+        "spec.pod.volumes mounts",
+    ),
     "a pod securityContext": (
         consumer(pod={"securityContext": {"runAsUser": 1000, "fsGroup": 2000}}),
         "spec.pod.securityContext needs the right to create pods",
@@ -147,7 +175,7 @@ REFUSED = {
                 }
             }
         ),
-        "spec.processor.serviceAccountAnnotations (an IRSA role, say) needs the right",
+        "spec.processor.serviceAccountAnnotations needs the right to update ServiceAccounts",
     ),
 }
 
@@ -230,3 +258,18 @@ def test_a_tenant_may_edit_an_admins_streamconsumer_but_add_nothing_they_may_not
     )
     assert added.returncode != 0
     assert "spec.processor.envFrom names a Secret" in added.stderr
+    # Found by review: a new image kept the admin's references unchecked, and the
+    # tenant's code then read the Secret. New code re-checks every reference.
+    image = control_plane.kubectl(
+        f"--as={TENANT}",
+        "-n",
+        namespace,
+        "patch",
+        "streamconsumer",
+        "admins",
+        "--type=merge",
+        "-p",
+        '{"spec": {"processor": {"image": "evil/img:1"}}}',
+    )
+    assert image.returncode != 0
+    assert "spec.pod.volumes mounts a Secret" in image.stderr

@@ -46,6 +46,13 @@ SQS = "https://sqs.eu-west-1.amazonaws.com/123456789012/clicks-dlq"
 
 REFUSED = [
     pytest.param(
+        variant(
+            source__kinesis__endpointURL="https://127.0.0.1:8443\\@kinesis.us-east-1.amazonaws.com"
+        ),
+        "spec.source.kinesis.endpointURL",
+        id="endpoint-url-with-a-backslash",
+    ),
+    pytest.param(
         variant(source__kinesis__streamARN=ARN),
         "set exactly one of source.kinesis.streamName and source.kinesis.streamARN",
         id="name-and-arn",

@@ -158,6 +158,9 @@ class ControlPlane:
                 f"--root-ca-file={pki.ca_cert}",
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                # Test nodes post no heartbeats: they must not be tainted and their pods
+                # evicted as unreachable.
+                "--controllers=*,-node-lifecycle-controller",
                 "--v=0",
             ],
             logs,

@@ -8,6 +8,11 @@ when the Pod is deleted. A process that dies on its own marks its Pod Failed, so
 ReplicaSet replaces it — a lost pod, as on a real node. Scaling, kills and rollouts are
 then real API operations.
 
+Like a real kubelet it binds each Pod to its Node (`NODE`, registered at start), so a
+deleted Pod is deleted gracefully: it stays, with a deletionTimestamp, while its process
+drains (and its bound token stays valid), and the kubelet removes it once the process
+has exited. (An unbound Pod is deleted at once, and its token refused with it.)
+
 Like a real kubelet it converges rather than trusts every event: it lists, then watches
 from the list's resourceVersion (relisting when that is too old), and reconciles its
 processes against a fresh list every few seconds, so a pod deleted while no watch was
@@ -37,6 +42,7 @@ from kubernetes.client.exceptions import ApiException
 log = logging.getLogger(__name__)
 Pod = dict[str, Any]
 RESYNC_SECONDS = 3.0
+NODE = "local-kubelet"  # the Node every pod of a LocalKubelet is bound to
 
 
 @dataclass
@@ -77,6 +83,12 @@ class LocalKubelet:
         ]
 
     def start(self) -> LocalKubelet:
+        node = k8s.V1Node(metadata=k8s.V1ObjectMeta(name=NODE))
+        try:
+            self._core.create_node(node)
+        except ApiException as error:
+            if error.status != 409:  # registered by another test's kubelet
+                raise
         for thread in self._threads:
             thread.start()
         return self
@@ -191,6 +203,8 @@ class LocalKubelet:
                 return
             if name in self.pods or pod.get("status", {}).get("phase") in ("Failed", "Succeeded"):
                 return
+            if not pod["spec"].get("nodeName"):
+                self._bind(name)
             self.pods[name] = self._launch(pod)
         self._set_phase(name, "Running", ready=True)
 
@@ -199,6 +213,17 @@ class LocalKubelet:
             running = self.pods.get(pod["metadata"]["name"])
         if running is not None and not running.stopping:
             threading.Thread(target=self._terminate, args=(running,), daemon=True).start()
+
+    def _bind(self, name: str) -> None:
+        """Schedules the pod on our node, as the scheduler would."""
+        binding = k8s.V1Binding(
+            metadata=k8s.V1ObjectMeta(name=name),
+            target=k8s.V1ObjectReference(api_version="v1", kind="Node", name=NODE),
+        )
+        # The generated client cannot read the Status this call answers with.
+        self._core.create_namespaced_pod_binding(
+            name, self.namespace, binding, _preload_content=False
+        )
 
     def _terminate(self, pod: RunningPod, grace: float | None = None) -> None:
         pod.stopping = True
@@ -211,6 +236,17 @@ class LocalKubelet:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(pod.process.pid, signal.SIGKILL)
                 pod.process.wait()
+        # The process is gone: the Pod object may go too (a no-op unless it was deleted).
+        self._finish_deletion(pod.name)
+
+    def _finish_deletion(self, name: str) -> None:
+        try:
+            current = self._core.read_namespaced_pod(name, self.namespace)
+        except ApiException:
+            return
+        if current.metadata is not None and current.metadata.deletion_timestamp is not None:
+            with contextlib.suppress(ApiException):
+                self._core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
 
     def _monitor(self) -> None:
         while not self._stopped.wait(0.2):

@@ -24,7 +24,13 @@ ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/team-a-clicks"
 
 
 def kinesis(**fields: str) -> Source:
-    return Source.model_validate({"kinesis": {"streamName": "clicks", **fields}})
+    """A Kinesis source; its endpointURL as given, even one the CRD would refuse (an
+    object stored before the rule, or a CRD not yet upgraded)."""
+    url = fields.pop("endpointURL", None)
+    source = Source.model_validate({"kinesis": {"streamName": "clicks", **fields}})
+    assert source.kinesis is not None
+    spec = source.kinesis.model_copy(update={"endpoint_url": url})
+    return source.model_copy(update={"kinesis": spec})
 
 
 def test_the_default_allows_aws_endpoints_only() -> None:
@@ -32,12 +38,24 @@ def test_the_default_allows_aws_endpoints_only() -> None:
     assert policy.refusal("team-a", kinesis()) is None
     vpce = "https://vpce-0a1b-2c3d.kinesis.eu-west-1.vpce.amazonaws.com"
     assert policy.refusal("team-a", kinesis(endpointURL=vpce)) is None
+    fips = "https://kinesis-fips.us-gov-west-1.amazonaws.com"
+    assert policy.refusal("team-a", kinesis(endpointURL=fips)) is None
+    arn = Source.model_validate({"kinesis": {"streamARN": ARN}})
+    assert policy.refusal("team-a", arn) is None, "the default takes ARNs too"
     for url, reason in [
+        # Found by review: urlsplit took the host after "@", urllib3 connected to the one
+        # before the backslash, and the operator's signed request went there.
+        ("https://127.0.0.1:8443\\@kinesis.us-east-1.amazonaws.com", "nothing else"),
+        ("https://evil.example@kinesis.us-east-1.amazonaws.com", "nothing else"),
+        ("https://kinesis.us-east-1.amazonaws.com?x=1", "nothing else"),
+        # Hosts under amazonaws.com that a tenant controls (API Gateway, an S3 bucket).
+        ("https://abc123.execute-api.us-east-1.amazonaws.com", "is not one"),
+        ("https://kinesis.s3.us-east-1.amazonaws.com", "is not one"),
         ("https://internal.corp:8443/admin", "endpoint host internal.corp is not one"),
         ("https://169.254.169.254/latest", "endpoint host 169.254.169.254 is not one"),
         ("http://kinesis.eu-west-1.amazonaws.com", "endpointURL must be https://"),
         ("https://amazonaws.com.evil.example", "endpoint host amazonaws.com.evil.example"),
-        ("https://[::1", "endpointURL is not a URL"),
+        ("https://[::1]:443", "nothing else"),
     ]:
         refused = policy.refusal("team-a", kinesis(endpointURL=url))
         assert refused is not None, url
@@ -62,6 +80,11 @@ def test_a_namespace_gets_only_the_streams_and_endpoints_its_entry_names() -> No
     assert refused == "stream payments is not one namespace team-a may read"
     arn_source = Source.model_validate({"kinesis": {"streamARN": ARN}})
     assert policy.refusal("team-a", arn_source) is None
+    elsewhere_arn = "arn:aws:kinesis:eu-west-1:999999999999:stream/team-a-clicks"
+    refused_arn = policy.refusal(
+        "team-a", Source.model_validate({"kinesis": {"streamARN": elsewhere_arn}})
+    )
+    assert refused_arn is not None, "a name pattern says nothing of another account's ARN"
     assert policy.refusal("team-b", arn_source) is not None, "no entry: the default"
     local = kinesis(streamName="team-a-x", endpointURL="http://kinesis.internal:4567")
     assert policy.refusal("team-a", local) is None
@@ -99,6 +122,7 @@ def test_the_policy_comes_from_the_operators_environment(monkeypatch: pytest.Mon
     assert policy.default == AwsAccess()
 
 
+SECRET_WORD = "hunter2"
 PAGE = "<html><body>admin console\n\x1b[31mpassword: hunter2</body></html>" + "x" * 5000
 
 
@@ -115,3 +139,6 @@ def test_an_endpoints_answer_is_shown_bounded_and_one_line_or_not_at_all() -> No
     unparsed = ResponseParserError(f"Unable to parse response, invalid XML received:\n{PAGE}")
     assert "hunter2" not in failure(unparsed, "listing shards", 30.0)
     assert len(failure(RuntimeError(PAGE), "listing shards", 30.0)) < MAX_REMOTE_TEXT + 20
+    # Found by review: our own parse of an answer quoted it ("invalid literal for int()").
+    parsed = ValueError(f"invalid literal for int() with base 10: '{SECRET_WORD}'")
+    assert SECRET_WORD not in failure(parsed, "listing shards", 30.0)

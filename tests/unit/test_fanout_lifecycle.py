@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from streamconsumer.controller import fanout
+from streamconsumer.controller.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
 from testbed.specs import TEST_BED_ACCESS as ACCESS
 
@@ -101,3 +102,12 @@ def test_the_same_stream_under_another_spelling_keeps_its_consumer(calls: Calls)
     asyncio.run(fanout.consumer_changed(ACCESS, "team", "clicks", FAN_OUT, moved))
     assert calls.registered == {"clicks": "arn:clicks/team.clicks"}
     assert ("deregister", "team.clicks") not in calls.made
+
+
+def test_moving_to_an_endpoint_the_policy_refuses_deregisters_first(calls: Calls) -> None:
+    """Found by review: the refused register raised, and the consumer registered on the
+    old endpoint stayed (billed, one of the stream's 20 slots) after the resource went."""
+    moved = {"kinesis": {**FAN_OUT["kinesis"], "endpointURL": "https://internal.corp"}}
+    with pytest.raises(AccessRefused):
+        asyncio.run(fanout.consumer_changed(AccessPolicy(), "team", "clicks", FAN_OUT, moved))
+    assert calls.made == [("deregister", "team.clicks")]

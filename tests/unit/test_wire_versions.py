@@ -26,7 +26,7 @@ from streamconsumer.controller.auth import Caller
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.registry import Registry
 from streamconsumer.core.lineage import Shard
-from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeldShard
+from streamconsumer.models import CheckpointRequest, CheckpointResponse, HeartbeatRequest, HeldShard
 from streamconsumer.models.api import (
     HEARTBEAT_ENVELOPE_BYTES,
     HELD_SHARD_BYTES,
@@ -422,3 +422,14 @@ def test_no_answer_ends_a_workers_thread_however_odd(status: int) -> None:
         with pytest.raises((OperatorUnavailable, OperatorRefused)):
             read(status, nested)
     assert checkpoint_outcome("s0", lambda: checkpoint_answer(status, nested)) in set(Answer)
+
+
+def test_a_release_before_any_checkpoint_is_answered_in_a_form_every_worker_reads() -> None:
+    """Found by an e2e run: a release of a shard never checkpointed was answered without
+    the `checkpoint` key, which workers required; the release was sent again and again
+    until the operator went away, and its records were read twice."""
+    answer = CheckpointResponse(shard_id="s0", epoch=3, checkpoint=None, persisted=True)
+    content = json.dumps(answer.wire()).encode()
+    assert json.loads(content)["checkpoint"] is None, "the key, for workers of earlier releases"
+    assert checkpoint_answer(200, content) == answer
+    assert checkpoint_answer(200, b'{"shardId": "s0", "epoch": 3, "persisted": true}') == answer

@@ -13,6 +13,7 @@ listing fails with `AccessRefused`, shown in Degraded."""
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -21,12 +22,21 @@ from pydantic.alias_generators import to_camel
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
+from streamconsumer.models.base import ENDPOINT_URL_PATTERN
 from streamconsumer.models.resource import DynamoDBStreamsSource, KinesisSource, Source
 from streamconsumer.sources.base import ShardReader, StreamSource
 from streamconsumer.sources.registry import selected
 
-# AWS's own endpoints, VPC interface endpoints included (vpce-*.kinesis.<region>.vpce...).
-AWS_ENDPOINTS = ("*.amazonaws.com", "*.amazonaws.com.cn", "*.api.aws")
+# In `endpoints`: AWS's own Kinesis and DynamoDB (Streams) endpoints, FIPS, dual-stack and
+# VPC interface endpoints included. Not a host pattern: `*.amazonaws.com` would also
+# take API Gateway, S3 buckets and other hosts a tenant controls.
+AWS = "aws"
+_SERVICE = r"(kinesis|dynamodb|streams\.dynamodb)(-fips)?"
+_AWS_HOST = re.compile(
+    rf"^({_SERVICE}\.[a-z0-9-]+\.(amazonaws\.com|amazonaws\.com\.cn|api\.aws)"
+    rf"|vpce-[a-z0-9-]+\.{_SERVICE}\.[a-z0-9-]+\.vpce\.amazonaws\.com(\.cn)?)$"
+)
+_ENDPOINT = re.compile(ENDPOINT_URL_PATTERN)
 
 
 class _Settings(BaseModel):
@@ -39,13 +49,15 @@ class AwsAccess(_Settings):
     """What one namespace's StreamConsumers may name (`fnmatch` patterns)."""
 
     streams: tuple[str, ...] = Field(
-        default=("*",),
-        description="Kinesis stream and DynamoDB table names; a pattern starting with "
-        "arn: matches the ARN a spec names instead.",
+        default=("*", "arn:*"),
+        description="Kinesis stream and DynamoDB table names a spec names by name; "
+        "patterns starting with arn: match the ARNs a spec names by ARN (account and "
+        "region included).",
     )
     endpoints: tuple[str, ...] = Field(
-        default=AWS_ENDPOINTS,
-        description="Hosts (host or host:port) a custom endpointURL may name.",
+        default=(AWS,),
+        description='Hosts (host or host:port) a custom endpointURL may name; "aws" '
+        "stands for AWS's own Kinesis and DynamoDB endpoints.",
     )
     allow_http: bool = Field(default=False, description="Plain-HTTP endpoints (test beds).")
 
@@ -78,22 +90,27 @@ def _names(spec: KinesisSource | DynamoDBStreamsSource) -> tuple[str, str | None
 
 
 def _matches(pattern: str, names: tuple[str, str | None]) -> bool:
+    """A spec naming its stream by ARN is matched by arn: patterns only: the name's
+    pattern says nothing of the account or region an ARN points into."""
     name, arn = names
-    if pattern.startswith("arn:"):
-        return arn is not None and fnmatch.fnmatchcase(arn, pattern)
-    return fnmatch.fnmatchcase(name, pattern)
+    if arn is not None:
+        return pattern.startswith("arn:") and fnmatch.fnmatchcase(arn, pattern)
+    return not pattern.startswith("arn:") and fnmatch.fnmatchcase(name, pattern)
 
 
 def _endpoint_refusal(url: str, access: AwsAccess, namespace: str) -> str | None:
-    try:
-        parts = urlsplit(url)
-        host, port = (parts.hostname or ""), parts.port
-    except ValueError:
-        return "endpointURL is not a URL"
+    if not _ENDPOINT.match(url):  # as the CRD says; a spec from before it may differ
+        return "endpointURL must be scheme://host[:port][/path], nothing else"
+    parts = urlsplit(url)
+    host, port = (parts.hostname or ""), parts.port
     if parts.scheme != "https" and not (parts.scheme == "http" and access.allow_http):
         return "endpointURL must be https://"
     named = [host] + ([f"{host}:{port}"] if port is not None else [])
-    if not any(fnmatch.fnmatchcase(n, p) for p in access.endpoints for n in named):
+
+    def allows(pattern: str, name: str) -> bool:
+        return bool(_AWS_HOST.match(name)) if pattern == AWS else fnmatch.fnmatchcase(name, pattern)
+
+    if not any(allows(p, n) for p in access.endpoints for n in named):
         # The host only: never more of what the spec wrote than needed to find it.
         return f"endpoint host {host[:253]} is not one namespace {namespace} may use"
     return None

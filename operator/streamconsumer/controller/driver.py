@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
+from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.jobs import Job, Jobs, Outcome
 from streamconsumer.controller.lease_coordinator import (
@@ -272,6 +273,8 @@ def failure(
     """What failed, for Degraded and an Event; with the kind's advice on AWS's code."""
     if isinstance(error, TimeoutError):
         return f"{doing} timed out after {timeout:.0f}s"
+    if isinstance(error, AccessRefused):  # our own words
+        return f"{doing}: {error}"
     code, message = aws_error(error)
     if not code:
         return f"{doing}: {message}"

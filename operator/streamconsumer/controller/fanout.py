@@ -80,6 +80,8 @@ async def consumer_changed(
     (or leaving its stream for another one)."""
     before = Source.model_validate(old)
     after = Source.model_validate(new)
+    if uses_fan_out(after) and policy.refusal(namespace, after) is not None:
+        await deregister(policy, namespace, name, before)  # not left registered for good
     if not uses_fan_out(after):
         await deregister(policy, namespace, name, before)
         return None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -238,8 +238,14 @@ class CheckpointRequest(WireModel):
 class CheckpointResponse(WireModel):
     shard_id: ShardId
     epoch: int = Field(ge=0, le=MAX_WIRE_INT)
-    checkpoint: ShardCheckpoint | None
+    # None: the shard has no checkpoint yet (a release before any record).
+    checkpoint: ShardCheckpoint | None = None
     persisted: bool
+
+    def wire(self) -> dict[str, Any]:
+        """With `checkpoint` even when None: workers up to this release require the key,
+        and a release they could not read was sent again until the lease ran out."""
+        return {"checkpoint": None, **super().wire()}
 
 
 class ErrorResponse(WireModel):

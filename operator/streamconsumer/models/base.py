@@ -45,3 +45,9 @@ def with_rules(*rules: tuple[str, str]) -> ConfigDict:
             "x-kubernetes-validations": [{"rule": rule, "message": msg} for rule, msg in rules]
         },
     )
+
+
+# A custom endpoint: scheme, host name or IPv4 address, port, path; nothing else (no
+# userinfo, backslash, query or escapes, which URL parsers read differently: one could
+# check a host that another then does not connect to; docs/security.md#aws-access).
+ENDPOINT_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"

@@ -11,13 +11,13 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from streamconsumer.models.base import Model, with_rules
+from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, with_rules
 
 _ENDPOINT = Field(
     default=None,
     alias="endpointURL",
     max_length=2048,
-    pattern=r"^https?://",
+    pattern=ENDPOINT_URL_PATTERN,
     description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
 )
 _REGION = Field(default=None, max_length=64, description="AWS region; defaults to the worker's.")

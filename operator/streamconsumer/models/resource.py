@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from streamconsumer.models.base import Model, with_rules
+from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, with_rules
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.pod_policy import POD_RULES, PROCESSOR_RULES
 
@@ -76,7 +76,7 @@ class AwsStreamSource(Model):
         default=None,
         alias="endpointURL",
         max_length=2048,
-        pattern=r"^https?://",
+        pattern=ENDPOINT_URL_PATTERN,
         description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
     )
 

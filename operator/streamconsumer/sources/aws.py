@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
 
 from streamconsumer.models.resource import AwsStreamSource
@@ -65,7 +65,10 @@ def aws_error(error: BaseException) -> AwsError:
         return AwsError(code, summary(str(details.get("Message") or error)))
     if isinstance(error, ResponseParserError):
         return AwsError("", NOT_AWS)
-    return AwsError("", summary(str(error)))
+    if isinstance(error, BotoCoreError | TimeoutError | OSError):  # botocore's words
+        return AwsError("", summary(str(error)))
+    # Anything else (a ValueError reading a shard list, say) may quote the answer.
+    return AwsError("", f"{type(error).__name__} reading the endpoint's answer (not shown)")
 
 
 def endpoint_settings(spec: AwsStreamSource) -> Settings:
