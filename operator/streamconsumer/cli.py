@@ -22,8 +22,31 @@ from rich.table import Table
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.models import GROUP, PLURAL, VERSION
-from streamconsumer.models.resource import RESET_ANNOTATION, ResetRequest
+from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
+
+FIELD_MANAGER = "streamconsumer-cli"
+
+
+def whoami() -> str | None:
+    """Your user name as the apiserver knows you (a SelfSubjectReview), to go with what
+    you ask for (docs/security.md#audit); None where the apiserver cannot say."""
+    try:
+        review = k8s.AuthenticationV1Api().create_self_subject_review(k8s.V1SelfSubjectReview())
+    except (ApiException, HTTPError):
+        return None
+    user = review.status.user_info if review.status is not None else None
+    return user.username if user is not None else None
+
+
+def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    """Patches the object with what is asked and who asks for it."""
+    who = whoami()
+    if who is not None:
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[REQUESTED_BY] = who
+    api.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=FIELD_MANAGER
+    )
 
 
 def fetch(api: k8s.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
@@ -109,9 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command in ("pause", "resume"):
             paused = args.command == "pause"
-            api.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, args.name, {"spec": {"paused": paused}}
-            )
+            ask(api, namespace, args.name, {"spec": {"paused": paused}})
             state = "paused: workers hand their shards off" if paused else "resumed"
             console.print(f"{namespace}/{args.name} {state}")
             return
@@ -160,7 +181,7 @@ def do_reset(
     patch = {
         "metadata": {"annotations": {RESET_ANNOTATION: request.model_dump_json(by_alias=True)}}
     }
-    api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, args.name, patch)
+    ask(api, namespace, args.name, patch)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline:
         applied = (fetch(api, namespace, args.name).get("status") or {}).get("lastReset") or {}

@@ -8,8 +8,11 @@ import subprocess
 import sys
 import time
 
+from streamconsumer.models.resource import REQUESTED_BY
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
+
+ADMIN = "admin"  # the test control plane's user (testbed/pki.py)
 
 
 def cli(scenario: Scenario, verb: str) -> str:
@@ -36,6 +39,12 @@ def test_pause_hands_everything_off_and_resume_carries_on(scenario: Scenario) ->
 
     assert "paused" in cli(scenario, "pause")
     wait_for(lambda: ready_reason(scenario) == "Paused", 30, "every shard let go")
+    # Who asked (docs/security.md#audit): the CLI's user, in status and in an Event; the
+    # annotation that named them is gone once recorded.
+    wait_for(lambda: scenario.status().get("pausedBy") == ADMIN, 30, "who paused, in status")
+    assert ("Paused", f"paused by {ADMIN}: workers hand their shards off") in scenario.events()
+    annotations = scenario.consumers.get(scenario.name)["metadata"].get("annotations") or {}
+    assert REQUESTED_BY not in annotations
     leases = scenario.status()["leases"]
     assert all(not lease.get("owner") for lease in leases.values()), leases
     processed = scenario.report().processed
@@ -44,5 +53,6 @@ def test_pause_hands_everything_off_and_resume_carries_on(scenario: Scenario) ->
     assert scenario.report().processed == processed, "processed while paused"
 
     assert "resumed" in cli(scenario, "resume")
+    wait_for(lambda: ("Resumed", f"resumed by {ADMIN}") in scenario.events(), 30, "who resumed")
     wait_for(scenario.all_processed, 60, "records after the resume")
     scenario.delivered(duplicates_at_most=0)

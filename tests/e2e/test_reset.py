@@ -44,6 +44,7 @@ def test_a_reset_to_a_timestamp_replays_exactly_what_arrived_since(scenario: Sce
     assert Counter(e["data"] for e in scenario.report().events) == Counter(scenario.produced)
 
     assert "reset 2 shards" in reset(scenario, "timestamp", since.isoformat())
+    assert scenario.status()["lastReset"]["requestedBy"] == "admin"  # testbed/pki.py's user
     scenario.produce(30)  # while the shards move
     later = set(scenario.produced) - before - after
 

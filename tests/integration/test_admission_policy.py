@@ -16,11 +16,13 @@ import pytest
 from kubernetes import client as k8s
 
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
+from streamconsumer.models.resource import REQUESTED_BY
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TENANT = "alice"
+WIDENED = "widened-by-admins"  # the chart's podPolicy.unrestrictedNamespaces
 BASE: dict[str, Any] = {
     "apiVersion": API_VERSION,
     "kind": KIND,
@@ -52,6 +54,8 @@ def admission_policy(control_plane: ControlPlane, helm: Path) -> Iterator[None]:
             "1.34.4",
             "--show-only",
             "templates/admission-policy.yaml",
+            "--set",
+            f"podPolicy.unrestrictedNamespaces={{{WIDENED}}}",
         ],
         capture_output=True,
         text=True,
@@ -273,3 +277,98 @@ def test_a_tenant_may_edit_an_admins_streamconsumer_but_add_nothing_they_may_not
     )
     assert image.returncode != 0
     assert "spec.pod.volumes mounts a Secret" in image.stderr
+
+
+HOST_SOCKET = consumer(
+    "node",
+    pod={
+        "unrestricted": True,
+        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+    },
+)
+
+
+def test_unrestricted_workers_only_where_admins_allow_and_only_for_who_could_run_them(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, admission_policy: None, tenant: str
+) -> None:
+    """The CRD lets `spec.pod.unrestricted` lift the pod limits; the admins' list in the
+    chart decides where, and only someone who may create pods there may ask."""
+    wait_for(
+        lambda: (
+            as_tenant(control_plane, tenant, "create", HOST_SOCKET, "--dry-run=server").returncode
+            != 0
+        ),
+        30,
+        "the policy enforced",
+    )
+    elsewhere = control_plane.kubectl(
+        "-n", tenant, "create", "-f", "-", input=json.dumps(HOST_SOCKET)
+    )
+    assert elsewhere.returncode != 0, "an admin too, outside the listed namespaces"
+    assert "spec.pod.unrestricted is not allowed in this namespace" in elsewhere.stderr
+
+    core = k8s.CoreV1Api(api_client)
+    core.create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=WIDENED)))
+    try:
+        rbac = k8s.RbacAuthorizationV1Api(api_client)
+        rule = k8s.V1PolicyRule(api_groups=[GROUP], resources=[PLURAL], verbs=["create"])
+        rbac.create_namespaced_role(
+            WIDENED, k8s.V1Role(metadata=k8s.V1ObjectMeta(name="consumers"), rules=[rule])
+        )
+        bind(rbac, WIDENED, "consumers")
+        tenants = as_tenant(control_plane, WIDENED, "create", HOST_SOCKET)
+        assert tenants.returncode != 0, "a tenant who may not create pods"
+        assert "spec.pod.unrestricted needs the right to create pods" in tenants.stderr
+        admins = control_plane.kubectl(
+            "-n", WIDENED, "create", "-f", "-", input=json.dumps(HOST_SOCKET)
+        )
+        assert admins.returncode == 0, admins.stderr
+    finally:
+        core.delete_namespace(WIDENED)
+
+
+def test_the_requester_annotation_names_whoever_writes_it(
+    control_plane: ControlPlane, admission_policy: None, tenant: str
+) -> None:
+    """Audit (docs/security.md#audit): `streamconsumer pause|resume|reset` name their
+    user beside the change; nobody may name someone else, nor change what is audited
+    under another's name."""
+    namespace = tenant
+    created = as_tenant(control_plane, namespace, "create", consumer("audited"))
+    assert created.returncode == 0, created.stderr
+
+    def patch(
+        *who: str, paused: bool | None = None, named: str | None = ""
+    ) -> subprocess.CompletedProcess[str]:
+        body: dict[str, Any] = {}
+        if paused is not None:
+            body["spec"] = {"paused": paused}
+        if named != "":
+            body["metadata"] = {"annotations": {REQUESTED_BY: named}}
+        return control_plane.kubectl(
+            *who, "-n", namespace, "patch", "streamconsumer", "audited", "--type=merge",
+            "-p", json.dumps(body),
+        )  # fmt: skip
+
+    alice = (f"--as={TENANT}",)
+
+    def enforced() -> bool:
+        return patch(*alice, paused=True, named="bob").returncode != 0
+
+    wait_for(enforced, 30, "the policy enforced")
+    forged = patch(*alice, paused=True, named="bob")
+    assert f"{REQUESTED_BY} must name you ({TENANT})" in forged.stderr
+    assert patch(*alice, paused=True, named=TENANT).returncode == 0
+    assert patch(*alice, paused=False).returncode == 0, "her own name stands beside it"
+
+    admin = control_plane.kubectl("auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+    assert admin.returncode == 0, admin.stderr
+    under_hers = patch(paused=True)
+    assert under_hers.returncode != 0, "a pause under alice's name"
+    assert f"must name you ({admin.stdout})" in under_hers.stderr
+    assert patch(paused=True, named=None).returncode == 0, "named by nobody: the field manager"
+    assert patch(*alice, named=TENANT).returncode == 0
+    assert control_plane.kubectl(  # what is not audited is not asked about
+        "-n", namespace, "patch", "streamconsumer", "audited", "--type=merge",
+        "-p", '{"spec": {"replicas": 3}}',
+    ).returncode == 0  # fmt: skip

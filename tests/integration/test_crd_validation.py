@@ -180,6 +180,11 @@ TENANT_REFUSED = [
         VOLUMES_REFUSED,
         id="hostPath",
     ),
+    pytest.param(  # and how an admin would lift it
+        variant(pod={"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}]}),
+        "platform admins may allow spec.pod.unrestricted in a namespace",
+        id="hostPath-names-the-way-out",
+    ),
     pytest.param(
         variant(pod={"volumes": [{"name": "n", "nfs": {"server": "10.0.0.1", "path": "/"}}]}),
         VOLUMES_REFUSED,
@@ -314,6 +319,15 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
                         {"prefix": "APP_", "configMapRef": {"name": "a"}},
                     ],
                 },
+            ),
+            # Beyond the tenant limits: the CRD lets it be, the admins' list decides (the
+            # admission policy and the operator: test_admission_policy, test_tenant_isolation).
+            variant(
+                pod={
+                    "unrestricted": True,
+                    "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+                    "securityContext": {"runAsUser": 0, "seLinuxOptions": {"type": "spc_t"}},
+                }
             ),
         )
     ):

@@ -320,3 +320,58 @@ def test_an_internal_endpoint_is_refused_and_no_answer_is_reflected(
     finally:
         process.stop()
         page.close()
+
+
+def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """`spec.pod.unrestricted` passes the CRD (the admission policy may be absent): the
+    operator makes no pods for it outside its admins' list, and says why."""
+    apps = k8s.AppsV1Api(api_client)
+    node = consumer("node")
+    node["spec"]["pod"] = {  # type: ignore[index]
+        "unrestricted": True,
+        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+    }
+
+    def run_operator(allowed: list[str]) -> OperatorProcess:
+        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
+        return OperatorProcess(
+            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
+        ).start()
+
+    consumers = StreamConsumers(api_client, namespace)
+    process = run_operator(["another-namespace"])
+    try:
+        consumers.create(node)
+        refused = f"spec.pod.unrestricted is not allowed in namespace {namespace}"
+        wait_for(lambda: refused in degraded_message(consumers, "node"), 60, "Degraded says why")
+        events = k8s.CoreV1Api(api_client).list_namespaced_event(
+            namespace, field_selector="reason=PodPolicyRefused"
+        )
+        assert any(refused in (e.message or "") for e in events.items), events.items
+        with pytest.raises(ApiException) as missing:
+            apps.read_namespaced_deployment("node-workers", namespace)
+        assert missing.value.status == 404
+    finally:
+        process.stop()
+
+    process = run_operator([namespace])
+    try:
+
+        def made() -> bool:
+            try:
+                workers = apps.read_namespaced_deployment("node-workers", namespace)
+            except ApiException:
+                return False
+            pod = workers.spec.template.spec
+            return pod is not None and any(v.host_path is not None for v in pod.volumes or [])
+
+        wait_for(made, 60, "the workers, with the node's socket, once the admins allow it")
+        wait_for(
+            lambda: "unrestricted" not in degraded_message(consumers, "node"),
+            60,
+            "the refusal cleared",
+        )
+    finally:
+        process.stop()

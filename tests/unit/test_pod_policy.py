@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import deployment
+from streamconsumer.controller.children import deployment, pod_policy_refusal
+from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.models import kubernetes_schemas
-from streamconsumer.models.pod_policy import SAFE_VOLUME_SOURCES, UNSAFE_VOLUME_SOURCES
+from streamconsumer.models.pod_policy import (
+    SAFE_VOLUME_SOURCES,
+    UNRESTRICTED,
+    UNSAFE_VOLUME_SOURCES,
+)
+from streamconsumer.models.resource import PodSettings
 from testbed.specs import consumer_spec
 
 
@@ -40,3 +48,22 @@ def test_the_workers_own_settings_win_over_a_tenants_env() -> None:
     assert last["STREAMCONSUMER_OPERATOR_URL"]["value"] == "https://operator:8443"
     assert [e["name"] for e in env].count("POD_NAME") == 1, "the pod's name is the pod's"
     assert last["A"]["value"] == "1"
+
+
+def test_unrestricted_pods_are_made_only_in_namespaces_the_admins_list() -> None:
+    assert UNRESTRICTED in PodSettings.model_fields  # the field the CRD's rules name
+    spec = consumer_spec(pod={"unrestricted": True})
+    refusal = pod_policy_refusal(spec, "team-a", frozenset({"team-b"}))
+    assert refusal is not None
+    assert "namespace team-a" in refusal
+    assert pod_policy_refusal(spec, "team-b", frozenset({"team-b"})) is None
+    assert pod_policy_refusal(consumer_spec(), "team-a", frozenset()) is None
+
+
+def test_the_admins_list_of_unrestricted_namespaces_is_read_as_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES", '["team-b", "ml"]')
+    assert OperatorConfig().unrestricted_pod_namespaces == {"team-b", "ml"}
+    monkeypatch.delenv("STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES")
+    assert OperatorConfig().unrestricted_pod_namespaces == frozenset()

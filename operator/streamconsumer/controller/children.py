@@ -40,6 +40,20 @@ RESTRICTED_CONTAINER = {
 }
 
 
+def pod_policy_refusal(
+    spec: StreamConsumerSpec, namespace: str, unrestricted_namespaces: frozenset[str]
+) -> str | None:
+    """Why no workers may be made for this spec; None if they may. Unrestricted pods
+    (docs/security.md#pod-template) are the admins' to allow, per namespace."""
+    if spec.pod.unrestricted and namespace not in unrestricted_namespaces:
+        return (
+            f"spec.pod.unrestricted is not allowed in namespace {namespace}: platform "
+            "admins list the namespaces that may run unrestricted workers in the "
+            "operator's podPolicy.unrestrictedNamespaces; no worker pods are made"
+        )
+    return None
+
+
 def uses_tls(operator_url: str) -> bool:
     return operator_url.startswith("https://")
 

@@ -61,6 +61,9 @@ class OperatorConfig(BaseSettings):
     # Which streams and endpoints each namespace's StreamConsumers may have the operator
     # call AWS for, as JSON ({"default": {...}, "namespaces": {"team-a": {...}}}).
     aws_access: AccessPolicy = Field(default_factory=AccessPolicy)
+    # Namespaces whose StreamConsumers may ask for `spec.pod.unrestricted` worker pods
+    # (hostPath, root, ...), as a JSON list: an admin's choice, never a tenant's.
+    unrestricted_pod_namespaces: frozenset[str] = frozenset()
     shard_sync_seconds: float = Field(default=10.0, gt=0)
     # A listing that takes longer is abandoned (the loop keeps the last one meanwhile).
     shard_sync_timeout_seconds: float = Field(default=30.0, gt=0)

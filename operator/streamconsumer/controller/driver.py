@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from streamconsumer import audit
 from streamconsumer.controller import metrics
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.autoscaler import Autoscaler
@@ -42,7 +43,7 @@ from streamconsumer.controller.status import (
 )
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
-from streamconsumer.models.resource import ResetRequest, Source, StreamConsumerSpec
+from streamconsumer.models.resource import Source, StreamConsumerSpec
 from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import StreamSource
 from streamconsumer.sources.registry import selected
@@ -243,7 +244,7 @@ def load(
     durable, created = durable_from_status(status), creation_time(body)
     coordinator = LeaseCoordinator(spec, durable, now, created=created, desired_replicas=desired)
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
-        if (reset := ResetRequest.on(body)) is not None:
+        if (reset := audit.reset_request(body)) is not None:
             coordinator.request_reset(reset)
     return ConsumerLoop(
         name,
@@ -251,6 +252,7 @@ def load(
         settings,
         generation=generation,
         autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
+        paused_by=audit.pause_requester(body) if spec.paused else None,
     )
 
 

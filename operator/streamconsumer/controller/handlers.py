@@ -18,16 +18,15 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
-from streamconsumer.controller import children, consumers, executors, fanout
+from streamconsumer import audit
+from streamconsumer.controller import children, consumers, executors, fanout, requests
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
-from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.owned import NotOurs, apply_owned
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
     RESET_ANNOTATION,
-    ResetRequest,
     StreamConsumerSpec,
 )
 
@@ -75,6 +74,21 @@ async def reconcile_children(
     assert namespace is not None, "StreamConsumer is namespaced"
     context = context_of(memo)
     spec = spec_of(body)
+    consumer = context.registry.get(namespace, name)
+
+    def applied(error: str | None) -> None:  # shown in Degraded
+        if consumer is not None:
+            consumer.loop.children_applied(error)
+            consumer.wake()
+
+    refusal = children.pod_policy_refusal(
+        spec, namespace, context.config.unrestricted_pod_namespaces
+    )
+    if refusal is not None:
+        kopf.warn(body, reason="PodPolicyRefused", message=refusal)
+        applied(refusal)
+        # Again later: the loop may not be registered yet to show it in Degraded.
+        raise kopf.TemporaryError(refusal, delay=CONFLICT_RETRY_SECONDS)
     manifests = [
         children.service_account(name, spec),
         # The CA before the Deployment: its pods mount it.
@@ -84,7 +98,6 @@ async def reconcile_children(
         ),
         children.disruption_budget(name),
     ]
-    consumer = context.registry.get(namespace, name)
     try:
         for manifest in manifests:
             kopf.adopt(manifest, owner=body)
@@ -94,14 +107,11 @@ async def reconcile_children(
             await executors.run_in(executors.KUBERNETES, apply)
     except NotOurs as conflict:
         kopf.warn(body, reason="ObjectConflict", message=str(conflict))
-        if consumer is not None:
-            consumer.loop.children_applied(str(conflict))
-            consumer.wake()
+        applied(str(conflict))
         raise kopf.TemporaryError(str(conflict), delay=CONFLICT_RETRY_SECONDS) from None
     if consumer is not None:
-        consumer.loop.children_applied(None)
         consumer.coordinator.update_spec(spec)
-        consumer.wake()
+    applied(None)
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
 
 
@@ -178,20 +188,45 @@ async def reset_requested(
     body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    consumer = context_of(memo).registry.get(namespace, name)
-    if consumer is not None:
-        _request_reset(body, consumer.coordinator)
-        consumer.wake()
-
-
-def _request_reset(body: kopf.Body, coordinator: LeaseCoordinator) -> None:
+    context = context_of(memo)
     try:
-        request = ResetRequest.on(body)
+        request = audit.reset_request(body)
     except ValidationError as error:
         kopf.warn(body, reason="ResetInvalid", message=f"{RESET_ANNOTATION}: {error}")
         return
-    if request is not None:
-        coordinator.request_reset(request)
+    if request is None:
+        return
+    consumer = context.registry.get(namespace, name)
+    if consumer is not None:
+        consumer.coordinator.request_reset(request)
+        consumer.wake()
+    reason, message = requests.reset_event(request.id, request.to, request.requested_by or "")
+    kopf.info(body, reason=reason, message=message)
+    await requests.forget_requester(context.api_client, body)
+
+
+@kopf.on.field(GROUP, VERSION, PLURAL, field="spec.paused")
+async def pause_changed(
+    body: kopf.Body,
+    old: Any,
+    new: Any,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    if not old and not new:
+        return  # created running: nothing was paused or resumed
+    context = context_of(memo)
+    by = audit.asked_by(body, audit.PAUSED_FIELD)
+    consumer = context.registry.get(namespace, name)
+    if consumer is not None:
+        consumer.loop.pause_asked(by if new else None)
+        consumer.wake()
+    reason, message = requests.pause_event(bool(new), by)
+    kopf.info(body, reason=reason, message=message)
+    await requests.forget_requester(context.api_client, body)
 
 
 # A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;

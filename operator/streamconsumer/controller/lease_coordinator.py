@@ -498,7 +498,9 @@ class LeaseCoordinator:
                 lease = replace(lease, start=request.to, resetting=True)
             self.leases[shard_id] = lease
             reset.append(shard_id)
-        self.last_reset = ResetRecord(id=request.id, to=request.to, shards=reset)
+        self.last_reset = ResetRecord(
+            id=request.id, to=request.to, shards=reset, requested_by=request.requested_by
+        )
         self._changed()
 
     # --- the status ----------------------------------------------------------------

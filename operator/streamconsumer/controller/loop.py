@@ -97,6 +97,7 @@ class ConsumerLoop:
         settings: LoopSettings,
         generation: Callable[[], int | None],
         autoscaler: Autoscaler | None = None,
+        paused_by: str | None = None,
     ) -> None:
         self.name = name
         self.coordinator = coordinator
@@ -107,6 +108,7 @@ class ConsumerLoop:
         self.source_error: str | None = None
         self.write_error: str | None = None
         self.children_error: str | None = None  # the workers' objects could not be applied
+        self.paused_by = paused_by  # who asked for the pause in force (audit.py)
         self.conditions: list[Condition] = []
         self._syncing = False
         self._listing: int | None = None  # the number of the listing under way
@@ -128,6 +130,12 @@ class ConsumerLoop:
     def deposed_by(self, reason: str) -> None:
         """A newer term fenced the status: this loop must never grant or write again."""
         self.deposed = reason
+
+    def pause_asked(self, by: str | None) -> None:
+        """Who paused the consumer (None: it runs), shown in status."""
+        if by != self.paused_by:
+            self.paused_by = by
+            self.coordinator.status_changed()
 
     def children_applied(self, error: str | None) -> None:
         """The outcome of applying the workers' objects (None: all applied)."""
@@ -263,7 +271,13 @@ class ConsumerLoop:
         problems = [p for p in (self.source_error, self.write_error, self.children_error) if p]
         problems += coordinator.blocked_shards()
         status = render(
-            self.name, coordinator, snapshot, self.generation(), self.conditions, problems
+            self.name,
+            coordinator,
+            snapshot,
+            self.generation(),
+            self.conditions,
+            problems,
+            paused_by=self.paused_by,
         )
         self.conditions = status.conditions
         return StatusWrite(status.wire(), snapshot, version)

@@ -61,6 +61,7 @@ def render(
     generation: int | None,
     previous: list[Condition],
     problems: list[str],
+    paused_by: str | None = None,
 ) -> StreamConsumerStatus:
     """`problems`: what keeps the consumer degraded (stream unreachable, status writes
     failing), most important first."""
@@ -90,7 +91,7 @@ def render(
                 "Ready",
                 True,
                 "Paused",
-                "paused: shards wait at their checkpoints",
+                f"paused by {paused_by or 'unknown'}: shards wait at their checkpoints",
                 generation,
             )
         )
@@ -135,6 +136,7 @@ def render(
             "shards": sum(1 for shard in coordinator.shards if not shard.closed),
             "lagMillis": max(lag.values()) if lag else None,
             "leases": leases,
+            "pausedBy": paused_by if coordinator.spec.paused else None,
             "workers": workers,
             "conditions": [ready_condition, progressing, degraded],
         }

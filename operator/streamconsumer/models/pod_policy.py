@@ -139,7 +139,27 @@ SYSCTL_RULE = (
     f"!has({SC}) || !has({SC}.sysctls) || {SC}.sysctls.all(s, s.name in {_quoted(SAFE_SYSCTLS)})",
     f"securityContext.sysctls may set only {_listed(SAFE_SYSCTLS)}",
 )
-POD_RULES = (VOLUME_RULE, ROOT_RULE, SELINUX_RULE, UNCONFINED_RULE, SYSCTL_RULE)
+UNRESTRICTED = "unrestricted"
+"""`spec.pod.unrestricted`: the pod rules above are lifted, for namespaces whose workers
+need more (a hostPath, a node's group). It takes effect only in the namespaces platform
+admins list in the operator's configuration (`STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES`,
+the chart's `podPolicy.unrestrictedNamespaces`): elsewhere the chart's admission policy
+refuses it at apply and the operator creates no pods for it. Never the env rules below:
+those protect the worker's token, which no namespace needs to redirect."""
+
+
+def _unless_unrestricted(rule: tuple[str, str]) -> tuple[str, str]:
+    expression, message = rule
+    return (
+        f"(has(self.{UNRESTRICTED}) && self.{UNRESTRICTED}) || ({expression})",
+        f"{message} (platform admins may allow spec.pod.{UNRESTRICTED} in a namespace)",
+    )
+
+
+POD_RULES = tuple(
+    _unless_unrestricted(rule)
+    for rule in (VOLUME_RULE, ROOT_RULE, SELINUX_RULE, UNCONFINED_RULE, SYSCTL_RULE)
+)
 
 ENV_RULE = (
     "!has(self.env) || self.env.all(e, "

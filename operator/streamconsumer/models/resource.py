@@ -290,6 +290,12 @@ class PodSettings(Model):
         description="Mounts of `volumes` in the worker container.",
         json_schema_extra=kubernetes("VolumeMount", many=True),
     )
+    unrestricted: bool = Field(
+        default=False,
+        description="Lift the limits on volumes and the pod securityContext (hostPath, "
+        "root, ...): only in namespaces the platform admins allow in the operator's "
+        "configuration (docs/security.md#pod-template); elsewhere refused.",
+    )
     termination_grace_period_seconds: int = Field(
         default=30,
         ge=10,
@@ -418,6 +424,11 @@ RESET_ANNOTATION = f"reset.{GROUP}/request"
 under `{GROUP}/`: kopf keeps its own state there and ignores changes to those keys."""
 
 
+REQUESTED_BY = f"audit.{GROUP}/requested-by"
+"""Who asks, beside the pause, resume or reset they ask for: their user name, written by
+`streamconsumer pause|resume|reset` (streamconsumer/audit.py reads it)."""
+
+
 class ResetRequest(Model):
     """Send shards (all unfinished ones if none are named) back to `to`, safely while
     workers run. Applied once per id; the status keeps the last id applied."""
@@ -425,6 +436,9 @@ class ResetRequest(Model):
     id: str = Field(min_length=1, max_length=64)
     to: ResetPosition
     shards: list[str] = Field(default_factory=list, max_length=10000)
+    requested_by: str | None = Field(
+        default=None, exclude=True, description="Filled by the operator (audit.py), never read."
+    )
 
     @classmethod
     def on(cls, resource: Mapping[str, Any]) -> ResetRequest | None:
@@ -439,6 +453,9 @@ class ResetRecord(Model):
     id: str = Field(max_length=64)
     to: ResetPosition
     shards: list[str] = Field(default_factory=list, description="The shards it reset.")
+    requested_by: str | None = Field(
+        default=None, max_length=300, description="Who asked for it (docs/security.md#audit)."
+    )
 
 
 class Term(Model):
@@ -486,6 +503,11 @@ class StreamConsumerStatus(Model):
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
     leases: dict[str, Lease] = Field(default_factory=dict)
     last_reset: ResetRecord | None = None
+    paused_by: str | None = Field(
+        default=None,
+        max_length=300,
+        description="Who paused it, while paused (docs/security.md#audit).",
+    )
     workers: dict[str, WorkerSummary] = Field(default_factory=dict)
     conditions: list[Condition] = Field(
         default_factory=list,
