@@ -91,7 +91,8 @@ def custom_resource_definition() -> dict[str, Any]:
                 "listKind": f"{KIND}List",
                 "plural": PLURAL,
                 "singular": KIND.lower(),
-                "shortNames": ["sc"],
+                # Not "sc": kubectl resolves it to StorageClasses, a built-in.
+                "shortNames": ["stc"],
                 "categories": ["all"],
             },
             "versions": [
@@ -115,6 +116,11 @@ def custom_resource_definition() -> dict[str, Any]:
                             "name": "Ready",
                             "type": "string",
                             "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                        },
+                        {
+                            "name": "Reason",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
                         },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],

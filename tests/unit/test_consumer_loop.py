@@ -401,6 +401,11 @@ def test_a_blocked_shard_is_degraded_and_passed_over_records_are_events() -> Non
     status, message = condition(loop, "Degraded")
     assert status == "True"
     assert "s0 blocked on w: 7 attempts in 42s: ValueError: bad" in message
+    # Not Ready while a record blocks its shard (issue 25), and Stalled for kstatus.
+    ready = next(c for c in loop.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ShardBlocked")
+    assert ready.message.startswith("s0 blocked on w")
+    assert condition(loop, "Stalled")[0] == "True"
     events = loop.take_events()
     assert ("Warning", "RecordsSkipped") in [(e.type, e.reason) for e in events]
     assert any("s1: 3 records skipped by w (5..9)" in e.message for e in events)
@@ -538,3 +543,44 @@ def test_many_abandoned_writes_landing_late_are_still_ours() -> None:
     FlakyApi.replace_status(api, oldest)  # the oldest lands now
     writer.write({"leases": {"s0": {"owner": "a", "epoch": 1, "checkpoint": "70"}}})
     assert api.status["leases"]["s0"]["checkpoint"] == "70"
+
+
+def reasons(loop: ConsumerLoop) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason) for c in loop.conditions}
+
+
+def test_ready_stalled_and_children_applied_follow_the_workers_objects() -> None:
+    """Ready stayed True while the workers' Deployment could not be applied (issue 25):
+    now Ready and ChildrenApplied say so, with the apiserver's words, and Stalled (kstatus)
+    is True; Reconciling is True until the objects are known applied."""
+    loop = make_loop()
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    fence = loop.write_due(0.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
+    loop.coordinator.heartbeat(HeartbeatRequest(worker="w"), 0.0)
+    loop.step(0.0)
+    write = loop.write_due(1.0)
+    assert write is not None
+    loop.write_succeeded(write, 1.0)
+    assert reasons(loop)["ChildrenApplied"] == ("False", "Pending")
+    assert reasons(loop)["Reconciling"] == ("True", "ApplyingChildren")
+
+    refused = "Deployment c-workers was refused (422): metadata.name: must be no more than 63"
+    loop.children_applied(refused)
+    write = loop.write_due(2.0)
+    assert write is not None
+    loop.write_succeeded(write, 2.0)
+    assert reasons(loop)["Ready"] == ("False", "ChildrenNotApplied")
+    assert reasons(loop)["ChildrenApplied"] == ("False", "Refused")
+    assert reasons(loop)["Stalled"] == ("True", "ChildrenNotApplied")
+    assert condition(loop, "Ready")[1] == refused
+
+    loop.children_applied(None)
+    write = loop.write_due(3.0)
+    assert write is not None
+    assert reasons(loop)["Ready"] == ("True", "AllShardsOwned")
+    assert reasons(loop)["ChildrenApplied"] == ("True", "Applied")
+    assert reasons(loop)["Stalled"][0] == "False"
+    assert reasons(loop)["Reconciling"][0] == "False"

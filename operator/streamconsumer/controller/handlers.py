@@ -22,7 +22,7 @@ from streamconsumer import audit
 from streamconsumer.controller import children, consumers, executors, fanout, requests
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
-from streamconsumer.controller.owned import NotOurs, apply_owned
+from streamconsumer.controller.owned import NotApplied, NotOurs, apply_owned
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
@@ -74,12 +74,9 @@ async def reconcile_children(
     assert namespace is not None, "StreamConsumer is namespaced"
     context = context_of(memo)
     spec = spec_of(body)
-    consumer = context.registry.get(namespace, name)
 
-    def applied(error: str | None) -> None:  # shown in Degraded
-        if consumer is not None:
-            consumer.loop.children_applied(error)
-            consumer.wake()
+    def applied(error: str | None) -> None:  # shown in status
+        context.registry.children_applied(namespace, name, error)
 
     refusal = children.pod_policy_refusal(
         spec, namespace, context.config.unrestricted_pod_namespaces
@@ -105,14 +102,23 @@ async def reconcile_children(
                 apply_owned, context.api_client, manifest, namespace, body.metadata.uid
             )
             await executors.run_in(executors.KUBERNETES, apply)
-    except NotOurs as conflict:
-        kopf.warn(body, reason="ObjectConflict", message=str(conflict))
-        applied(str(conflict))
-        raise kopf.TemporaryError(str(conflict), delay=CONFLICT_RETRY_SECONDS) from None
-    if consumer is not None:
+    except (NotOurs, NotApplied) as refused:
+        reason = "ObjectConflict" if isinstance(refused, NotOurs) else "ChildrenRefused"
+        kopf.warn(body, reason=reason, message=str(refused))
+        applied(str(refused))
+        raise kopf.TemporaryError(str(refused), delay=CONFLICT_RETRY_SECONDS) from None
+    if (consumer := context.registry.get(namespace, name)) is not None:
         consumer.coordinator.update_spec(spec)
     applied(None)
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def consumer_event(
+    event: kopf.RawEvent, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    if event["type"] == "DELETED" and namespace is not None:
+        context_of(memo).registry.forget(namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})

@@ -24,7 +24,7 @@ from streamconsumer.controller.lease_coordinator import (
     PassedOverNote,
     ShardChanges,
 )
-from streamconsumer.controller.status import render
+from streamconsumer.controller.status import Children, render
 from streamconsumer.core.leases import FINISHED, Action, CancelHandoff, Expire, Grant, Revoke
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
@@ -107,7 +107,7 @@ class ConsumerLoop:
         self.events: list[Event] = []
         self.source_error: str | None = None
         self.write_error: str | None = None
-        self.children_error: str | None = None  # the workers' objects could not be applied
+        self.children = Children()  # how applying the workers' objects went
         self.paused_by = paused_by  # who asked for the pause in force (audit.py)
         self.conditions: list[Condition] = []
         self._syncing = False
@@ -139,8 +139,9 @@ class ConsumerLoop:
 
     def children_applied(self, error: str | None) -> None:
         """The outcome of applying the workers' objects (None: all applied)."""
-        if error != self.children_error:
-            self.children_error = error
+        applied = Children(known=True, error=error)
+        if applied != self.children:
+            self.children = applied
             self.coordinator.status_changed()
 
     def take_events(self) -> list[Event]:
@@ -268,7 +269,7 @@ class ConsumerLoop:
         self._writing = True
         version = coordinator.version
         snapshot = coordinator.snapshot(now)
-        problems = [p for p in (self.source_error, self.write_error, self.children_error) if p]
+        problems = [p for p in (self.source_error, self.write_error, self.children.error) if p]
         problems += coordinator.blocked_shards()
         status = render(
             self.name,
@@ -278,6 +279,7 @@ class ConsumerLoop:
             self.conditions,
             problems,
             paused_by=self.paused_by,
+            children=self.children,
         )
         self.conditions = status.conditions
         return StatusWrite(status.wire(), snapshot, version)

@@ -13,6 +13,7 @@ controller of its own. Anything else not ours is `NotOurs`, left untouched
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,10 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from streamconsumer.sources.aws import summary
+
 FIELD_MANAGER = "streamconsumer-operator"
+REFUSALS = (400, 403, 422)  # the object or our right to it: not a passing fault
 KUBERNETES_TIMEOUT_SECONDS = 10.0
 
 
@@ -34,6 +38,22 @@ class NotOurs(Exception):
         )
         self.kind = kind
         self.name = name
+
+
+class NotApplied(Exception):
+    """The apiserver refused an object of ours (invalid, or an admission policy said no):
+    its words, for the StreamConsumer's status. Retrying as it is would not help."""
+
+    def __init__(self, kind: str, name: str, error: ApiException) -> None:
+        super().__init__(f"{kind} {name} was refused ({error.status}): {api_message(error)}")
+
+
+def api_message(error: ApiException) -> str:
+    """The apiserver's own message (a Status object's `message`), else its reason."""
+    try:
+        return summary(str(json.loads(error.body or "").get("message") or error.reason), 1000)
+    except (TypeError, ValueError, AttributeError):
+        return str(error.reason)
 
 
 @dataclass(frozen=True)
@@ -87,12 +107,17 @@ def apply_owned(
     if existing is not None:
         manifest = {**manifest, "metadata": {**manifest["metadata"], "uid": existing.metadata.uid}}
     # Server-side apply: our fields, whoever else manages others (kubectl scale, HPA).
-    verbs.patch(
-        name,
-        namespace,
-        manifest,
-        field_manager=FIELD_MANAGER,
-        force=existing is not None,
-        _content_type="application/apply-patch+yaml",
-        _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
-    )
+    try:
+        verbs.patch(
+            name,
+            namespace,
+            manifest,
+            field_manager=FIELD_MANAGER,
+            force=existing is not None,
+            _content_type="application/apply-patch+yaml",
+            _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
+        )
+    except ApiException as error:
+        if error.status in REFUSALS:
+            raise NotApplied(kind, name, error) from None
+        raise

@@ -62,6 +62,9 @@ class Registry:
     def __init__(self, clock: Callable[[], float], startup_grace: float = 30.0) -> None:
         self._consumers: dict[tuple[str, str], ManagedConsumer] = {}
         self._loading: set[tuple[str, str]] = set()
+        # How applying each consumer's objects last went (None: applied), kept across its
+        # loop's restarts: kopf applies them on its own schedule, not the loop's.
+        self._children: dict[tuple[str, str], str | None] = {}
         self._clock = clock
         self._grace = startup_grace
         self._ready_at: float | None = None  # not leading yet: everything is "later"
@@ -88,6 +91,21 @@ class Registry:
         key = (consumer.namespace, consumer.name)
         self._loading.discard(key)
         self._consumers[key] = consumer
+        if key in self._children:
+            consumer.loop.children_applied(self._children[key])
+
+    def children_applied(self, namespace: str, name: str, error: str | None) -> None:
+        """The outcome of applying a consumer's objects (None: all applied), for its
+        status now or once its loop runs."""
+        self._children[(namespace, name)] = error
+        consumer = self.get(namespace, name)
+        if consumer is not None:
+            consumer.loop.children_applied(error)
+            consumer.wake()
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The consumer is gone."""
+        self._children.pop((namespace, name), None)
 
     def remove(self, namespace: str, name: str) -> None:
         self._loading.discard((namespace, name))

@@ -8,7 +8,6 @@ conflict logic runs against Kubernetes (`KubeStatusApi`) and in the simulator.""
 from __future__ import annotations
 
 import datetime
-import json
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from streamconsumer.controller.lease_coordinator import (
     LeaseCoordinator,
     durable_fields,
 )
+from streamconsumer.controller.owned import api_message
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term, WorkerSummary
@@ -54,6 +54,14 @@ def _condition(
     )
 
 
+@dataclass(frozen=True)
+class Children:
+    """How applying the workers' objects went: not yet (`known` false), or its error."""
+
+    known: bool = False
+    error: str | None = None
+
+
 def render(
     name: str,
     coordinator: LeaseCoordinator,
@@ -62,9 +70,11 @@ def render(
     previous: list[Condition],
     problems: list[str],
     paused_by: str | None = None,
+    children: Children | None = None,
 ) -> StreamConsumerStatus:
     """`problems`: what keeps the consumer degraded (stream unreachable, status writes
     failing), most important first."""
+    children = children or Children()
     leases = coordinator.status_leases()
     ready = coordinator.assignable()
     # A shard being handed off still has its owner: a planned move is not "unready".
@@ -81,11 +91,36 @@ def render(
     }
     lag = coordinator.lag_millis()
     by_type = {c.type: c for c in previous}
+    blocked = coordinator.blocked_shards()
+    still_held = sum(1 for lease in coordinator.leases.values() if lease.owner)
+    unassigned = len(ready) - owned
+    # Stalled (kstatus): what needs someone to act; Reconciling: work under way.
+    stalled: tuple[str, str] | None = None
+    if children.error is not None:
+        stalled = ("ChildrenNotApplied", children.error)
+    elif blocked:
+        more = f" (and {len(blocked) - 1} more)" if len(blocked) > 1 else ""
+        stalled = ("ShardBlocked", blocked[0] + more)
+    elif not coordinator.shards_known and problems:
+        stalled = ("StreamUnavailable", problems[0])
+    reconciling: tuple[str, str] | None = None
+    if not children.known:
+        reconciling = ("ApplyingChildren", "applying the workers' objects")
+    elif not coordinator.shards_known:
+        reconciling = ("ListingShards", "listing shards")
+    elif coordinator.spec.paused and still_held:
+        reconciling = ("Pausing", f"{still_held} shards still held")
+    elif moving:
+        reconciling = ("HandingOff", f"{moving} shards being handed off")
+    elif unassigned and not coordinator.spec.paused and (workers or coordinator.spec.replicas):
+        reconciling = ("ShardsUnassigned", f"{owned}/{len(ready)} assignable shards have an owner")
+
     if coordinator.spec.paused:
-        still = sum(1 for lease in coordinator.leases.values() if lease.owner)
         ready_condition = (
-            _condition(by_type, "Ready", False, "Pausing", f"{still} shards still held", generation)
-            if still
+            _condition(
+                by_type, "Ready", False, "Pausing", f"{still_held} shards still held", generation
+            )
+            if still_held
             else _condition(
                 by_type,
                 "Ready",
@@ -95,15 +130,13 @@ def render(
                 generation,
             )
         )
-    elif not coordinator.shards_known and problems:
-        ready_condition = _condition(
-            by_type, "Ready", False, "StreamUnavailable", problems[0], generation
-        )
+    elif stalled is not None:
+        ready_condition = _condition(by_type, "Ready", False, *stalled, generation)
     elif not coordinator.shards_known:
         ready_condition = _condition(
             by_type, "Ready", False, "ListingShards", "listing shards", generation
         )
-    elif owned < len(ready):
+    elif unassigned:
         message = f"{owned}/{len(ready)} assignable shards have an owner"
         reason = "NoWorkers" if not workers else "ShardsUnassigned"
         ready_condition = _condition(by_type, "Ready", False, reason, message, generation)
@@ -126,6 +159,39 @@ def render(
         "; ".join(problems),
         generation,
     )
+    if children.error is not None:
+        applied = _condition(
+            by_type, "ChildrenApplied", False, "Refused", children.error, generation
+        )
+    elif children.known:
+        applied = _condition(
+            by_type,
+            "ChildrenApplied",
+            True,
+            "Applied",
+            "the workers' objects are applied",
+            generation,
+        )
+    else:
+        applied = _condition(
+            by_type, "ChildrenApplied", False, "Pending", "not applied yet", generation
+        )
+    conditions = [
+        ready_condition,
+        progressing,
+        degraded,
+        applied,
+        _condition(
+            by_type,
+            "Reconciling",
+            reconciling is not None,
+            *(reconciling or ("Done", "")),
+            generation,
+        ),
+        _condition(
+            by_type, "Stalled", stalled is not None, *(stalled or ("Progressing", "")), generation
+        ),
+    ]
     return StreamConsumerStatus.model_validate(
         {
             **durable_fields(snapshot),
@@ -138,7 +204,7 @@ def render(
             "leases": leases,
             "pausedBy": paused_by if coordinator.spec.paused else None,
             "workers": workers,
-            "conditions": [ready_condition, progressing, degraded],
+            "conditions": conditions,
         }
     )
 
@@ -325,15 +391,7 @@ class KubeStatusApi:
             if error.status == 409:
                 raise Conflict(error.reason) from None
             if error.status in (400, 422):
-                raise StatusInvalid(_api_message(error)) from None
+                raise StatusInvalid(api_message(error)) from None
             raise StatusUnavailable(f"HTTP {error.status}: {error.reason}") from None
         except (HTTPError, OSError) as error:
             raise StatusUnavailable(str(error)) from None
-
-
-def _api_message(error: ApiException) -> str:
-    """The apiserver's own message (a Status object's `message`), else its reason."""
-    try:
-        return str(json.loads(error.body or "").get("message") or error.reason)
-    except (TypeError, ValueError, AttributeError):
-        return str(error.reason)
