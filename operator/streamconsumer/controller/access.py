@@ -24,7 +24,7 @@ from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN
 from streamconsumer.models.resource import DynamoDBStreamsSource, KinesisSource, Source
-from streamconsumer.sources.base import ShardReader, StreamSource
+from streamconsumer.sources.base import Identity, ShardReader, StreamSource
 from streamconsumer.sources.registry import selected
 
 # In `endpoints`: AWS's own Kinesis and DynamoDB (Streams) endpoints, FIPS, dual-stack and
@@ -137,12 +137,14 @@ class RefusedSource:
 
 
 def guarded(
-    policy: AccessPolicy, namespace: str, make_source: Callable[[Source], StreamSource]
+    policy: AccessPolicy,
+    namespace: str,
+    make_source: Callable[[Source, Identity], StreamSource],
 ) -> Callable[[Source], StreamSource]:
-    """`make_source` for one namespace, under the policy."""
+    """`make_source` for one namespace, under the policy, as the operator itself."""
 
     def make(source: Source) -> StreamSource:
         reason = policy.refusal(namespace, source)
-        return make_source(source) if reason is None else RefusedSource(reason)
+        return make_source(source, None) if reason is None else RefusedSource(reason)
 
     return make
