@@ -224,7 +224,8 @@ def test_cert_manager_mode_renders_its_issuers_and_mounts_the_certificate(helm: 
 def test_aws_access_reaches_the_operator_as_it_reads_it(helm: Path) -> None:
     """`awsAccess` (docs/security.md#aws-access) becomes the JSON the operator parses;
     a misspelt field is refused at install, not ignored."""
-    policy = {"namespaces": {"team-a": {"streams": ["team-a-*"], "allowHttp": True}}}
+    role = {"roleArn": "arn:aws:iam::123456789012:role/team-a", "externalId": "team-a-7f3e"}
+    policy = {"namespaces": {"team-a": {"streams": ["team-a-*"], "allowHttp": True, **role}}}
     env = env_of(
         operator_container(rendered_docs(helm, "--set-json", f"awsAccess={json.dumps(policy)}"))
     )

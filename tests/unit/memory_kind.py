@@ -83,7 +83,7 @@ def reader(spec: MemorySpec, settings: ReaderSettings) -> MemorySource:
 KIND = StreamKind(
     name="memory",
     spec=MemorySpec,
-    lister=MemorySource,
+    lister=lambda spec, identity: MemorySource(spec),  # no AWS: no identity to call as
     reader=reader,
     settings=settings,
     spec_from_settings=spec_from_settings,

@@ -4,9 +4,11 @@ endpoint; admins widen it per namespace. A refused source sends nothing."""
 
 from __future__ import annotations
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
+from pydantic import ValidationError
 
 from streamconsumer.controller.access import (
     AccessPolicy,
@@ -19,6 +21,7 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.driver import failure
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.aws import MAX_REMOTE_TEXT, NOT_AWS, aws_error
+from streamconsumer.sources.factory import make_source
 
 ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/team-a-clicks"
 
@@ -142,3 +145,99 @@ def test_an_endpoints_answer_is_shown_bounded_and_one_line_or_not_at_all() -> No
     # Found by review: our own parse of an answer quoted it ("invalid literal for int()").
     parsed = ValueError(f"invalid literal for int() with base 10: '{SECRET_WORD}'")
     assert SECRET_WORD not in failure(parsed, "listing shards", 30.0)
+
+
+# --- roleArn: the role the operator assumes for a namespace (docs/security.md#a-role-per-namespace)
+
+ROLE = "arn:aws:iam::123456789012:role/streamconsumer-team-a"
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        ROLE,
+        "arn:aws:iam::123456789012:role/teams/streamconsumer/team-a",  # with a path
+        "arn:aws-cn:iam::123456789012:role/team-a",
+        "arn:aws-us-gov:iam::123456789012:role/team+a=b,c.d@e_f-g",
+        "arn:aws:iam::123456789012:role/" + "r" * 64,
+    ],
+)
+def test_a_role_arn_is_an_iam_roles(arn: str) -> None:
+    assert AwsAccess.model_validate({"roleArn": arn}).role_arn == arn
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::123456789012:user/team-a",  # a user, not a role
+        "arn:aws:sts::123456789012:assumed-role/team-a/session",
+        "arn:aws:iam::12345678901:role/team-a",  # eleven digits
+        "arn:aws:iam:eu-west-1:123456789012:role/team-a",  # IAM has no region
+        "arn:aws:iam::123456789012:role/",
+        "arn:aws:iam::123456789012:role/team a",
+        "arn:aws:iam::123456789012:role/" + "r" * 65,
+        "arn:aws:iam::123456789012:role/team-a\n",
+        "arn:aws:iam::*:role/team-a",
+        "team-a",
+        "",
+    ],
+)
+def test_anything_else_is_refused_as_a_role_arn(arn: str) -> None:
+    with pytest.raises(ValidationError, match="roleArn"):
+        AwsAccess.model_validate({"roleArn": arn})
+
+
+def test_an_external_id_goes_with_a_role_and_sts_grammar() -> None:
+    access = AwsAccess.model_validate({"roleArn": ROLE, "externalId": "team-a:7f3e/x"})
+    assert access.external_id == "team-a:7f3e/x"
+    with pytest.raises(ValidationError, match="externalId is only sent with a roleArn"):
+        AwsAccess.model_validate({"externalId": "team-a"})
+    for bad in ("x", "has space", "a" * 1225):
+        with pytest.raises(ValidationError, match="externalId"):
+            AwsAccess.model_validate({"roleArn": ROLE, "externalId": bad})
+
+
+def test_without_a_role_the_operator_calls_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No roleArn (the default): the source's clients are made as before, by boto3's
+    own client (the process's identity), and no role is assumed."""
+    made: list[tuple[Source, object]] = []
+
+    def make(source: Source, identity: object) -> object:
+        made.append((source, identity))
+        return object()
+
+    policy = AccessPolicy.model_validate({"namespaces": {"team-a": {"roleArn": ROLE}}})
+    assert AwsAccess().role_arn is None
+    assert policy.identity("team-b", kinesis()) is None, "the default names no role"
+    guarded(policy, "team-b", make)(kinesis())  # type: ignore[arg-type]
+    assert made == [(kinesis(), None)]
+
+    clients: list[str] = []
+
+    def client(service: str, **options: object) -> object:
+        clients.append(service)
+        return object()
+
+    monkeypatch.setattr(boto3, "client", client)
+    guarded(AccessPolicy(), "team-a", make_source)(kinesis())
+    assert clients == ["kinesis"]
+
+
+def test_an_entry_replaces_the_default_role_and_all() -> None:
+    policy = AccessPolicy.model_validate(
+        {"default": {"roleArn": ROLE}, "namespaces": {"team-b": {"streams": ["b-*"]}}}
+    )
+    assert policy.access("team-c").role_arn == ROLE
+    assert policy.access("team-b").role_arn is None
+
+
+def test_the_role_comes_from_the_operators_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "STREAMCONSUMER_AWS_ACCESS",
+        f'{{"namespaces": {{"team-a": {{"roleArn": "{ROLE}", "externalId": "ext-1"}}}}}}',
+    )
+    access = OperatorConfig().aws_access.namespaces["team-a"]
+    assert (access.role_arn, access.external_id) == (ROLE, "ext-1")
+    monkeypatch.setenv("STREAMCONSUMER_AWS_ACCESS", '{"default": {"roleArn": "team-a"}}')
+    with pytest.raises(ValidationError, match="roleArn"):
+        OperatorConfig()

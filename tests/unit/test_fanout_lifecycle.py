@@ -11,6 +11,7 @@ import pytest
 from streamconsumer.controller import fanout
 from streamconsumer.controller.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
+from streamconsumer.sources.base import Identity
 from testbed.specs import TEST_BED_ACCESS as ACCESS
 
 POLLING = {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}}
@@ -26,7 +27,7 @@ class Calls:
         self.made: list[tuple[str, str]] = []
         self.registered: dict[str, str] = {}  # stream -> its consumer's ARN
 
-    def __call__(self, source: Source) -> StreamCalls:
+    def __call__(self, source: Source, identity: Identity) -> StreamCalls:
         assert source.kinesis is not None, "only Kinesis fans out"
         return StreamCalls(self, source.kinesis.stream_name or source.kinesis.stream_arn or "")
 

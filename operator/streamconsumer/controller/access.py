@@ -8,7 +8,8 @@ signed requests to an internal URL. The default allows any stream name over AWS'
 endpoints (https, `*.amazonaws.com`) and no custom endpoint; platform admins widen it per
 namespace in the operator's configuration (`STREAMCONSUMER_AWS_ACCESS`, the chart's
 `awsAccess`), never tenants in their spec. A refused source costs no AWS call: its
-listing fails with `AccessRefused`, shown in Degraded."""
+listing fails with `AccessRefused`, shown in Degraded. An entry may also name an IAM role
+the operator assumes for that namespace's calls (`roleArn`, `controller/assumed_role.py`)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,26 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from streamconsumer.controller import assumed_role
+from streamconsumer.controller.assumed_role import (
+    EXTERNAL_ID_PATTERN,
+    ROLE_ARN_PATTERN,
+    Role,
+    session_name,
+)
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN
-from streamconsumer.models.resource import DynamoDBStreamsSource, KinesisSource, Source
-from streamconsumer.sources.base import ShardReader, StreamSource
+from streamconsumer.models.resource import (
+    AwsStreamSource,
+    DynamoDBStreamsSource,
+    KinesisSource,
+    Source,
+)
+from streamconsumer.sources.base import Identity, ShardReader, StreamSource
 from streamconsumer.sources.registry import selected
 
 # In `endpoints`: AWS's own Kinesis and DynamoDB (Streams) endpoints, FIPS, dual-stack and
@@ -60,15 +73,36 @@ class AwsAccess(_Settings):
         "stands for AWS's own Kinesis and DynamoDB endpoints.",
     )
     allow_http: bool = Field(default=False, description="Plain-HTTP endpoints (test beds).")
+    role_arn: str | None = Field(
+        default=None,
+        pattern=ROLE_ARN_PATTERN,
+        description="An IAM role the operator assumes (STS AssumeRole) for its own calls "
+        "for these StreamConsumers; none: the operator's own identity.",
+    )
+    external_id: str | None = Field(
+        default=None,
+        pattern=EXTERNAL_ID_PATTERN,
+        description="The ExternalId the role's trust policy asks for, if any.",
+    )
+
+    @model_validator(mode="after")
+    def _external_id_needs_a_role(self) -> AwsAccess:
+        if self.external_id is not None and self.role_arn is None:
+            raise ValueError("externalId is only sent with a roleArn")
+        return self
 
 
 class AccessPolicy(_Settings):
     default: AwsAccess = AwsAccess()
     namespaces: dict[str, AwsAccess] = Field(default_factory=dict)
 
+    def access(self, namespace: str) -> AwsAccess:
+        """The namespace's entry, else the default (never a mix of the two)."""
+        return self.namespaces.get(namespace, self.default)
+
     def refusal(self, namespace: str, source: Source) -> str | None:
         """Why the operator must not call AWS for this source; None if it may."""
-        access = self.namespaces.get(namespace, self.default)
+        access = self.access(namespace)
         _, spec = selected(source)
         assert isinstance(spec, KinesisSource | DynamoDBStreamsSource)
         names = _names(spec)
@@ -78,6 +112,17 @@ class AccessPolicy(_Settings):
         if spec.endpoint_url is not None:
             return _endpoint_refusal(spec.endpoint_url, access, namespace)
         return None
+
+    def identity(self, namespace: str, source: Source) -> Identity:
+        """Whom the operator calls AWS as for this source: the namespace's role, in the
+        source's region; None for its own identity (no roleArn)."""
+        access = self.access(namespace)
+        if access.role_arn is None:
+            return None
+        _, spec = selected(source)
+        assert isinstance(spec, AwsStreamSource)
+        role = Role(access.role_arn, access.external_id, session_name(namespace))
+        return assumed_role.SESSIONS.session(role, spec.region)
 
 
 def _names(spec: KinesisSource | DynamoDBStreamsSource) -> tuple[str, str | None]:
@@ -137,12 +182,16 @@ class RefusedSource:
 
 
 def guarded(
-    policy: AccessPolicy, namespace: str, make_source: Callable[[Source], StreamSource]
+    policy: AccessPolicy,
+    namespace: str,
+    make_source: Callable[[Source, Identity], StreamSource],
 ) -> Callable[[Source], StreamSource]:
-    """`make_source` for one namespace, under the policy."""
+    """`make_source` for one namespace, under the policy, as the namespace's identity."""
 
     def make(source: Source) -> StreamSource:
         reason = policy.refusal(namespace, source)
-        return make_source(source) if reason is None else RefusedSource(reason)
+        if reason is not None:
+            return RefusedSource(reason)
+        return make_source(source, policy.identity(namespace, source))
 
     return make

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from streamconsumer import audit
 from streamconsumer.controller import metrics
 from streamconsumer.controller.access import AccessRefused
+from streamconsumer.controller.assumed_role import ERRORS as ROLE_ERRORS
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.jobs import Job, Jobs, Outcome
 from streamconsumer.controller.lease_coordinator import (
@@ -280,5 +281,5 @@ def failure(
     code, message = aws_error(error)
     if not code:
         return f"{doing}: {message}"
-    hint = (advice or {}).get(code)
+    hint = (advice or {}).get(code) or ROLE_ERRORS.get(code)  # STS's, for a roleArn
     return f"{doing}: {code}: {message}" + (f" ({hint})" if hint else "")

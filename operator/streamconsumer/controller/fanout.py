@@ -14,7 +14,7 @@ from streamconsumer.controller import executors
 from streamconsumer.controller.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.aws import aws_error
-from streamconsumer.sources.base import ConsumerRegistration
+from streamconsumer.sources.base import ConsumerRegistration, Identity
 from streamconsumer.sources.registry import selected
 
 T = TypeVar("T")
@@ -25,11 +25,11 @@ def uses_fan_out(source: Source) -> bool:
     return kind.fan_out is not None and kind.fan_out.uses(spec)
 
 
-def stream_consumers(source: Source) -> ConsumerRegistration:
-    """Registration of the consumers of a fanOut source's stream."""
+def stream_consumers(source: Source, identity: Identity) -> ConsumerRegistration:
+    """Registration of the consumers of a fanOut source's stream, called as `identity`."""
     kind, spec = selected(source)
     assert kind.fan_out is not None, "only fanOut sources register"
-    return kind.fan_out.registration(spec)
+    return kind.fan_out.registration(spec, identity)
 
 
 def consumer_name(namespace: str, name: str, source: Source) -> str:
@@ -58,7 +58,7 @@ async def register(policy: AccessPolicy, namespace: str, name: str, source: Sour
     reason = policy.refusal(namespace, source)
     if reason is not None:
         raise AccessRefused(reason)
-    consumers = stream_consumers(source)
+    consumers = stream_consumers(source, policy.identity(namespace, source))
     return await _call(
         functools.partial(consumers.register, consumer_name(namespace, name, source))
     )
@@ -69,7 +69,7 @@ async def deregister(policy: AccessPolicy, namespace: str, name: str, source: So
     the policy refuses was never registered by us)."""
     if not uses_fan_out(source) or policy.refusal(namespace, source) is not None:
         return
-    consumers = stream_consumers(source)
+    consumers = stream_consumers(source, policy.identity(namespace, source))
     await _call(functools.partial(consumers.deregister, consumer_name(namespace, name, source)))
 
 
@@ -87,16 +87,18 @@ async def consumer_changed(
         return None
     arn = await register(policy, namespace, name, after)
     if uses_fan_out(before) and policy.refusal(namespace, before) is None:
-        await _deregister_unless(namespace, name, before, keep=arn)
+        await _deregister_unless(policy, namespace, name, before, keep=arn)
     return arn
 
 
-async def _deregister_unless(namespace: str, name: str, source: Source, keep: str | None) -> None:
+async def _deregister_unless(
+    policy: AccessPolicy, namespace: str, name: str, source: Source, keep: str | None
+) -> None:
     """Deregisters the consumer `source` names unless it is `keep`: a changed endpoint
     or spelling (name for ARN) may still name the stream registered on just now, and
     only the consumers' ARNs tell. The new one is registered first, so the workers'
     subscriptions move on while the old one goes."""
-    consumers = stream_consumers(source)
+    consumers = stream_consumers(source, policy.identity(namespace, source))
     consumer = consumer_name(namespace, name, source)
     old = await _call(functools.partial(consumers.consumer_arn, consumer))
     if old is not None and old != keep:

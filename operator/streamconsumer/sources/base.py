@@ -6,13 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
 from streamconsumer.processor import Record
+
+if TYPE_CHECKING:
+    import boto3
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,10 @@ Spec = TypeVar("Spec", bound=BaseModel)
 Settings = dict[str, str | None]
 """A kind's part of the worker's environment: WorkerConfig field -> value."""
 
+Identity: TypeAlias = "boto3.Session | None"
+"""Whom the operator's clients call AWS as: a namespace's assumed role
+(`controller/assumed_role.py`), or None for the process's own identity."""
+
 
 @dataclass(frozen=True)
 class ReaderSettings:
@@ -97,20 +104,21 @@ class FanOutSupport(Generic[Spec]):
     (for the operator), and the consumer's name for a resource."""
 
     uses: Callable[[Spec], bool]
-    registration: Callable[[Spec], ConsumerRegistration]
+    registration: Callable[[Spec, Identity], ConsumerRegistration]
     consumer_name: Callable[[str, str], str]  # (namespace, name) -> the consumer's name
 
 
 @dataclass(frozen=True)
 class StreamKind(Generic[Spec]):
     """One kind of stream: its field in `spec.source` (camelCase, also the worker's
-    `source` setting), its spec model, the operator's lister (shards, backlog), the
-    worker's reader, how its spec travels in the worker's environment, fan-out support,
-    and what its AWS errors mean (Degraded and Events say it with the error)."""
+    `source` setting), its spec model, the operator's lister (shards, backlog; its
+    clients call as the `Identity` it is given), the worker's reader, how its spec
+    travels in the worker's environment, fan-out support, and what its AWS errors mean
+    (Degraded and Events say it with the error)."""
 
     name: str
     spec: type[Spec]
-    lister: Callable[[Spec], StreamSource]
+    lister: Callable[[Spec, Identity], StreamSource]
     reader: Callable[[Spec, ReaderSettings], StreamSource]
     settings: Callable[[Spec], Settings]
     spec_from_settings: Callable[[Mapping[str, Any]], Spec]

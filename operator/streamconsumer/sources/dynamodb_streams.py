@@ -57,7 +57,7 @@ from streamconsumer.sources.aws import (
     endpoint_from_settings,
     endpoint_settings,
 )
-from streamconsumer.sources.base import ReadResult, Settings, StreamKind
+from streamconsumer.sources.base import Identity, ReadResult, Settings, StreamKind
 from streamconsumer.sources.cursor import ShardCursor
 
 if TYPE_CHECKING:
@@ -80,10 +80,13 @@ def streams_client(
     endpoint_url: str | None = None,
     max_attempts: int = 5,
     read_timeout: float = 10.0,
+    identity: Identity = None,
 ) -> DynamoDBStreamsClient:
-    """A client whose calls end in seconds (`client_options`)."""
+    """A client whose calls end in seconds (`client_options`), made as `identity`."""
     options = client_options(region, endpoint_url, max_attempts, read_timeout)
-    return boto3.client("dynamodbstreams", **options)
+    if identity is None:
+        return boto3.client("dynamodbstreams", **options)
+    return identity.client("dynamodbstreams", **options)
 
 
 class NoStreamError(RuntimeError):
@@ -426,9 +429,11 @@ class DynamoDBStreamsSource:
 # --- the kind ------------------------------------------------------------------------------
 
 
-def source(spec: DynamoDBStreamsSpec, max_records: int = MAX_RECORDS) -> DynamoDBStreamsSource:
+def source(
+    spec: DynamoDBStreamsSpec, max_records: int = MAX_RECORDS, identity: Identity = None
+) -> DynamoDBStreamsSource:
     return DynamoDBStreamsSource(
-        streams_client(spec.region, spec.endpoint_url),
+        streams_client(spec.region, spec.endpoint_url, identity=identity),
         TableStream(table_name=spec.table_name, arn=spec.stream_arn),
         max_records=max_records,
     )
@@ -459,7 +464,7 @@ ERRORS = {
 KIND = StreamKind(
     name="dynamodbStreams",
     spec=DynamoDBStreamsSpec,
-    lister=source,
+    lister=lambda spec, identity: source(spec, identity=identity),
     reader=lambda spec, settings: source(spec, settings.max_records),
     settings=settings,
     spec_from_settings=spec_from_settings,

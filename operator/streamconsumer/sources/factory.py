@@ -9,14 +9,21 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from streamconsumer.sources.base import ReaderSettings, Settings, StreamKind, StreamSource
+from streamconsumer.sources.base import (
+    Identity,
+    ReaderSettings,
+    Settings,
+    StreamKind,
+    StreamSource,
+)
 from streamconsumer.sources.registry import kind_named, selected
 
 
-def make_source(source: BaseModel) -> StreamSource:
-    """The operator's view of the stream: shards with lineage, backlog probes."""
+def make_source(source: BaseModel, identity: Identity = None) -> StreamSource:
+    """The operator's view of the stream: shards with lineage, backlog probes; its calls
+    made as `identity` (None: the process's own)."""
     kind, spec = selected(source)
-    return kind.lister(spec)
+    return kind.lister(spec, identity)
 
 
 def reader_source(source: BaseModel, settings: ReaderSettings) -> StreamSource:

@@ -14,6 +14,7 @@ from streamconsumer.models.resource import KinesisSource as KinesisSpec
 from streamconsumer.sources.aws import endpoint_from_settings, endpoint_settings
 from streamconsumer.sources.base import (
     FanOutSupport,
+    Identity,
     ReaderSettings,
     Settings,
     StreamKind,
@@ -37,14 +38,16 @@ def stream_ref(spec: KinesisSpec) -> StreamRef:
     return StreamRef(name=spec.stream_name, arn=spec.stream_arn)
 
 
-def polling_source(spec: KinesisSpec, max_records: int = 1000) -> KinesisSource:
-    client = kinesis_client(spec.region, spec.endpoint_url)
+def polling_source(
+    spec: KinesisSpec, max_records: int = 1000, identity: Identity = None
+) -> KinesisSource:
+    client = kinesis_client(spec.region, spec.endpoint_url, identity=identity)
     return KinesisSource(client, stream_ref(spec), max_records=max_records)
 
 
-def lister(spec: KinesisSpec) -> KinesisSource:
+def lister(spec: KinesisSpec, identity: Identity) -> KinesisSource:
     """The operator lists and probes by polling, whatever the consumer type."""
-    return polling_source(spec)
+    return polling_source(spec, identity=identity)
 
 
 def reader(spec: KinesisSpec, settings: ReaderSettings) -> StreamSource:
@@ -81,8 +84,9 @@ def spec_from_settings(settings: Mapping[str, Any]) -> KinesisSpec:
     )
 
 
-def registration(spec: KinesisSpec) -> StreamConsumers:
-    return StreamConsumers(kinesis_client(spec.region, spec.endpoint_url), stream_ref(spec))
+def registration(spec: KinesisSpec, identity: Identity) -> StreamConsumers:
+    client = kinesis_client(spec.region, spec.endpoint_url, identity=identity)
+    return StreamConsumers(client, stream_ref(spec))
 
 
 ERRORS = {

@@ -24,7 +24,7 @@ from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
 from streamconsumer.sources.aws import aws_error, client_options
-from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.base import Identity, ReadResult
 from streamconsumer.sources.cursor import ShardCursor
 
 if TYPE_CHECKING:
@@ -40,10 +40,13 @@ def kinesis_client(
     endpoint_url: str | None = None,
     max_attempts: int = 5,
     read_timeout: float = 10.0,
+    identity: Identity = None,
 ) -> KinesisClient:
-    """A client whose calls end in seconds (`client_options`)."""
+    """A client whose calls end in seconds (`client_options`), made as `identity`."""
     options = client_options(region, endpoint_url, max_attempts, read_timeout)
-    return boto3.client("kinesis", **options)
+    if identity is None:
+        return boto3.client("kinesis", **options)
+    return identity.client("kinesis", **options)
 
 
 @dataclass(frozen=True)
