@@ -98,7 +98,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     if tls is not None:
         core = k8s.CoreV1Api(api_client)
         publish = functools.partial(publish_ca, core, config.namespace, config.tls_ca_bundle)
-        refresh = asyncio.create_task(keep_fresh(tls, publish))
+        refresh = asyncio.create_task(keep_fresh(tls, publish, config.tls_refresh_seconds))
 
     label = None
     if elector is not None and config.pod_name:

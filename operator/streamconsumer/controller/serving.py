@@ -20,7 +20,6 @@ from streamconsumer.controller import ca_secret, executors, tls
 from streamconsumer.controller.config import OperatorConfig
 
 log = logging.getLogger(__name__)
-REFRESH_SECONDS = 300.0
 
 
 class Serving(Protocol):
@@ -122,7 +121,7 @@ def publish_ca(core: k8s.CoreV1Api, namespace: str, name: str, ca_pem: bytes) ->
 async def keep_fresh(
     serving: Serving,
     publish: Callable[[bytes], None],
-    interval: float = REFRESH_SECONDS,
+    interval: float,
 ) -> None:
     """Renews or reloads the serving certificate every `interval`, and publishes the CA
     certificate whenever it is not yet published as it is now."""
