@@ -255,4 +255,5 @@ def test_the_name_check_can_fail() -> None:
         "streamconsumer.core.autoscale",
         "streamconsumer.core.backoff",
         "streamconsumer.core.election",
+        "streamconsumer.core.log_limit",
     ]

@@ -26,13 +26,15 @@ from aiohttp import web
 from kubernetes import client as k8s
 from pydantic import ValidationError
 
-from streamconsumer.controller import executors, handlers
+from streamconsumer.controller import ca_upkeep, executors, handlers
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import KubePodOwners, ReviewBudget, TokenReviewer
+from streamconsumer.controller.ca_upkeep import CaBundles
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
 from streamconsumer.controller.lifecycle import Lifecycle, Phase
+from streamconsumer.controller.owned import apply_owned
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import keep_fresh, publish_ca, serving_for
 from streamconsumer.core.election import Election
@@ -95,10 +97,18 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     ssl_context = tls.context if tls is not None else None
     await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=ssl_context).start()
     refresh = None
+    ca_bundles = CaBundles()
     if tls is not None:
         core = k8s.CoreV1Api(api_client)
         publish = functools.partial(publish_ca, core, config.namespace, config.tls_ca_bundle)
-        refresh = asyncio.create_task(keep_fresh(tls, publish))
+        spread = functools.partial(
+            ca_upkeep.spread,
+            registry=registry,
+            bundles=ca_bundles,
+            apply=functools.partial(apply_owned, api_client),
+            leading=leading,
+        )
+        refresh = asyncio.create_task(keep_fresh(tls, publish, spread, config.tls_refresh_seconds))
 
     label = None
     if elector is not None and config.pod_name:
@@ -151,6 +161,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             registry=registry,
             reviewer=reviewer,
             tls=tls,
+            ca_bundles=ca_bundles,
             # Unique to this process: a restart in the same pod is a new term holder.
             holder=f"{config.identity()}/{uuid.uuid4().hex[:8]}",
             leading=leading,

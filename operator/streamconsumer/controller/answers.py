@@ -54,6 +54,25 @@ ERROR_CODES = {
 }
 
 
+# Why a call was refused (401, 403): a code for the log, finer than the status.
+NO_TOKEN = "no_token"  # no Bearer token
+TOKEN_REFUSED = "token_refused"  # not a token of ours (or TokenReview said no)
+OTHER_ACCOUNT = "other_account"  # a ServiceAccount other than this consumer's workers'
+NOT_A_WORKER = "not_a_worker"  # the workers' ServiceAccount in a pod not of their Deployment
+OTHER_WORKER = "other_worker"  # a worker's token speaking for another worker
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a caller was refused, and who it is or claims to be where that is known, for
+    the log (`refusals.py`): never the token, nor the body beyond the worker it names."""
+
+    reason: str
+    account: str | None = None  # the reviewed token's ServiceAccount, namespace/name
+    pod: str | None = None  # the pod the reviewed token is bound to
+    worker: str | None = None  # the worker the body speaks for
+
+
 @dataclass(frozen=True)
 class Hold:
     """A `wait: true` checkpoint: answer once the status holds `version`, or after
@@ -70,6 +89,7 @@ class Reply:
     retry_after: int | None = None  # 503, 429: come back after this many seconds
     close: bool = False  # end the keep-alive connection
     hold: Hold | None = None
+    refusal: Refusal | None = None  # a 401 or 403's why, for the log
 
     def settled(self, persisted: bool) -> Reply:
         """A held reply once its wait is over."""
@@ -85,11 +105,13 @@ class Reply:
         return json.dumps(self.body, separators=(",", ":")).encode()
 
 
-def error(status: int, message: str, code: str | None = None) -> Reply:
+def error(
+    status: int, message: str, code: str | None = None, refusal: Refusal | None = None
+) -> Reply:
     body = ErrorResponse.model_validate(
         {"error": code or ERROR_CODES.get(status, "bad_request"), "message": message}
     )
-    return Reply(status, body.wire())
+    return Reply(status, body.wire(), refusal=refusal)
 
 
 def unavailable(message: str, close: bool = False) -> Reply:
@@ -125,7 +147,7 @@ def front_door(leading: bool, wire_version: str | None, authorization: str | Non
         )
     header = authorization or ""
     if not header.startswith("Bearer ") or not header[7:].strip():
-        return error(401, "a Bearer ServiceAccount token is required")
+        return error(401, "a Bearer ServiceAccount token is required", refusal=Refusal(NO_TOKEN))
     return header[7:].strip()
 
 
@@ -134,12 +156,17 @@ def admit(
 ) -> Reply | ManagedConsumer:
     """The consumer a reviewed caller speaks to, or the reply."""
     if caller is None:
-        return error(401, "the token was not accepted by TokenReview")
+        refused = Refusal(TOKEN_REFUSED)
+        return error(401, "the token was not accepted by TokenReview", refusal=refused)
+    account = f"{caller.namespace}/{caller.service_account}"
     if caller.namespace != namespace or caller.service_account != worker_service_account(name):
-        return error(403, f"not a worker of streamconsumer {namespace}/{name}")
+        refused = Refusal(OTHER_ACCOUNT, account, caller.pod_name)
+        return error(403, f"not a worker of streamconsumer {namespace}/{name}", refusal=refused)
     if caller.consumer != name:  # the workers' ServiceAccount, in a pod not of our workers
         return error(
-            403, f"pod {caller.pod_name} is not one of streamconsumer {namespace}/{name}'s workers"
+            403,
+            f"pod {caller.pod_name} is not one of streamconsumer {namespace}/{name}'s workers",
+            refusal=Refusal(NOT_A_WORKER, account, caller.pod_name),
         )
     consumer = registry.get(namespace, name)
     if consumer is None:
@@ -174,7 +201,12 @@ class Route(Generic[Message]):
             return error(400, _validation_message(invalid))
         worker = getattr(message, "worker", None)
         if caller.pod_name is None or caller.pod_name != worker:
-            return error(403, f"this token cannot speak for worker {worker}")
+            account = f"{caller.namespace}/{caller.service_account}"
+            return error(
+                403,
+                f"this token cannot speak for worker {worker}",
+                refusal=Refusal(OTHER_WORKER, account, caller.pod_name, worker),
+            )
         return self.handle(consumer, message, now)
 
 

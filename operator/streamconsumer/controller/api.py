@@ -10,8 +10,9 @@ larger than any legal message. 503 with Retry-After means "come back soon": the 
 could not be reviewed right now, the consumer is still being loaded, or a SHARD_END
 waits for the first listing of the stream; 429 with Retry-After, too many new tokens
 from one address; 408, a body that did not arrive in time. Every answer carries our
-wire version. A connection that does not send its headers in time is closed
-(`OperatorConfig.api_header_timeout_seconds`).
+wire version. A 401 or 403 is counted, and logged at most once a minute per source
+address and reason (`refusals.py`). A connection that does not send its headers in time
+is closed (`OperatorConfig.api_header_timeout_seconds`).
 
 What each request gets is decided in `answers.py` (sans-I/O, run by the simulation
 too); this module serves it: the token reviewed before the body is read, the body read
@@ -32,6 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from streamconsumer.controller import answers, metrics
 from streamconsumer.controller.answers import ROUTES, Reply, Route
 from streamconsumer.controller.auth import Caller, ReviewUnavailable, TooManyReviews
+from streamconsumer.controller.refusals import RefusalLog
 from streamconsumer.controller.registry import Registry
 from streamconsumer.models.api import MAX_HELD_SHARDS, WIRE_VERSION_HEADER, heartbeat_body_limit
 
@@ -43,7 +45,7 @@ class Reviewer(Protocol):
 
 
 def _response(reply: Reply) -> web.Response:
-    if reply.status in (401, 403):  # someone knocking: counted, never logged per call
+    if reply.status in (401, 403):  # someone knocking: counted, logged at most once a minute
         metrics.REFUSED_CALLS.labels(str(reply.status)).inc()
     response = web.Response(
         body=reply.content(), status=reply.status, content_type="application/json"
@@ -105,6 +107,7 @@ class WorkerApi:
         self.clock = clock
         self.leading = leading
         self.body_timeout = body_timeout
+        self.refusals = RefusalLog()
 
     def app(self) -> web.Application:
         app = web.Application(
@@ -126,7 +129,12 @@ class WorkerApi:
 
     def _serving(self, route: Route[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:
-            return _response(await self._answer(route, request))
+            reply = await self._answer(route, request)
+            if reply.refusal is not None:
+                consumer = f"{request.match_info['namespace']}/{request.match_info['name']}"
+                source = request.remote or ""
+                self.refusals.refused(reply.status, reply.refusal, source, consumer, self.clock())
+            return _response(reply)
 
         return serve
 

@@ -46,6 +46,9 @@ class OperatorConfig(BaseSettings):
     tls_sans: list[str] = Field(default_factory=list)
     # cert-manager's Secret mounted here (tls.crt, tls.key, ca.crt): no CA of our own.
     tls_cert_dir: str | None = None
+    # How often the serving certificate is renewed if due (or reloaded from tls_cert_dir)
+    # and the CA certificate re-published where it changed.
+    tls_refresh_seconds: float = Field(default=300.0, gt=0)
     # The workers' tokens are meant for this audience only: one per operator release, so a
     # token minted for another release's workers is refused here (the chart sets it).
     token_audience: str = Field(default=AUDIENCE, min_length=1)

@@ -50,7 +50,7 @@ async def consume(
             time.monotonic(),
             generation=lambda: body.get("metadata", {}).get("generation"),
         )
-        consumer = ManagedConsumer(namespace, name, loop)
+        consumer = ManagedConsumer(namespace, name, loop, owner=body)
         jobs = ThreadJobs(executors.CONSUMERS, consumer.wake)
         driver = ConsumerDriver(
             namespace,

@@ -11,6 +11,7 @@ import kopf
 from kubernetes import client as k8s
 
 from streamconsumer.controller.auth import TokenReviewer
+from streamconsumer.controller.ca_upkeep import CaBundles
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import Serving
@@ -23,6 +24,8 @@ class OperatorContext:
     registry: Registry
     reviewer: TokenReviewer
     tls: Serving | None
+    # Which CA each consumer's CA ConfigMap was last given (the reconcile and the upkeep).
+    ca_bundles: CaBundles
     # Unique to this process: the status' term fence names it (two lives never share one).
     holder: str
     # Does this replica lead right now (its election term is running)?

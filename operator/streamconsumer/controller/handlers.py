@@ -86,10 +86,11 @@ async def reconcile_children(
         applied(refusal)
         # Again later: the loop may not be registered yet to show it in Degraded.
         raise kopf.TemporaryError(refusal, delay=CONFLICT_RETRY_SECONDS)
+    ca_pem = context.tls.ca_pem if context.tls is not None else None
+    ca = children.ca_bundle(name, ca_pem) if ca_pem is not None else None
     manifests = [
         children.service_account(name, spec),
-        # The CA before the Deployment: its pods mount it.
-        *([children.ca_bundle(name, context.tls.ca_pem)] if context.tls is not None else []),
+        *([ca] if ca is not None else []),  # the CA before the Deployment: its pods mount it
         children.deployment(
             namespace, name, spec, context.config.api_url, context.config.token_audience
         ),
@@ -102,6 +103,8 @@ async def reconcile_children(
                 apply_owned, context.api_client, manifest, namespace, body.metadata.uid
             )
             await executors.run_in(executors.KUBERNETES, apply)
+            if manifest is ca and ca_pem is not None:
+                context.ca_bundles.applied((namespace, name), ca_pem)
     except (NotOurs, NotApplied) as refused:
         reason = "ObjectConflict" if isinstance(refused, NotOurs) else "ChildrenRefused"
         kopf.warn(body, reason=reason, message=str(refused))

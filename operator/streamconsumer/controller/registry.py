@@ -6,15 +6,22 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
+import kopf
+
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
 
 
 class ManagedConsumer:
-    def __init__(self, namespace: str, name: str, loop: ConsumerLoop) -> None:
+    def __init__(
+        self, namespace: str, name: str, loop: ConsumerLoop, owner: kopf.Body | None = None
+    ) -> None:
         self.namespace = namespace
         self.name = name
         self.loop = loop
+        # The StreamConsumer (kopf's live view): what owns the objects applied for it
+        # outside its handlers (ca_upkeep). None in tests that apply nothing.
+        self.owner = owner
         self.coordinator: LeaseCoordinator = loop.coordinator
         self._wake = asyncio.Event()
         self._waiting: list[tuple[int, asyncio.Future[None]]] = []  # (version, waiter)
@@ -75,6 +82,10 @@ class Registry:
 
     def get(self, namespace: str, name: str) -> ManagedConsumer | None:
         return self._consumers.get((namespace, name))
+
+    def managed(self) -> list[ManagedConsumer]:
+        """Every consumer loaded here, as of now."""
+        return list(self._consumers.values())
 
     def starting(self, namespace: str, name: str) -> bool:
         """Not managed (yet): still loading it, or too soon after leading to know."""

@@ -10,7 +10,7 @@ import functools
 import logging
 import ssl
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -20,7 +20,6 @@ from streamconsumer.controller import ca_secret, executors, tls
 from streamconsumer.controller.config import OperatorConfig
 
 log = logging.getLogger(__name__)
-REFRESH_SECONDS = 300.0
 
 
 class Serving(Protocol):
@@ -122,10 +121,12 @@ def publish_ca(core: k8s.CoreV1Api, namespace: str, name: str, ca_pem: bytes) ->
 async def keep_fresh(
     serving: Serving,
     publish: Callable[[bytes], None],
-    interval: float = REFRESH_SECONDS,
+    spread: Callable[[bytes], Awaitable[None]],
+    interval: float,
 ) -> None:
-    """Renews or reloads the serving certificate every `interval`, and publishes the CA
-    certificate whenever it is not yet published as it is now."""
+    """Renews or reloads the serving certificate every `interval`, publishes the CA
+    certificate whenever it is not yet published as it is now, and has `spread` bring it
+    to the consumers' ConfigMaps that may hold another (ca_upkeep.py)."""
     published: bytes | None = None
     while True:
         try:
@@ -141,6 +142,10 @@ async def keep_fresh(
                 published = ca_pem
             except Exception as error:  # tried again next round
                 log.warning("worker API: CA bundle not published: %s", type(error).__name__)
+        try:
+            await spread(ca_pem)
+        except Exception:  # a bug of ours: the certificate's upkeep goes on
+            log.exception("worker API: the consumers' CA ConfigMaps not brought up to date")
         await asyncio.sleep(interval)
 
 
