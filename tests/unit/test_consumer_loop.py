@@ -23,6 +23,7 @@ from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import (
     Conflict,
+    StaleState,
     StatusInvalid,
     StatusUnavailable,
     StatusWriter,
@@ -584,3 +585,36 @@ def test_ready_stalled_and_children_applied_follow_the_workers_objects() -> None
     assert reasons(loop)["ChildrenApplied"] == ("True", "Applied")
     assert reasons(loop)["Stalled"][0] == "False"
     assert reasons(loop)["Reconciling"][0] == "False"
+
+
+def test_a_conflict_from_a_metadata_patch_keeps_the_table_a_new_term_starts_from() -> None:
+    """kopf patches a new object's metadata (finalizer, annotations) while its first
+    status write is under way: the conflict is no other writer's table. The writer took
+    it for one and adopted the empty stored status, dropping the lease table a new
+    object resumes from (kept checkpoints, issue 25): everything was replayed."""
+
+    class MetadataPatched(FlakyApi):
+        def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+            if body["metadata"]["resourceVersion"] == "1":
+                self.version += 1  # kopf's patch landed first
+                raise Conflict("the object has been modified")
+            return super().replace_status(body)
+
+    api = MetadataPatched([])
+    writer = StatusWriter(api, "n", "c", holder="test")
+    writer.adopt(api.get())
+    kept = {"leases": {"s0": {"epoch": 3, "checkpoint": "4967", "state": "Released"}}}
+    writer.write(kept)
+    assert api.status["leases"] == kept["leases"], "our table, not the empty one stored"
+
+    # A table that did land meanwhile (an older term's late write) is still adopted.
+    late = FlakyApi([])
+    writer = StatusWriter(late, "n", "c", holder="new")
+    writer.adopt(late.get())
+    late.status = {
+        "leases": {"s0": {"owner": "w1", "epoch": 1}},
+        "term": {"number": 0, "holder": "old"},
+    }
+    late.failures = [Conflict("the object has been modified")]
+    with pytest.raises(StaleState):
+        writer.write(kept)

@@ -4,27 +4,35 @@ a newer term fences the status (docs/design.md#operator-lifecycle)."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
 import kopf
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller import children, executors
+from streamconsumer.controller import children, executors, kept, names
 from streamconsumer.controller.access import guarded
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.loop import Event, LoopSettings
-from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS
+from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.status import KubeStatusApi, StatusWriter
+from streamconsumer.controller.status import KubeStatusApi, StatusUnavailable, StatusWriter
+from streamconsumer.models.kept import KeptTable
+from streamconsumer.models.resource import OnDelete, StreamConsumerSpec
 from streamconsumer.sources.factory import make_source
 
 AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
+log = logging.getLogger(__name__)
 
 
 async def consume(
@@ -33,6 +41,7 @@ async def consume(
     namespace: str,
     name: str,
     stopped: Callable[[], bool],
+    deleted: Callable[[], bool],
 ) -> None:
     config, registry = context.config, context.registry
     registry.loading(namespace, name)
@@ -40,6 +49,7 @@ async def consume(
         status_api = KubeStatusApi(context.api_client, namespace, name)
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
         writer = StatusWriter(status_api, namespace, name, holder=context.holder)
+        resumed = await _resumable(context, current, namespace, name)
         loop = load(
             current,
             writer,
@@ -49,6 +59,7 @@ async def consume(
             ),
             time.monotonic(),
             generation=lambda: body.get("metadata", {}).get("generation"),
+            kept=resumed,
         )
         consumer = ManagedConsumer(namespace, name, loop, owner=body)
         jobs = ThreadJobs(executors.CONSUMERS, consumer.wake)
@@ -70,12 +81,104 @@ async def consume(
             saved=lambda: consumer.notify_persisted(),
         )
         registry.add(consumer)
-        # A replica whose term ended stops at once, before kopf winds down.
-        await run_consumer(consumer, driver, jobs, lambda: stopped() or not context.leading())
+        if resumed is not None:
+            _emit(body, Event("Normal", "CheckpointsResumed", _resumed_message(resumed)))
+        spec = loop.coordinator.spec
+        keeping = spec.checkpoint_retention.on_delete is OnDelete.KEEP
+        farewell = kept.Farewell(loop, farewell_seconds(spec))
+
+        def over() -> bool:
+            if not context.leading():
+                return True  # a replica whose term ended stops at once
+            if not stopped():
+                return False
+            if deleted() and keeping:  # its workers hand off first, then it is kept
+                return farewell.over(time.monotonic())
+            return True
+
+        await run_consumer(consumer, driver, jobs, over)
         if driver.deposed:
             context.deposed(f"{namespace}/{name}: {driver.loop.deposed}")
+        elif deleted() and context.leading():
+            where = "discarded (checkpointRetention.onDelete: Discard)"
+            if keeping:
+                where = await _keep(context, status_api, body, namespace, name, spec, farewell)
+            # Said on the object too: that change is also what has kopf look at it again
+            # and let it go now that this daemon is done, not after the backoff.
+            with contextlib.suppress(ApiException, HTTPError, OSError):
+                await kept.mark(context.api_client, namespace, name, where)
     finally:
         registry.remove(namespace, name)
+        if deleted():
+            registry.forget(namespace, name)
+
+
+FAREWELL_SECONDS = 60.0  # at most: kopf's daemon cancellation timeout must exceed it
+
+
+def farewell_seconds(spec: StreamConsumerSpec) -> float:
+    """Long enough for every worker to finish its batch and release (a lease, twice)."""
+    return min(FAREWELL_SECONDS, 2 * spec.leases.duration_seconds)
+
+
+async def _resumable(
+    context: OperatorContext, current: dict[str, Any], namespace: str, name: str
+) -> KeptTable | None:
+    """The kept table of a deleted consumer of this name, for an object that has never
+    written its status (a new one); None otherwise."""
+    if (current.get("status") or {}).get("term") is not None:
+        return None
+    spec = StreamConsumerSpec.model_validate(current.get("spec") or {})
+    data = await kept.read(context.api_client, namespace, name)
+    table, why_not = kept.resumable(data, name, spec, datetime.datetime.now(datetime.UTC))
+    if table is None and data is not None:
+        log.warning("%s/%s starts afresh: %s", namespace, name, why_not)
+    elif table is not None:
+        log.info("%s/%s resumes from the checkpoints kept at %s", namespace, name, table.taken)
+    return table
+
+
+def _resumed_message(table: KeptTable) -> str:
+    shards = len(table.status.get("leases") or {})
+    how = "after a hand-off" if table.drained else "without a hand-off (some may be replayed)"
+    return (
+        f"resumed from the checkpoints of {shards} shards kept at {table.taken.isoformat()} {how}"
+    )
+
+
+async def _keep(
+    context: OperatorContext,
+    status_api: KubeStatusApi,
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    spec: StreamConsumerSpec,
+    farewell: kept.Farewell,
+) -> str:
+    """Keeps the lease table as the status last holds it; where it went, in words."""
+    try:
+        last = await executors.run_in(executors.KUBERNETES, status_api.get)
+        now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        table = kept.table(namespace, name, spec, last, now, farewell.drained)
+        await kept.keep(context.api_client, namespace, table)
+    except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:
+        message = f"the checkpoints could not be kept: {error}"
+        _emit(body, Event("Warning", "CheckpointsLost", message))
+        log.error("%s/%s: %s", namespace, name, message)
+        return "lost: see the CheckpointsLost Event"
+    where = names.kept_checkpoints(name)
+    shards = len(table.status["leases"])
+    how = (
+        "after every worker handed off"
+        if farewell.drained
+        else "before every worker had handed off"
+    )
+    message = (
+        f"the checkpoints of {shards} shards are kept in ConfigMap {where} until "
+        f"{table.expires.isoformat()}, {how}"
+    )
+    _emit(body, Event("Normal", "CheckpointsKept", message))
+    return f"ConfigMap {where}"
 
 
 def _emit(body: kopf.Body, event: Event) -> None:

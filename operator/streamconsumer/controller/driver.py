@@ -44,6 +44,7 @@ from streamconsumer.controller.status import (
 )
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
+from streamconsumer.models.kept import KeptTable
 from streamconsumer.models.resource import Source, StreamConsumerSpec
 from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import StreamSource
@@ -232,6 +233,7 @@ def load(
     settings: LoopSettings,
     now: float,
     generation: Callable[[], int | None],
+    kept: KeptTable | None = None,
 ) -> ConsumerLoop:
     """A consumer's loop as a new term starts it: from the object as read (its status is
     the only durable state), workers given the restart grace, a reset asked for while no
@@ -243,6 +245,8 @@ def load(
     status = body.get("status") or {}
     desired = status.get("desiredReplicas")
     durable, created = durable_from_status(status), creation_time(body)
+    if kept is not None:  # a new object resuming a deleted one's table (controller/kept.py)
+        durable, created = durable_from_status(kept.status), kept.created
     coordinator = LeaseCoordinator(spec, durable, now, created=created, desired_replicas=desired)
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
         if (reset := audit.reset_request(body)) is not None:

@@ -116,14 +116,6 @@ async def reconcile_children(
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def consumer_event(
-    event: kopf.RawEvent, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
-) -> None:
-    if event["type"] == "DELETED" and namespace is not None:
-        context_of(memo).registry.forget(namespace, name)
-
-
 @kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})
 async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """A deleted worker pod's tokens are refused at once, not when their cache runs out."""
@@ -238,11 +230,26 @@ async def pause_changed(
     await requests.forget_requester(context.api_client, body)
 
 
+def _deleted(stopped: kopf.DaemonStopped) -> bool:
+    reason = stopped.reason
+    return reason is not None and bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+
+
 # A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;
 # it is built not to fail (errors are retried in place and shown as conditions). A loop
 # that returns by itself is not restarted by kopf: it returns only when this replica's
 # term is over, and then the process ends (docs/design.md#operator-lifecycle).
-@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0, backoff=2.0)
+# Stopped, the loop returns within a tick; a deleted consumer's runs on while its workers
+# hand off (consumers.FAREWELL_SECONDS) and its checkpoints are kept. kopf cancels it
+# only after the backoff (by default at once).
+@kopf.daemon(
+    GROUP,
+    VERSION,
+    PLURAL,
+    cancellation_backoff=consumers.FAREWELL_SECONDS + 30.0,
+    cancellation_timeout=5.0,
+    backoff=2.0,
+)
 async def consume(
     body: kopf.Body,
     name: str,
@@ -254,7 +261,9 @@ async def consume(
     assert namespace is not None, "StreamConsumer is namespaced"
     context = context_of(memo)
     try:
-        await consumers.consume(context, body, namespace, name, lambda: bool(stopped))
+        await consumers.consume(
+            context, body, namespace, name, lambda: bool(stopped), lambda: _deleted(stopped)
+        )
     finally:
         # A stopping leader frees the Lease once no consumer loop can write any more,
         # not after kopf has wound down (it waits 5 s for tasks it did not start).

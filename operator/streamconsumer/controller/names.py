@@ -14,3 +14,8 @@ def worker_deployment(consumer: str) -> str:
 def operator_ca(consumer: str) -> str:
     """The ConfigMap holding the operator's CA certificate for this consumer's workers."""
     return f"{consumer}-operator-ca"
+
+
+def kept_checkpoints(consumer: str) -> str:
+    """The ConfigMap that keeps a deleted consumer's lease table (controller/kept.py)."""
+    return f"{consumer}-checkpoints"

@@ -357,9 +357,24 @@ class StatusWriter:
         if stored_term != self.term:
             if self.fenced:
                 raise Deposed(f"term {stored_term} fenced the status")
+            if stored_term == term_of(self.last_written) and _table(current) == _table(
+                {"status": self.last_written}
+            ):
+                # Nobody wrote a lease table since we read it (kopf's own metadata patches
+                # moved the resourceVersion): ours stands. Adopting the stored one would
+                # drop a table we start from on purpose (a new object's kept checkpoints).
+                self.resource_version = current["metadata"]["resourceVersion"]
+                self.spec = current.get("spec", {})
+                return self.resource_version
             raise StaleState(current)  # an older term's write landed before our fence
         self._adopt(current)
         return self.resource_version
+
+
+def _table(body: dict[str, Any]) -> tuple[Any, Any]:
+    """The lease table a stored status holds (what a term's write puts there)."""
+    status = body.get("status") or {}
+    return status.get("leases") or {}, status.get("finishedShards") or []
 
 
 class KubeStatusApi:

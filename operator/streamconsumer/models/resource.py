@@ -350,6 +350,26 @@ class Reading(Model):
     prefetch: int = Field(default=3, ge=1, le=100, description="Batches read ahead per shard.")
 
 
+class OnDelete(StrEnum):
+    KEEP = "Keep"
+    DISCARD = "Discard"
+
+
+class CheckpointRetention(Model):
+    """What becomes of the checkpoints when the StreamConsumer is deleted (a GitOps
+    prune, a rename, a namespace move): docs/checkpoints.md."""
+
+    on_delete: OnDelete = Field(
+        default=OnDelete.KEEP,
+        description="Keep: the workers hand their shards off, then the lease table is kept "
+        "in the ConfigMap <name>-checkpoints, and a StreamConsumer of that name and stream "
+        "created within `days` resumes from it. Discard: the checkpoints go with the object.",
+    )
+    days: int = Field(
+        default=7, ge=1, le=365, description="How long a kept table may be resumed from."
+    )
+
+
 class StreamConsumerSpec(Model):
     model_config = with_rules(
         (
@@ -386,6 +406,7 @@ class StreamConsumerSpec(Model):
     autoscaling: Autoscaling | None = None
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     reading: Reading = Field(default_factory=Reading)
+    checkpoint_retention: CheckpointRetention = Field(default_factory=CheckpointRetention)
 
 
 class LeaseState(StrEnum):

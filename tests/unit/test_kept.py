@@ -1,0 +1,90 @@
+"""A deleted consumer's kept lease table (controller/kept.py): what is kept, and when a
+new object may resume from it."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from streamconsumer.controller import kept
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import HeartbeatRequest
+from testbed.specs import consumer_spec
+
+from .moments import CREATED
+
+NOW = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.UTC)
+BODY: dict[str, Any] = {
+    "metadata": {"creationTimestamp": "2026-11-01T00:00:00Z"},
+    "status": {
+        "leases": {
+            "s0": {"owner": "w1", "epoch": 3, "checkpoint": "49", "state": "Active"},
+            "s1": {"owner": "w2", "epoch": 2, "checkpoint": "7", "state": "HandOff",
+                   "handoffTo": "w1", "millisBehindLatest": 10},
+            "s2": {"owner": "w2", "epoch": 4, "checkpoint": "9", "state": "Active",
+                   "resetting": True, "start": {"timestamp": None}},
+            "s3": {"epoch": 1, "checkpoint": "SHARD_END", "state": "Finished"},
+        },
+        "finishedShards": ["s9"],
+        "term": {"number": 4, "holder": "op"},
+    },
+}  # fmt: skip
+
+
+def test_the_kept_table_is_nobodys_and_keeps_every_position() -> None:
+    table = kept.table("ns", "clicks", consumer_spec(), BODY, NOW, drained=False)
+    leases = table.status["leases"]
+    assert all("owner" not in lease and "handoffTo" not in lease for lease in leases.values())
+    assert leases["s0"] == {"epoch": 3, "checkpoint": "49", "state": "Released"}
+    assert leases["s1"]["checkpoint"] == "7"
+    assert "checkpoint" not in leases["s2"], "a reset waiting for its owner applies now"
+    assert leases["s2"]["start"] == {"timestamp": None}
+    assert leases["s3"]["state"] == "Finished"
+    assert table.status["finishedShards"] == ["s9"]
+    assert "term" not in table.status
+    assert table.created == datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC)
+    assert table.expires == NOW + datetime.timedelta(days=7)
+
+
+def test_a_new_object_resumes_only_its_own_streams_unexpired_table() -> None:
+    spec = consumer_spec()
+    data = kept.config_map(kept.table("ns", "clicks", spec, BODY, NOW, True))["data"]
+    table, _ = kept.resumable(data, "clicks", spec, NOW)
+    assert table is not None
+    moved = consumer_spec(source={"kinesis": {"streamName": "s", "endpointURL": "https://k.x"}})
+    assert kept.resumable(data, "clicks", moved, NOW)[0] is not None, "endpoint: same stream"
+    other = consumer_spec(source={"kinesis": {"streamName": "other"}})
+    assert kept.resumable(data, "clicks", other, NOW) == (
+        None,
+        "the kept checkpoints are of another stream",
+    )
+    assert kept.resumable(data, "views", spec, NOW)[1] == "the kept checkpoints are clicks's"
+    later = NOW + datetime.timedelta(days=8)
+    assert "expired" in kept.resumable(data, "clicks", spec, later)[1]
+    assert "unreadable" in kept.resumable({kept.TABLE_KEY: "{"}, "clicks", spec, NOW)[1]
+    assert kept.resumable(None, "clicks", spec, NOW) == (None, "no checkpoints kept")
+
+
+def test_the_farewell_pauses_until_no_shard_is_held_and_that_is_saved() -> None:
+    coordinator = LeaseCoordinator(
+        consumer_spec(lease_seconds=6), DurableState(), 0.0, created=CREATED
+    )
+    loop = ConsumerLoop("c", coordinator, LoopSettings(shard_sync_seconds=10.0), lambda: 1)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    fence = loop.write_due(0.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
+    coordinator.heartbeat(HeartbeatRequest(worker="w"), 0.0)
+    loop.step(0.0)
+    assert coordinator.leases["s0"].owner == "w"
+
+    farewell = kept.Farewell(loop, seconds=12.0)
+    assert not farewell.over(1.0)
+    assert coordinator.spec.paused
+    assert loop.paused_by == "the deletion of the StreamConsumer"
+    assert not farewell.over(5.0), "still held"
+    assert farewell.over(13.0), "given up after its time"
+    assert not farewell.drained
