@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from streamconsumer.models import GROUP, PLURAL
-from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION
+from streamconsumer.models.resource import DELETION_PROTECTION, REQUESTED_BY, RESET_ANNOTATION
 
 TEMPLATE = "charts/streamconsumer/templates/admission-policy.yaml"
 _NAME = "__RELEASE_NAME__"  # replaced by the chart's name helper in the template
@@ -260,20 +260,62 @@ def policy() -> dict[str, Any]:
     }
 
 
-def binding() -> dict[str, Any]:
+def deletion_guard() -> dict[str, Any]:
+    """A StreamConsumer marked `DELETION_PROTECTION: "true"` cannot be deleted (a GitOps
+    prune of one meant to stay): its checkpoints stay where they are."""
+    marked = (
+        f"has(oldObject.metadata.annotations) && '{DELETION_PROTECTION}' in "
+        f"oldObject.metadata.annotations && "
+        f"oldObject.metadata.annotations['{DELETION_PROTECTION}'] == 'true'"
+    )
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": f"{_NAME}-no-confused-deputy"},
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": f"{_NAME}-deletion-guard"},
         "spec": {
-            "policyName": f"{_NAME}-no-confused-deputy",
-            "validationActions": ["Deny"],
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [GROUP],
+                        "apiVersions": ["*"],
+                        "operations": ["DELETE"],
+                        "resources": [PLURAL],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": f"!({marked})",
+                    "message": f"this StreamConsumer is protected from deletion "
+                    f'({DELETION_PROTECTION}: "true"): remove the annotation first',
+                    "reason": "Forbidden",
+                }
+            ],
         },
     }
 
 
+def binding(policy_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": policy_name},
+        "spec": {"policyName": policy_name, "validationActions": ["Deny"]},
+    }
+
+
 def render() -> str:
-    documents = yaml.safe_dump_all([policy(), binding()], sort_keys=False, width=1000)
+    documents = yaml.safe_dump_all(
+        [
+            policy(),
+            binding(f"{_NAME}-no-confused-deputy"),
+            deletion_guard(),
+            binding(f"{_NAME}-deletion-guard"),
+        ],
+        sort_keys=False,
+        width=1000,
+    )
     body = documents.replace(_NAME, '{{ include "streamconsumer.name" . }}').replace(
         _UNRESTRICTED_NAMESPACES,
         "{{ .Values.podPolicy.unrestrictedNamespaces | default list | toJson }}",

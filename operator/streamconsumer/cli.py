@@ -2,7 +2,9 @@
 conditions, read from its status with your kubeconfig (install `streamconsumer[cli]`).
 `streamconsumer pause|resume NAME`: set `spec.paused` (as Git could).
 `streamconsumer reset NAME --to trim-horizon|latest|timestamp T [--shard ID] [--dry-run]`:
-move checkpoints, safely while workers run (owners hand off first)."""
+move checkpoints, safely while workers run (owners hand off first).
+`streamconsumer checkpoints export NAME` / `import FILE [--name NAME]`: a lease table as
+JSON, out of a consumer and into the one a new consumer resumes from (docs/checkpoints.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import sys
 import time
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client as k8s
@@ -21,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 from urllib3.exceptions import HTTPError
 
+from streamconsumer import cli_checkpoints
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
@@ -119,6 +123,21 @@ def main(argv: list[str] | None = None) -> None:
     reset.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
     reset.add_argument("--kubeconfig", default=None)
     reset.add_argument("--timeout", type=float, default=60.0, help="wait this long for it")
+    checkpoints = commands.add_parser(
+        "checkpoints", help="export a consumer's checkpoints as JSON, or import them"
+    )
+    moves = checkpoints.add_subparsers(dest="action", required=True)
+    export = moves.add_parser("export", help="print NAME's lease table as JSON")
+    export.add_argument("name")
+    imported = moves.add_parser(
+        "import", help="keep an exported table for a new StreamConsumer to resume from"
+    )
+    imported.add_argument("file", help="an exported table (- for standard input)")
+    imported.add_argument("--name", default=None, help="for this consumer (default: the table's)")
+    imported.add_argument("--days", type=int, default=7, help="how long it may be resumed from")
+    for command in (export, imported):
+        command.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
+        command.add_argument("--kubeconfig", default=None)
     args = parser.parse_args(argv)
     console = Console()
     try:
@@ -139,6 +158,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.command == "reset":
             do_reset(api, namespace, args, console)
             return
+        if args.command == "checkpoints":
+            do_checkpoints(namespace, args, console)
+            return
         body = fetch(api, namespace, args.name)
         if not args.watch:
             console.print(render(body))
@@ -155,6 +177,25 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"streamconsumer: cannot reach the API server: {error}")
     except KeyboardInterrupt:
         pass
+
+
+def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -> None:
+    errors = Console(stderr=True)
+    try:
+        if args.action == "export":
+            text, note = cli_checkpoints.export(namespace, args.name)
+            sys.stdout.write(text + "\n")
+            errors.print(note)
+            return
+        if not 1 <= args.days <= 365:
+            sys.exit("streamconsumer: --days takes 1 to 365")
+        try:
+            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+        except OSError as error:
+            sys.exit(f"streamconsumer: cannot read {args.file}: {error.strerror}")
+        console.print(cli_checkpoints.import_(text, namespace, args.name, args.days))
+    except cli_checkpoints.CheckpointsError as error:
+        sys.exit(f"streamconsumer: {error}")
 
 
 def do_reset(

@@ -9,7 +9,7 @@ import json
 
 from kubernetes import client as k8s
 
-from streamconsumer.controller.kept import KEPT_LABEL, TABLE_KEY
+from streamconsumer.models.kept import KEPT_LABEL, TABLE_KEY
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client as k8s
 
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
-from streamconsumer.models.resource import REQUESTED_BY
+from streamconsumer.models.resource import DELETION_PROTECTION, REQUESTED_BY
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_for
 
@@ -372,3 +372,28 @@ def test_the_requester_annotation_names_whoever_writes_it(
         "-n", namespace, "patch", "streamconsumer", "audited", "--type=merge",
         "-p", '{"spec": {"replicas": 3}}',
     ).returncode == 0  # fmt: skip
+
+
+def test_a_protected_streamconsumer_cannot_be_deleted(
+    control_plane: ControlPlane, admission_policy: None, namespace: str
+) -> None:
+    """A deletion guard GitOps users can set (issue 25): a prune of a consumer meant to
+    stay is refused until the annotation is removed."""
+    guarded = consumer("guarded")
+    guarded["metadata"]["annotations"] = {DELETION_PROTECTION: "true"}
+    created = control_plane.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(guarded))
+    assert created.returncode == 0, created.stderr
+    delete = ("-n", namespace, "delete", "streamconsumer", "guarded", "--wait=false")
+
+    def refused() -> bool:
+        return control_plane.kubectl(*delete, "--dry-run=server").returncode != 0
+
+    wait_for(refused, 30, "the policy enforced")
+    attempt = control_plane.kubectl(*delete)
+    assert attempt.returncode != 0
+    assert "protected from deletion" in attempt.stderr
+    unmarked = control_plane.kubectl(
+        "-n", namespace, "annotate", "streamconsumer", "guarded", f"{DELETION_PROTECTION}-"
+    )
+    assert unmarked.returncode == 0, unmarked.stderr
+    assert control_plane.kubectl(*delete).returncode == 0

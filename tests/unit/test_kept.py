@@ -6,11 +6,11 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from streamconsumer.controller import kept
+from streamconsumer.controller import kept as farewells
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.core.lineage import Shard
-from streamconsumer.models import HeartbeatRequest
+from streamconsumer.models import HeartbeatRequest, kept
 from testbed.specs import consumer_spec
 
 from .moments import CREATED
@@ -50,7 +50,9 @@ def test_the_kept_table_is_nobodys_and_keeps_every_position() -> None:
 
 def test_a_new_object_resumes_only_its_own_streams_unexpired_table() -> None:
     spec = consumer_spec()
-    data = kept.config_map(kept.table("ns", "clicks", spec, BODY, NOW, True))["data"]
+    data = kept.config_map(kept.table("ns", "clicks", spec, BODY, NOW, True), "clicks-checkpoints")[
+        "data"
+    ]
     table, _ = kept.resumable(data, "clicks", spec, NOW)
     assert table is not None
     moved = consumer_spec(source={"kinesis": {"streamName": "s", "endpointURL": "https://k.x"}})
@@ -81,7 +83,7 @@ def test_the_farewell_pauses_until_no_shard_is_held_and_that_is_saved() -> None:
     loop.step(0.0)
     assert coordinator.leases["s0"].owner == "w"
 
-    farewell = kept.Farewell(loop, seconds=12.0)
+    farewell = farewells.Farewell(loop, seconds=12.0)
     assert not farewell.over(1.0)
     assert coordinator.spec.paused
     assert loop.paused_by == "the deletion of the StreamConsumer"

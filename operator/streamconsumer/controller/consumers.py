@@ -27,6 +27,7 @@ from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import KubeStatusApi, StatusUnavailable, StatusWriter
+from streamconsumer.models import kept as kept_table
 from streamconsumer.models.kept import KeptTable
 from streamconsumer.models.resource import OnDelete, StreamConsumerSpec
 from streamconsumer.sources.factory import make_source
@@ -130,7 +131,7 @@ async def _resumable(
         return None
     spec = StreamConsumerSpec.model_validate(current.get("spec") or {})
     data = await kept.read(context.api_client, namespace, name)
-    table, why_not = kept.resumable(data, name, spec, datetime.datetime.now(datetime.UTC))
+    table, why_not = kept_table.resumable(data, name, spec, datetime.datetime.now(datetime.UTC))
     if table is None and data is not None:
         log.warning("%s/%s starts afresh: %s", namespace, name, why_not)
     elif table is not None:
@@ -159,7 +160,7 @@ async def _keep(
     try:
         last = await executors.run_in(executors.KUBERNETES, status_api.get)
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        table = kept.table(namespace, name, spec, last, now, farewell.drained)
+        table = kept_table.table(namespace, name, spec, last, now, farewell.drained)
         await kept.keep(context.api_client, namespace, table)
     except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:
         message = f"the checkpoints could not be kept: {error}"

@@ -7,86 +7,21 @@ that name without it is not ours and is left untouched (`owned.NotOurs`)."""
 
 from __future__ import annotations
 
-import datetime
 import functools
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from streamconsumer.controller import executors
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.owned import FIELD_MANAGER, KUBERNETES_TIMEOUT_SECONDS, NotOurs
-from streamconsumer.models.kept import KeptTable, ownerless
-from streamconsumer.models.resource import GROUP, PLURAL, VERSION, Source, StreamConsumerSpec
+from streamconsumer.models.kept import KEPT_LABEL, KeptTable, config_map
+from streamconsumer.models.resource import GROUP, PLURAL, VERSION
 
-KEPT_LABEL = f"{GROUP}/checkpoints-of"
-TABLE_KEY = "checkpoints.json"
 KEPT_ANNOTATION = f"checkpoints.{GROUP}/kept"
-
-
-def table(
-    namespace: str,
-    name: str,
-    spec: StreamConsumerSpec,
-    body: Mapping[str, Any],
-    now: datetime.datetime,
-    drained: bool,
-) -> KeptTable:
-    """What to keep of `body` (the object as last written) at `now`."""
-    return KeptTable(
-        namespace=namespace,
-        consumer=name,
-        source=spec.source,
-        created=datetime.datetime.fromisoformat(body["metadata"]["creationTimestamp"]),
-        taken=now,
-        expires=now + datetime.timedelta(days=spec.checkpoint_retention.days),
-        drained=drained,
-        status=ownerless(dict(body.get("status") or {})),
-    )
-
-
-def config_map(kept: KeptTable) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": kept_checkpoints(kept.consumer),
-            "labels": {KEPT_LABEL: kept.consumer},
-        },
-        "data": {TABLE_KEY: kept.model_dump_json(by_alias=True)},
-    }
-
-
-def same_stream(a: Source, b: Source) -> bool:
-    """The same stream or table, wherever it is reached from (endpoint) and however it is
-    read (polling or fan-out)."""
-    ignored = {"endpoint_url", "consumer"}
-    return type(a) is type(b) and a.model_dump(
-        exclude={kind: ignored for kind in type(a).model_fields}
-    ) == b.model_dump(exclude={kind: ignored for kind in type(b).model_fields})
-
-
-def resumable(
-    data: Mapping[str, str] | None, name: str, spec: StreamConsumerSpec, now: datetime.datetime
-) -> tuple[KeptTable | None, str]:
-    """The kept table a new object `name` may resume from, or None and why not."""
-    if data is None or TABLE_KEY not in data:
-        return None, "no checkpoints kept"
-    try:
-        kept = KeptTable.model_validate_json(data[TABLE_KEY])
-    except ValidationError as error:
-        return None, f"kept checkpoints unreadable ({error.error_count()} errors)"
-    if kept.consumer != name:
-        return None, f"the kept checkpoints are {kept.consumer}'s"
-    if not same_stream(kept.source, spec.source):
-        return None, "the kept checkpoints are of another stream"
-    if kept.expires < now:
-        return None, f"the kept checkpoints expired at {kept.expires.isoformat()}"
-    return kept, ""
 
 
 async def _get(api_client: k8s.ApiClient, namespace: str, name: str) -> Any | None:
@@ -118,7 +53,7 @@ async def read(api_client: k8s.ApiClient, namespace: str, name: str) -> Mapping[
 
 async def keep(api_client: k8s.ApiClient, namespace: str, kept: KeptTable) -> None:
     """Writes the table; raises NotOurs where a ConfigMap of that name is not ours."""
-    manifest = config_map(kept)
+    manifest = config_map(kept, kept_checkpoints(kept.consumer))
     found = await _get(api_client, namespace, kept.consumer)
     if found is not None and not _ours(found, kept.consumer):
         raise NotOurs("ConfigMap", manifest["metadata"]["name"])

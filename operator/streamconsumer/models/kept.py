@@ -5,13 +5,14 @@ and write. The checkpoints otherwise live only in the status, and die with it.""
 
 from __future__ import annotations
 
-from datetime import datetime
+import datetime
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from streamconsumer.models.base import Model
-from streamconsumer.models.resource import LeaseState, Source
+from streamconsumer.models.resource import GROUP, LeaseState, Source, StreamConsumerSpec
 
 KEPT_FORMAT = 1
 _HELD = ("owner", "handoffTo", "millisBehindLatest")  # of the workers that are gone
@@ -22,12 +23,12 @@ class KeptTable(Model):
     namespace: str
     consumer: str
     source: Source
-    created: datetime = Field(
+    created: datetime.datetime = Field(
         description="The deleted object's creationTimestamp: where initialPosition LATEST "
         "started, so a shard that had not started yet loses nothing in between."
     )
-    taken: datetime
-    expires: datetime
+    taken: datetime.datetime
+    expires: datetime.datetime
     drained: bool = Field(
         description="Every shard was handed off before it was taken: no record was "
         "processed past these checkpoints."
@@ -55,3 +56,69 @@ def ownerless(status: dict[str, Any]) -> dict[str, Any]:
         "finishedShards": status.get("finishedShards") or [],
         "lastReset": status.get("lastReset"),
     }
+
+
+KEPT_LABEL = f"{GROUP}/checkpoints-of"
+TABLE_KEY = "checkpoints.json"
+
+
+def table(
+    namespace: str,
+    name: str,
+    spec: StreamConsumerSpec,
+    body: Mapping[str, Any],
+    now: datetime.datetime,
+    drained: bool,
+) -> KeptTable:
+    """What to keep of `body` (the object as last written) at `now`."""
+    return KeptTable(
+        namespace=namespace,
+        consumer=name,
+        source=spec.source,
+        created=datetime.datetime.fromisoformat(body["metadata"]["creationTimestamp"]),
+        taken=now,
+        expires=now + datetime.timedelta(days=spec.checkpoint_retention.days),
+        drained=drained,
+        status=ownerless(dict(body.get("status") or {})),
+    )
+
+
+def config_map(kept: KeptTable, name: str) -> dict[str, Any]:
+    """The ConfigMap `name` that keeps the table (no owner: it outlives the object)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "labels": {KEPT_LABEL: kept.consumer},
+        },
+        "data": {TABLE_KEY: kept.model_dump_json(by_alias=True)},
+    }
+
+
+def same_stream(a: Source, b: Source) -> bool:
+    """The same stream or table, wherever it is reached from (endpoint) and however it is
+    read (polling or fan-out)."""
+    ignored = {"endpoint_url", "consumer"}
+    return type(a) is type(b) and a.model_dump(
+        exclude={kind: ignored for kind in type(a).model_fields}
+    ) == b.model_dump(exclude={kind: ignored for kind in type(b).model_fields})
+
+
+def resumable(
+    data: Mapping[str, str] | None, name: str, spec: StreamConsumerSpec, now: datetime.datetime
+) -> tuple[KeptTable | None, str]:
+    """The kept table a new object `name` may resume from, or None and why not."""
+    if data is None or TABLE_KEY not in data:
+        return None, "no checkpoints kept"
+    try:
+        kept = KeptTable.model_validate_json(data[TABLE_KEY])
+    except ValidationError as error:
+        return None, f"kept checkpoints unreadable ({error.error_count()} errors)"
+    if kept.consumer != name:
+        return None, f"the kept checkpoints are {kept.consumer}'s"
+    if not same_stream(kept.source, spec.source):
+        return None, "the kept checkpoints are of another stream"
+    if kept.expires < now:
+        return None, f"the kept checkpoints expired at {kept.expires.isoformat()}"
+    return kept, ""

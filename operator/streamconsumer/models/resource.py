@@ -445,6 +445,10 @@ RESET_ANNOTATION = f"reset.{GROUP}/request"
 under `{GROUP}/`: kopf keeps its own state there and ignores changes to those keys."""
 
 
+DELETION_PROTECTION = f"{GROUP}/deletion-protection"
+"""Set to "true", the chart's admission policy refuses to delete the object (a GitOps
+prune of a consumer meant to stay)."""
+
 REQUESTED_BY = f"audit.{GROUP}/requested-by"
 """Who asks, beside the pause, resume or reset they ask for: their user name, written by
 `streamconsumer pause|resume|reset` (streamconsumer/audit.py reads it)."""

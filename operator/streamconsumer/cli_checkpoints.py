@@ -1,0 +1,118 @@
+"""`streamconsumer checkpoints export NAME` and `import FILE` (docs/checkpoints.md): a
+consumer's lease table as JSON, out of a StreamConsumer (or the table kept when it was
+deleted), and into the ConfigMap a new StreamConsumer of that name resumes from (a
+rename, a namespace move, a restore)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any, cast
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from streamconsumer.controller.names import kept_checkpoints
+from streamconsumer.models import GROUP, PLURAL, VERSION
+from streamconsumer.models.kept import KEPT_LABEL, TABLE_KEY, KeptTable, config_map, table
+from streamconsumer.models.resource import StreamConsumerSpec
+
+FIELD_MANAGER = "streamconsumer-cli"
+
+
+class CheckpointsError(Exception):
+    """What to tell the user, in their words."""
+
+
+def _consumer(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        found = k8s.CustomObjectsApi().get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return cast(dict[str, Any], found)
+
+
+def _kept(namespace: str, name: str) -> Any | None:
+    """The ConfigMap `<name>-checkpoints`, ours or not; None if absent."""
+    try:
+        return k8s.CoreV1Api().read_namespaced_config_map(kept_checkpoints(name), namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _ours(found: Any, name: str) -> bool:
+    labels = (found.metadata.labels if found.metadata else None) or {}
+    return bool(labels.get(KEPT_LABEL) == name)
+
+
+def export(namespace: str, name: str) -> tuple[str, str]:
+    """The table as JSON, and a note on where it came from."""
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    body = _consumer(namespace, name)
+    if body is not None:
+        spec = StreamConsumerSpec.model_validate(body.get("spec") or {})
+        exported = table(namespace, name, spec, body, now, drained=False)
+        note = (
+            f"exported from the running {namespace}/{name}: records processed after this "
+            "are processed again by a consumer that resumes from it (at-least-once)"
+        )
+        return exported.model_dump_json(by_alias=True, indent=2), note
+    found = _kept(namespace, name)
+    if found is None or not _ours(found, name) or TABLE_KEY not in (found.data or {}):
+        raise CheckpointsError(f"neither {namespace}/{name} nor checkpoints kept of it")
+    kept = KeptTable.model_validate_json(found.data[TABLE_KEY])
+    note = f"exported from ConfigMap {kept_checkpoints(name)}, kept at {kept.taken.isoformat()}"
+    return kept.model_dump_json(by_alias=True, indent=2), note
+
+
+def import_(text: str, namespace: str, name: str | None, days: int) -> str:
+    """Keeps the table for a new StreamConsumer `name` (by default the table's own) of
+    `namespace`; says what happens next."""
+    try:
+        loaded = KeptTable.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise CheckpointsError(f"not an exported table: {where}: {first['msg']}") from None
+    target = name or loaded.consumer
+    existing = _consumer(namespace, target)
+    if existing is not None and (existing.get("status") or {}).get("term") is not None:
+        raise CheckpointsError(
+            f"{namespace}/{target} exists and has checkpoints of its own: delete it first "
+            "(they are kept) or use `streamconsumer reset`"
+        )
+    found = _kept(namespace, target)
+    if found is not None and not _ours(found, target):
+        raise CheckpointsError(f"ConfigMap {kept_checkpoints(target)} exists and is not ours")
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    kept = loaded.model_copy(
+        update={
+            "namespace": namespace,
+            "consumer": target,
+            "expires": now + datetime.timedelta(days=days),
+        }
+    )
+    manifest = config_map(kept, kept_checkpoints(target))
+    k8s.CoreV1Api().patch_namespaced_config_map(
+        manifest["metadata"]["name"],
+        namespace,
+        manifest,
+        field_manager=FIELD_MANAGER,
+        force=True,
+        _content_type="application/apply-patch+yaml",
+    )
+    shards = len(kept.status.get("leases") or {})
+    if existing is not None:
+        when = "when the operator first loads it"
+    else:
+        when = f"if it is created before {kept.expires.isoformat()}"
+    return (
+        f"{shards} shards' checkpoints kept in ConfigMap {kept_checkpoints(target)}: "
+        f"StreamConsumer {namespace}/{target} of the same stream resumes from them {when}"
+    )
