@@ -91,7 +91,7 @@ clean:  ## remove the venv and stamps (the control-plane cache stays in ~/.cache
 .PHONY: crds
 crds: venv  ## regenerate crds/streamconsumer.yaml and the chart's admission policy from the models
 	$(BIN)/python -m streamconsumer.crd > crds/streamconsumer.yaml
-	cp crds/streamconsumer.yaml charts/streamconsumer/crds/streamconsumer.yaml
+	$(BIN)/python -m streamconsumer.crd --chart > charts/streamconsumer/templates/crd.yaml
 	$(BIN)/python -m streamconsumer.admission > charts/streamconsumer/templates/admission-policy.yaml
 
 .PHONY: bench

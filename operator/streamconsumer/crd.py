@@ -144,10 +144,23 @@ def custom_resource_definition() -> dict[str, Any]:
     }
 
 
+HEADER = "# Generated from operator/streamconsumer/models by `make crds`. Do not edit.\n"
+CHART_TEMPLATE = "charts/streamconsumer/templates/crd.yaml"
+
+
 def render() -> str:
-    header = "# Generated from operator/streamconsumer/models by `make crds`. Do not edit.\n"
-    return header + yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)
+    return HEADER + yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)
+
+
+def chart_template() -> str:
+    """The chart's copy: a template, not a file of the chart's crds/ folder, which
+    `helm upgrade` never updates; kept by `helm uninstall`, since deleting the CRD would
+    delete every StreamConsumer and its checkpoints (docs/upgrades.md)."""
+    crd = custom_resource_definition()
+    crd["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
+    body = yaml.safe_dump(crd, sort_keys=False, width=100)
+    return HEADER + "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    sys.stdout.write(chart_template() if sys.argv[1:] == ["--chart"] else render())

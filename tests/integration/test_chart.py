@@ -238,3 +238,59 @@ def test_aws_access_reaches_the_operator_as_it_reads_it(helm: Path) -> None:
     assert "endpoint" in refused.stderr
     # Each release's workers' tokens are for that release only.
     assert env["STREAMCONSUMER_TOKEN_AUDIENCE"] == "streamconsumer.io/sys/sc-operator"
+
+
+def documents(rendered: str) -> dict[str, dict[str, Any]]:
+    return {doc["kind"]: doc for doc in yaml.safe_load_all(rendered) if doc}
+
+
+def test_the_crd_is_a_template_helm_upgrades_and_uninstall_keeps(helm: Path) -> None:
+    """Issue 25: the CRD shipped only in the chart's crds/ folder, which `helm upgrade`
+    never updates. As a template it is upgraded with the release, and kept on uninstall
+    (deleting it would delete every StreamConsumer and its checkpoints)."""
+    assert not (CHART / "crds").exists(), "helm would install a crds/ copy as well"
+    rendered = template(helm)  # no --include-crds: an upgrade renders templates only
+    assert rendered.returncode == 0, rendered.stderr
+    crd = documents(rendered.stdout)["CustomResourceDefinition"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    own = template(helm, "--set", "crds.install=false")
+    assert "CustomResourceDefinition" not in documents(own.stdout)
+
+
+def test_the_chart_takes_what_platform_teams_set(helm: Path) -> None:
+    """Issue 25: the chart refused global, imagePullSecrets, fullnameOverride,
+    podAnnotations and image.digest, and put both replicas wherever they fell."""
+    digest = "sha256:" + "a" * 64
+    rendered = template(
+        helm,
+        "--set", "global.registry=r.example",
+        "--set", "imagePullSecrets[0].name=regcred",
+        "--set", "fullnameOverride=streams",
+        "--set", "podAnnotations.backup=skip",
+        "--set", f"image.digest={digest}",
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr
+    deployment = documents(rendered.stdout)["Deployment"]
+    pod = deployment["spec"]["template"]
+    assert deployment["metadata"]["name"] == "streams"
+    assert pod["metadata"]["annotations"] == {"backup": "skip"}
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["spec"]["containers"][0]["image"] == f"ghcr.io/streamconsumer/operator@{digest}"
+    spread = pod["spec"]["topologySpreadConstraints"]
+    assert spread[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert (
+        spread[0]["labelSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+    bad = template(helm, "--set", "image.digest=latest")
+    assert bad.returncode != 0, "a digest is a sha256"
+
+
+def test_the_install_notes_say_how_to_check_it(helm: Path, control_plane: ControlPlane) -> None:
+    # The session's CRD was applied without helm: an install may not take it over (see
+    # docs/upgrades.md for adopting one), so this one leaves the CRD out.
+    notes = run(
+        helm, "install", "sc", CHART, "--dry-run=client", "--set", "crds.install=false",
+        "--kubeconfig", control_plane.kubeconfig,
+    )  # fmt: skip
+    assert notes.returncode == 0, notes.stderr
+    assert "kubectl get stc --all-namespaces" in notes.stdout, notes.stdout

@@ -47,6 +47,7 @@ class ControlPlane:
     kubeconfig: Path
     servers: list[Server] = field(default_factory=list)
     apiserver_args: tuple[str, ...] = ()
+    real_nodes: bool = False
 
     @property
     def url(self) -> str:
@@ -58,9 +59,12 @@ class ControlPlane:
         workdir: Path | None = None,
         bin_dir: Path | None = None,
         apiserver_args: Sequence[str] = (),
+        real_nodes: bool = False,
     ) -> ControlPlane:
         """`apiserver_args` come after the defaults, so they may override them (a real
-        node needs another advertised address and kubelet credentials: testbed.node)."""
+        node needs another advertised address and kubelet credentials: testbed.node).
+        `real_nodes`: its nodes are kubelets that post heartbeats (testbed.node), not the
+        process kubelet's stand-ins."""
         workdir = workdir or Path(tempfile.mkdtemp(prefix="streamconsumer-cp-"))
         bin_dir = bin_dir or control_plane_binaries()
         logs = workdir / "logs"
@@ -72,6 +76,7 @@ class ControlPlane:
             apiserver_port=free_port(),
             kubeconfig=workdir / "admin.kubeconfig",
             apiserver_args=tuple(apiserver_args),
+            real_nodes=real_nodes,
         )
         with stopped_on_failure(plane.stop):
             plane._start_etcd_and_apiserver(logs)
@@ -158,9 +163,11 @@ class ControlPlane:
                 f"--root-ca-file={pki.ca_cert}",
                 f"--service-account-private-key-file={pki.service_account_key}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                # Test nodes post no heartbeats: they must not be tainted and their pods
-                # evicted as unreachable.
-                "--controllers=*,-node-lifecycle-controller",
+                # The process kubelet's nodes post no heartbeats: they must not be tainted
+                # and their pods evicted as unreachable. A real kubelet's node needs the
+                # controller: it lifts the not-ready taint the node registers with, and
+                # without it nothing is ever scheduled there.
+                "--controllers=" + ("*" if self.real_nodes else "*,-node-lifecycle-controller"),
                 "--v=0",
             ],
             logs,

@@ -254,7 +254,7 @@ class Cluster:
         try:
             plane_dir = workdir / "control-plane"
             args = apiserver_args(spaces.node_ip, plane_dir / "pki")
-            plane = ControlPlane.start(plane_dir, apiserver_args=args)
+            plane = ControlPlane.start(plane_dir, apiserver_args=args, real_nodes=True)
             node = Node.start(plane, spaces, bin_dir, refs["pause"])
             started = time.monotonic()
             node.import_images([refs[name] for name in ON_NODE])

@@ -1,5 +1,14 @@
 {{- define "streamconsumer.name" -}}
-{{- printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- .Values.fullnameOverride | default (printf "%s-operator" .Release.Name) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The operator image: by digest when one is given (immutable), else by tag. */}}
+{{- define "streamconsumer.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
 {{- end -}}
 
 {{- define "streamconsumer.selectorLabels" -}}
