@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.models import GROUP, PLURAL, VERSION
-from streamconsumer.models.kept import KEPT_LABEL, TABLE_KEY, KeptTable, config_map, table
+from streamconsumer.models.kept import TABLE_KEY, KeptTable, config_map, kept_for, table
 from streamconsumer.models.resource import StreamConsumerSpec
 
 FIELD_MANAGER = "streamconsumer-cli"
@@ -46,11 +46,6 @@ def _kept(namespace: str, name: str) -> Any | None:
         raise
 
 
-def _ours(found: Any, name: str) -> bool:
-    labels = (found.metadata.labels if found.metadata else None) or {}
-    return bool(labels.get(KEPT_LABEL) == name)
-
-
 def export(namespace: str, name: str) -> tuple[str, str]:
     """The table as JSON, and a note on where it came from."""
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
@@ -64,7 +59,7 @@ def export(namespace: str, name: str) -> tuple[str, str]:
         )
         return exported.model_dump_json(by_alias=True, indent=2), note
     found = _kept(namespace, name)
-    if found is None or not _ours(found, name) or TABLE_KEY not in (found.data or {}):
+    if found is None or not kept_for(found.metadata, name) or TABLE_KEY not in (found.data or {}):
         raise CheckpointsError(f"neither {namespace}/{name} nor checkpoints kept of it")
     kept = KeptTable.model_validate_json(found.data[TABLE_KEY])
     note = f"exported from ConfigMap {kept_checkpoints(name)}, kept at {kept.taken.isoformat()}"
@@ -88,7 +83,7 @@ def import_(text: str, namespace: str, name: str | None, days: int) -> str:
             "(they are kept) or use `streamconsumer reset`"
         )
     found = _kept(namespace, target)
-    if found is not None and not _ours(found, target):
+    if found is not None and not kept_for(found.metadata, target):
         raise CheckpointsError(f"ConfigMap {kept_checkpoints(target)} exists and is not ours")
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     kept = loaded.model_copy(

@@ -18,7 +18,7 @@ from streamconsumer.controller import executors
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.owned import FIELD_MANAGER, KUBERNETES_TIMEOUT_SECONDS, NotOurs
-from streamconsumer.models.kept import KEPT_LABEL, KeptTable, config_map
+from streamconsumer.models.kept import KeptTable, config_map, kept_for
 from streamconsumer.models.resource import GROUP, PLURAL, VERSION
 
 KEPT_ANNOTATION = f"checkpoints.{GROUP}/kept"
@@ -40,22 +40,17 @@ async def _get(api_client: k8s.ApiClient, namespace: str, name: str) -> Any | No
         raise
 
 
-def _ours(found: Any, name: str) -> bool:
-    labels = (found.metadata.labels if found.metadata else None) or {}
-    return bool(labels.get(KEPT_LABEL) == name)
-
-
 async def read(api_client: k8s.ApiClient, namespace: str, name: str) -> Mapping[str, str] | None:
     """The data of the consumer's kept-checkpoints ConfigMap, if there is one of ours."""
     found = await _get(api_client, namespace, name)
-    return found.data if found is not None and _ours(found, name) else None
+    return found.data if found is not None and kept_for(found.metadata, name) else None
 
 
 async def keep(api_client: k8s.ApiClient, namespace: str, kept: KeptTable) -> None:
     """Writes the table; raises NotOurs where a ConfigMap of that name is not ours."""
     manifest = config_map(kept, kept_checkpoints(kept.consumer))
     found = await _get(api_client, namespace, kept.consumer)
-    if found is not None and not _ours(found, kept.consumer):
+    if found is not None and not kept_for(found.metadata, kept.consumer):
         raise NotOurs("ConfigMap", manifest["metadata"]["name"])
     apply = functools.partial(
         k8s.CoreV1Api(api_client).patch_namespaced_config_map,

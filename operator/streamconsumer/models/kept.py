@@ -62,6 +62,13 @@ KEPT_LABEL = f"{GROUP}/checkpoints-of"
 TABLE_KEY = "checkpoints.json"
 
 
+def kept_for(config_map_metadata: Any, name: str) -> bool:
+    """Is this ConfigMap (its V1ObjectMeta) the table we keep for consumer `name`? One of
+    that name without our label is someone else's, never overwritten."""
+    labels = (config_map_metadata.labels if config_map_metadata else None) or {}
+    return bool(labels.get(KEPT_LABEL) == name)
+
+
 def table(
     namespace: str,
     name: str,
