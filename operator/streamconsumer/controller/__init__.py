@@ -1,3 +1,5 @@
-"""The operator: kopf handlers (`main`), one coordinator per StreamConsumer (`state`),
-the worker API (`api`, `auth`), the per-consumer loop (`loop`) and the status writer
-(`status`). Run it with `kopf run -m streamconsumer.controller.main`."""
+"""The operator: kopf's handlers (`handlers`, decorators only), the process and its
+election (`__main__`, `leadership`, `lifecycle`), one driver per StreamConsumer over its
+loop and lease coordinator (`consumers`, `driver`, `loop`, `lease_coordinator`), the
+status writer (`status`) and the worker API (`answers`, `api`, `auth`). Run it with
+`python -m streamconsumer.controller` (docs/architecture.md lists every module)."""
