@@ -28,11 +28,12 @@ from streamconsumer.resets import ResetError, describe, parse_position, shards_t
 FIELD_MANAGER = "streamconsumer-cli"
 
 
-def whoami() -> str | None:
+def whoami(api_client: k8s.ApiClient) -> str | None:
     """Your user name as the apiserver knows you (a SelfSubjectReview), to go with what
     you ask for (docs/security.md#audit); None where the apiserver cannot say."""
     try:
-        review = k8s.AuthenticationV1Api().create_self_subject_review(k8s.V1SelfSubjectReview())
+        authentication = k8s.AuthenticationV1Api(api_client)
+        review = authentication.create_self_subject_review(k8s.V1SelfSubjectReview())
     except (ApiException, HTTPError):
         return None
     user = review.status.user_info if review.status is not None else None
@@ -40,8 +41,8 @@ def whoami() -> str | None:
 
 
 def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, Any]) -> None:
-    """Patches the object with what is asked and who asks for it."""
-    who = whoami()
+    """Patches the object with what is asked and who asks for it (the same client)."""
+    who = whoami(api.api_client)
     if who is not None:
         patch.setdefault("metadata", {}).setdefault("annotations", {})[REQUESTED_BY] = who
     api.patch_namespaced_custom_object(
