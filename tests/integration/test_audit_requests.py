@@ -1,0 +1,109 @@
+"""Who asked (docs/security.md#audit), on the real apiserver's managedFields: requests of
+several users through `streamconsumer pause|resume|reset` (cli.ask), each user by
+impersonation, read back as the operator reads them (streamconsumer/audit.py). No
+operator runs here: these are the moments before it removes the requester annotation
+(it is slow, restarting, or down)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from streamconsumer import audit, cli
+from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
+from streamconsumer.models.resource import RESET_ANNOTATION, ResetPosition, ResetRequest
+from testbed.controlplane import ControlPlane
+from testbed.kube import StreamConsumers
+
+USERS = ("alice", "bob")
+NAME = "audited"
+
+
+@pytest.fixture
+def as_user(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str
+) -> Iterator[dict[str, k8s.CustomObjectsApi]]:
+    """A client per user, each allowed to edit StreamConsumers in the namespace."""
+    rbac = k8s.RbacAuthorizationV1Api(api_client)
+    rule = k8s.V1PolicyRule(api_groups=[GROUP], resources=[PLURAL], verbs=["get", "patch"])
+    rbac.create_namespaced_role(
+        namespace, k8s.V1Role(metadata=k8s.V1ObjectMeta(name="consumers"), rules=[rule])
+    )
+    subjects = [
+        k8s.RbacV1Subject(kind="User", name=user, api_group="rbac.authorization.k8s.io")
+        for user in USERS
+    ]
+    rbac.create_namespaced_role_binding(
+        namespace,
+        k8s.V1RoleBinding(
+            metadata=k8s.V1ObjectMeta(name="consumers"),
+            role_ref=k8s.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="consumers"
+            ),
+            subjects=subjects,
+        ),
+    )
+    clients: dict[str, k8s.ApiClient] = {}
+    for user in USERS:
+        client: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(control_plane.kubeconfig)
+        )
+        client.set_default_header("Impersonate-User", user)
+        clients[user] = client
+    StreamConsumers(api_client, namespace).create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": NAME},
+            "spec": {
+                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+            },
+        }
+    )
+    yield {user: k8s.CustomObjectsApi(client) for user, client in clients.items()}
+    for client in clients.values():
+        client.close()  # type: ignore[no-untyped-call]
+
+
+def reset_patch(request_id: str) -> dict[str, Any]:
+    request = ResetRequest(id=request_id, to=ResetPosition())
+    return {"metadata": {"annotations": {RESET_ANNOTATION: request.model_dump_json(by_alias=True)}}}
+
+
+def test_a_reset_names_its_requester_for_the_reset_only_never_for_an_earlier_pause(
+    api_client: k8s.ApiClient, namespace: str, as_user: dict[str, k8s.CustomObjectsApi]
+) -> None:
+    """Found by review: the CLI wrote every request as one field manager, so bob's reset
+    left the entry that wrote alice's `spec.paused` owning bob's name, and the operator
+    (a new term, or a cycle that saw both) recorded the pause as bob's. With the
+    admission policy too: bob's name was his own."""
+    cli.ask(as_user["alice"], namespace, NAME, {"spec": {"paused": True}})
+    paused = StreamConsumers(api_client, namespace).get(NAME)
+    assert audit.asked_by(paused, audit.PAUSED_FIELD) == "alice"
+
+    cli.ask(as_user["bob"], namespace, NAME, reset_patch("r1"))
+    both = StreamConsumers(api_client, namespace).get(NAME)
+    assert audit.asked_by(both, audit.RESET_FIELD) == "bob"
+    assert "bob" not in audit.asked_by(both, audit.PAUSED_FIELD), "bob never paused"
+    assert "bob" not in audit.pause_requester(both), "nor as a new term finds it"
+
+
+def test_a_request_whose_user_is_unknown_carries_no_earlier_name(
+    api_client: k8s.ApiClient,
+    namespace: str,
+    as_user: dict[str, k8s.CustomObjectsApi],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by review: where the apiserver could not say who bob is (no
+    SelfSubjectReview), his resume left alice's name standing, owned by the CLI's field
+    manager that also wrote his `spec.paused`: the resume was recorded as alice's."""
+    cli.ask(as_user["alice"], namespace, NAME, {"spec": {"paused": True}})
+    monkeypatch.setattr(cli, "whoami", lambda api_client: None)
+    cli.ask(as_user["bob"], namespace, NAME, {"spec": {"paused": False}})
+    resumed = StreamConsumers(api_client, namespace).get(NAME)
+    assert "alice" not in audit.asked_by(resumed, audit.PAUSED_FIELD), "alice never resumed"
