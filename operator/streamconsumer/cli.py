@@ -25,7 +25,13 @@ from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
 
-FIELD_MANAGER = "streamconsumer-cli"
+# One field manager per audited field (docs/security.md#audit): the operator takes a
+# name only from the managedFields entry that last wrote the field, and an entry of the
+# apiserver's is a manager's, shared by every user and every write of it. Were a pause and
+# a reset written by one manager, bob's reset would leave the entry that wrote alice's
+# `spec.paused` owning bob's name.
+FIELD_MANAGER = "streamconsumer-cli"  # spec.paused: pause and resume
+RESET_FIELD_MANAGER = "streamconsumer-cli-reset"  # the reset request
 
 
 def whoami(api_client: k8s.ApiClient) -> str | None:
@@ -41,12 +47,14 @@ def whoami(api_client: k8s.ApiClient) -> str | None:
 
 
 def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, Any]) -> None:
-    """Patches the object with what is asked and who asks for it (the same client)."""
-    who = whoami(api.api_client)
-    if who is not None:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[REQUESTED_BY] = who
+    """Patches the object with what is asked and who asks for it (the same client). Where
+    the apiserver cannot say who you are, the patch removes any name left standing (a
+    merge patch's null), so that no one else's is taken for yours."""
+    annotations = patch.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[REQUESTED_BY] = whoami(api.api_client)
+    manager = RESET_FIELD_MANAGER if RESET_ANNOTATION in annotations else FIELD_MANAGER
     api.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=FIELD_MANAGER
+        GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=manager
     )
 
 
