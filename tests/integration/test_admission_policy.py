@@ -409,7 +409,7 @@ def test_a_request_that_changes_nothing_leaves_no_name_to_lock_others_out(
     alice: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
         config_file=str(control_plane.kubeconfig)
     )
-    alice.set_default_header("Impersonate-User", TENANT)
+    alice.set_default_header("Impersonate-User", TENANT)  # type: ignore[no-untyped-call]
     operator = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
     try:
 

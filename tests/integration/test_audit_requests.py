@@ -52,7 +52,7 @@ def as_user(
         client: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(control_plane.kubeconfig)
         )
-        client.set_default_header("Impersonate-User", user)
+        client.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
         clients[user] = client
     StreamConsumers(api_client, namespace).create(
         {
