@@ -26,6 +26,7 @@ from streamconsumer.controller.owned import NotApplied, NotOurs, apply_owned
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
+    REQUESTED_BY,
     RESET_ANNOTATION,
     StreamConsumerSpec,
 )
@@ -211,7 +212,6 @@ async def reset_requested(
         consumer.wake()
     reason, message = requests.reset_event(request.id, request.to, request.requested_by or "")
     kopf.info(body, reason=reason, message=message)
-    await requests.forget_requester(context.api_client, body)
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field="spec.paused")
@@ -235,7 +235,17 @@ async def pause_changed(
         consumer.wake()
     reason, message = requests.pause_event(bool(new), by)
     kopf.info(body, reason=reason, message=message)
-    await requests.forget_requester(context.api_client, body)
+
+
+# After the two above: in the cycle that sees a request, they read the name from this same
+# body first. Whatever came with it, the name goes: a pause of a consumer already paused,
+# an object created with it, or an invalid reset change nothing the handlers above record,
+# and a name left standing would sit beside the next change (and, under the admission
+# policy, refuse everyone else's). A failed removal is tried again (backoff), not dropped.
+@kopf.on.field(GROUP, VERSION, PLURAL, field=("metadata", "annotations", REQUESTED_BY), backoff=5.0)
+async def requester_named(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) -> None:
+    if new is not None:
+        await requests.forget_requester(context_of(memo).api_client, body)
 
 
 # A loop that fails restarts after 2 s (kopf defaults to 60 s), from the persisted status;

@@ -5,7 +5,6 @@ came with it removed (docs/security.md#audit)."""
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,8 +16,6 @@ from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import REQUESTED_BY
 from streamconsumer.resets import describe
-
-log = logging.getLogger(__name__)
 
 
 def pause_event(paused: bool, by: str) -> tuple[str, str]:
@@ -33,8 +30,9 @@ def reset_event(request_id: str, to: Any, by: str) -> tuple[str, str]:
 
 
 async def forget_requester(api_client: k8s.ApiClient, body: Mapping[str, Any]) -> None:
-    """Removes the requester annotation once recorded, so that a later change by someone
-    else is never taken for theirs. Only the value we read: a newer request's stays."""
+    """Removes the requester annotation once seen, so that a later change by someone else
+    is never taken for theirs. Only the value we read: a newer request's stays. Raises
+    on any failure but that one (or the object gone), to be tried again."""
     value = ((body.get("metadata") or {}).get("annotations") or {}).get(REQUESTED_BY)
     if value is None:
         return
@@ -56,6 +54,6 @@ async def forget_requester(api_client: k8s.ApiClient, body: Mapping[str, Any]) -
         await executors.run_in(executors.KUBERNETES, call)
     except ApiException as error:
         # 422: another request replaced it (theirs to record); 404: deleted. Either way
-        # nothing of ours is left to remove. Anything else: the next request overwrites it.
+        # nothing of ours is left to remove. Anything else: tried again by the caller.
         if error.status not in (404, 422):
-            log.warning("could not remove %s: %s", REQUESTED_BY, error.reason)
+            raise
