@@ -229,10 +229,7 @@ async def pause_changed(
         return  # created running: nothing was paused or resumed
     context = context_of(memo)
     by = audit.asked_by(body, audit.PAUSED_FIELD)
-    consumer = context.registry.get(namespace, name)
-    if consumer is not None:
-        consumer.loop.pause_asked(by if new else None)
-        consumer.wake()
+    context.registry.pause_asked(namespace, name, by if new else None)
     reason, message = requests.pause_event(bool(new), by)
     kopf.info(body, reason=reason, message=message)
 
