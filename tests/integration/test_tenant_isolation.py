@@ -375,3 +375,55 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
         )
     finally:
         process.stop()
+
+
+def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_not_kept(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: once the namespace left the admins' list (an operator restarted
+    with another `podPolicy.unrestrictedNamespaces`), the operator refused the spec and
+    said "no worker pods are made", but left the Deployment it had made before: its
+    ReplicaSet kept making pods with the node's socket mounted."""
+    apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
+    node = consumer("node")
+    node["spec"]["pod"] = {  # type: ignore[index]
+        "unrestricted": True,
+        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+    }
+
+    def run_operator(allowed: list[str]) -> OperatorProcess:
+        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
+        return OperatorProcess(
+            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
+        ).start()
+
+    def host_pods() -> list[str]:
+        pods = core.list_namespaced_pod(namespace, label_selector="streamconsumer.io/consumer=node")
+        return [
+            p.metadata.name
+            for p in pods.items
+            if p.metadata.deletion_timestamp is None
+            and any(v.host_path is not None for v in p.spec.volumes or [])
+        ]
+
+    consumers = StreamConsumers(api_client, namespace)
+    process = run_operator([namespace])
+    try:
+        consumers.create(node)
+        wait_for(lambda: bool(host_pods()), 60, "the allowed workers' pods")
+    finally:
+        process.stop()
+
+    process = run_operator([])  # the admins withdrew the namespace
+    try:
+        refused = f"spec.pod.unrestricted is not allowed in namespace {namespace}"
+        wait_for(lambda: refused in degraded_message(consumers, "node"), 60, "Degraded says why")
+        for name in host_pods():  # a node drained, a pod evicted: the ReplicaSet replaces it
+            core.delete_namespaced_pod(name, namespace)
+        time.sleep(5)  # the ReplicaSet controller's resync is well under this
+        assert host_pods() == [], "no worker pods are made, says the status"
+        with pytest.raises(ApiException) as gone:
+            apps.read_namespaced_deployment("node-workers", namespace)
+        assert gone.value.status == 404
+    finally:
+        process.stop()
