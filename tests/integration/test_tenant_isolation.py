@@ -400,9 +400,11 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
     def host_pods() -> list[str]:
         pods = core.list_namespaced_pod(namespace, label_selector="streamconsumer.io/consumer=node")
         return [
-            p.metadata.name
+            str(p.metadata.name)
             for p in pods.items
-            if p.metadata.deletion_timestamp is None
+            if p.metadata is not None
+            and p.spec is not None
+            and p.metadata.deletion_timestamp is None
             and any(v.host_path is not None for v in p.spec.volumes or [])
         ]
 

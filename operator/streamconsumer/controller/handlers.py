@@ -22,7 +22,8 @@ from streamconsumer import audit
 from streamconsumer.controller import children, consumers, executors, fanout, requests
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
-from streamconsumer.controller.owned import NotApplied, NotOurs, apply_owned
+from streamconsumer.controller.names import worker_deployment
+from streamconsumer.controller.owned import NotApplied, NotOurs, apply_owned, delete_owned
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
@@ -85,6 +86,18 @@ async def reconcile_children(
     if refusal is not None:
         kopf.warn(body, reason="PodPolicyRefused", message=refusal)
         applied(refusal)
+        # Workers made before (the namespace was allowed then, or the spec was another)
+        # would go on making pods of it: no worker pod of a refused spec may run.
+        stop = functools.partial(
+            delete_owned,
+            context.api_client,
+            "Deployment",
+            worker_deployment(name),
+            namespace,
+            body.metadata.uid,
+        )
+        if await executors.run_in(executors.KUBERNETES, stop):
+            logger.warning("workers deleted: %s", refusal)
         # Again later: the loop may not be registered yet to show it in Degraded.
         raise kopf.TemporaryError(refusal, delay=CONFLICT_RETRY_SECONDS)
     ca_pem = context.tls.ca_pem if context.tls is not None else None
