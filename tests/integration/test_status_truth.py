@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
@@ -71,3 +72,92 @@ def test_workers_objects_the_apiserver_refuses_make_ready_false_with_its_reason(
     ready, reason, age = (header.index(column) for column in ("READY", "REASON", "AGE"))
     assert row[ready:reason].strip() == "False", shown.stdout
     assert row[reason:age].strip() == "ChildrenNotApplied", shown.stdout
+
+
+def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
+    api_client: k8s.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """Found by review: only a refusal (400, 403, 422) reached the status. An apply that
+    failed otherwise (here a validating webhook that is down: the apiserver answers 500,
+    for as long as it is down) left the last outcome, so the next status write claimed
+    ChildrenApplied True, at the new generation, for a Deployment still on the old
+    image."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": "clicks"},
+            "spec": {
+                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+            },
+        }
+    )
+    wait_for(
+        lambda: conditions(consumers, "clicks").get("ChildrenApplied", {}).get("status") == "True",
+        60,
+        "the workers' objects applied",
+    )
+    webhooks = k8s.AdmissionregistrationV1Api(api_client)
+    down = k8s.V1ValidatingWebhookConfiguration(
+        metadata=k8s.V1ObjectMeta(name=f"down-{namespace}"),
+        webhooks=[
+            k8s.V1ValidatingWebhook(
+                name="down.example.com",
+                admission_review_versions=["v1"],
+                side_effects="None",
+                failure_policy="Fail",
+                timeout_seconds=1,
+                client_config=k8s.AdmissionregistrationV1WebhookClientConfig(
+                    url="https://127.0.0.1:1/validate"
+                ),
+                namespace_selector=k8s.V1LabelSelector(
+                    match_labels={"kubernetes.io/metadata.name": namespace}
+                ),
+                rules=[
+                    k8s.V1RuleWithOperations(
+                        api_groups=["apps"],
+                        api_versions=["v1"],
+                        operations=["CREATE", "UPDATE"],
+                        resources=["deployments"],
+                    )
+                ],
+            )
+        ],
+    )
+    webhooks.create_validating_webhook_configuration(down)
+    try:
+        apps = k8s.AppsV1Api(api_client)
+
+        def webhook_called() -> bool:  # a new webhook takes a moment to be loaded
+            try:
+                apps.patch_namespaced_deployment(
+                    "clicks-workers", namespace, {"metadata": {}}, dry_run="All"
+                )
+            except ApiException as error:
+                return bool(error.status == 500)
+            return False
+
+        wait_for(webhook_called, 30, "the webhook in force")
+        consumers.patch("clicks", {"spec": {"processor": {"image": "example/clicks:2"}}})
+        consumers.patch("clicks", {"spec": {"paused": True}})  # a status write follows
+        generation = consumers.get("clicks")["metadata"]["generation"]
+        wait_for(
+            lambda: (
+                consumers.get("clicks").get("status", {}).get("observedGeneration") == generation
+            ),
+            60,
+            "a status of the latest generation",
+        )
+        pod = apps.read_namespaced_deployment("clicks-workers", namespace).spec.template.spec
+        assert pod is not None
+        assert pod.containers[0].image == "example/clicks:1", "not applied"
+        applied = conditions(consumers, "clicks")["ChildrenApplied"]
+        assert applied["status"] != "True", applied
+        assert "500" in applied["message"], "why, in the apiserver's words"
+    finally:
+        webhooks.delete_validating_webhook_configuration(f"down-{namespace}")
