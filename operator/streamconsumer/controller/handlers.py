@@ -23,7 +23,13 @@ from streamconsumer.controller import children, consumers, executors, fanout, re
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.names import worker_deployment
-from streamconsumer.controller.owned import NotApplied, NotOurs, apply_owned, delete_owned
+from streamconsumer.controller.owned import (
+    NotApplied,
+    NotOurs,
+    apply_owned,
+    delete_owned,
+    failure,
+)
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
@@ -124,6 +130,9 @@ async def reconcile_children(
         kopf.warn(body, reason=reason, message=str(refused))
         applied(str(refused))
         raise kopf.TemporaryError(str(refused), delay=CONFLICT_RETRY_SECONDS) from None
+    except Exception as error:  # passing (kopf tries again), but nothing is known applied
+        context.registry.children_failed(namespace, name, failure(error))
+        raise
     if (consumer := context.registry.get(namespace, name)) is not None:
         consumer.coordinator.update_spec(spec)
     applied(None)

@@ -56,6 +56,14 @@ def api_message(error: ApiException) -> str:
         return str(error.reason)
 
 
+def failure(error: BaseException) -> str:
+    """A failed apply's passing fault, for status: the apiserver's bounded words, else
+    the kind of fault only (a client error's text may quote anything)."""
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status}: {api_message(error)}"
+    return type(error).__name__
+
+
 @dataclass(frozen=True)
 class _Verbs:
     read: Callable[..., Any]
