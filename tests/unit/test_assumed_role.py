@@ -110,3 +110,15 @@ def test_a_tenant_naming_ever_new_regions_cannot_grow_the_sessions_held() -> Non
     assert len(held) <= 256, "the sessions no consumer holds are let go"
     first = policy.identity("team-a", source())
     assert policy.identity("team-a", source()) is first, "one Session while in use"
+
+
+def test_a_cut_session_name_is_never_another_namespaces_whole_one() -> None:
+    """Found by review: a 63-character namespace's cut name (prefix, '-', hash) was itself
+    a valid 49-character namespace's whole name, so two namespaces could show one session
+    name to STS and CloudTrail (where a role's trust policy may require it)."""
+    long = "team-a-" + "x" * 56
+    cut = session_name(long)
+    lookalike = cut.removeprefix("streamconsumer-")
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", lookalike) is None or (
+        session_name(lookalike) != cut
+    ), f"namespace {lookalike} would be named {cut} too"
