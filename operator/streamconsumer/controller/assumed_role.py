@@ -51,12 +51,13 @@ ERRORS = {
 
 def session_name(namespace: str) -> str:
     """`streamconsumer-<namespace>`, as the role's CloudTrail entries show it; a longer
-    one keeps a prefix and gains a hash of the whole, still unique."""
+    one keeps a prefix and gains a hash of the whole after a '.', which no namespace (a
+    DNS label) has: never another namespace's whole name."""
     full = _NOT_IN_SESSION_NAME.sub("-", SESSION_PREFIX + namespace)
     if len(full) <= SESSION_NAME_LIMIT:
         return full
     digest = hashlib.sha256(namespace.encode()).hexdigest()[:16]
-    return f"{full[: SESSION_NAME_LIMIT - len(digest) - 1]}-{digest}"
+    return f"{full[: SESSION_NAME_LIMIT - len(digest) - 1]}.{digest}"
 
 
 @dataclass(frozen=True)
