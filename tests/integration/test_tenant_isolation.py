@@ -26,6 +26,7 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.controlplane import ControlPlane
+from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.kube import StreamConsumers
 from testbed.operator_process import LEADER_LEASE_SECONDS, OperatorProcess
 from testbed.tokens import token
@@ -429,3 +430,58 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
         assert gone.value.status == 404
     finally:
         process.stop()
+
+
+def test_the_autoscaler_never_scales_a_deployment_that_is_not_ours(
+    api_client: k8s.ApiClient,
+    namespace: str,
+    operator: OperatorProcess,
+    kinesis: KinesisEmulator,
+    stream_name: str,
+) -> None:
+    """Found by review: the reconcile leaves an object of the workers' name that is not
+    the StreamConsumer's untouched (NotOurs), but the lag autoscaler scaled
+    `<name>-workers` by a forced server-side apply whoever's it was: a tenant who may
+    only edit StreamConsumers could scale the admins' Deployment `db-workers` (to zero,
+    or to a thousand) by naming a StreamConsumer `db`."""
+    create_stream(kinesis.client, stream_name, 2)
+    apps = k8s.AppsV1Api(api_client)
+    labels = {"app": "db"}
+    apps.create_namespaced_deployment(
+        namespace,
+        k8s.V1Deployment(
+            metadata=k8s.V1ObjectMeta(name="db-workers"),
+            spec=k8s.V1DeploymentSpec(
+                replicas=1,
+                selector=k8s.V1LabelSelector(match_labels=labels),
+                template=k8s.V1PodTemplateSpec(
+                    metadata=k8s.V1ObjectMeta(labels=labels),
+                    spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="db", image="db:1")]),
+                ),
+            ),
+        ),
+    )
+    consumers = StreamConsumers(api_client, namespace)
+    db = consumer("db", kinesis.endpoint_url)
+    db["spec"]["source"]["kinesis"]["streamName"] = stream_name  # type: ignore[index]
+    db["spec"]["source"]["kinesis"]["region"] = kinesis.client.meta.region_name  # type: ignore[index]
+    db["spec"]["autoscaling"] = {  # type: ignore[index]
+        "enabled": True,
+        "minReplicas": 3,
+        "maxReplicas": 3,
+        "scaleUpStabilizationSeconds": 0,
+        "targetLagSeconds": 10,
+    }
+    consumers.create(db)
+    wait_for(
+        lambda: (
+            "Deployment db-workers exists and is not" in degraded_message(consumers, "db")
+            and consumers.get("db").get("status", {}).get("shards") == 2
+        ),
+        60,
+        "the conflict shown, the shards listed",
+    )
+    time.sleep(5)  # several rounds of the loop, each free to scale
+    scale = apps.read_namespaced_deployment_scale("db-workers", namespace)
+    assert scale.spec is not None
+    assert scale.spec.replicas == 1, "the admins' Deployment was scaled by a tenant's spec"
