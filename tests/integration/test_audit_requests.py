@@ -1,12 +1,13 @@
 """Who asked (docs/security.md#audit), on the real apiserver's managedFields: requests of
 several users through `streamconsumer pause|resume|reset` (cli.ask), each user by
-impersonation, read back as the operator reads them (streamconsumer/audit.py). No
-operator runs here: these are the moments before it removes the requester annotation
-(it is slow, restarting, or down)."""
+impersonation, read back as the operator reads them (streamconsumer/audit.py), in the
+moments before it removes the requester annotation (it is slow, restarting, or down);
+and a hostile annotation on the real operator."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,16 @@ from kubernetes import config as k8s_config
 
 from streamconsumer import audit, cli
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
-from streamconsumer.models.resource import RESET_ANNOTATION, ResetPosition, ResetRequest
+from streamconsumer.models.resource import (
+    REQUESTED_BY,
+    RESET_ANNOTATION,
+    ResetPosition,
+    ResetRequest,
+)
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
+from testbed.operator_process import OperatorProcess
+from testbed.waiting import wait_for
 
 USERS = ("alice", "bob")
 NAME = "audited"
@@ -107,3 +115,50 @@ def test_a_request_whose_user_is_unknown_carries_no_earlier_name(
     cli.ask(as_user["bob"], namespace, NAME, {"spec": {"paused": False}})
     resumed = StreamConsumers(api_client, namespace).get(NAME)
     assert "alice" not in audit.asked_by(resumed, audit.PAUSED_FIELD), "alice never resumed"
+
+
+def test_a_huge_annotation_neither_wedges_the_operator_nor_reaches_status(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: kopf keeps the last handled state of the object, annotations
+    included, in one annotation of the object (at most 256 KiB for all). With a 200 KB
+    requester annotation (any value passes without the admission policy), or any other
+    one, that state no longer fits: every handling of the object failed with a 422, the
+    pause was never applied, recorded nor removed, and nothing said so but the
+    operator's log."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": NAME, "annotations": {"example.com/blob": "b" * 100_000}},
+            "spec": {
+                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+            },
+        }
+    )
+    operator = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
+    try:
+        hostile = ("x\n\x1b[31m\u202eevil\u200b" * 20_000)[:120_000]
+        consumers.patch(
+            NAME,
+            {"spec": {"paused": True}, "metadata": {"annotations": {REQUESTED_BY: hostile}}},
+        )
+
+        def recorded() -> bool:
+            body = consumers.get(NAME)
+            return bool((body.get("status") or {}).get("pausedBy")) and REQUESTED_BY not in (
+                body["metadata"].get("annotations") or {}
+            )
+
+        wait_for(recorded, 30, "the pause recorded and the name removed")
+        paused_by = consumers.get(NAME)["status"]["pausedBy"]
+        assert len(paused_by) <= audit.MAX_REQUESTER
+        assert paused_by.isprintable()
+        events = k8s.CoreV1Api(api_client).list_namespaced_event(
+            namespace, field_selector="reason=Paused"
+        )
+        assert [len(e.message or "") < 400 for e in events.items] == [True]
+    finally:
+        operator.stop()
