@@ -22,6 +22,7 @@ from streamconsumer import audit
 from streamconsumer.controller import children, consumers, executors, fanout, requests
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
+from streamconsumer.controller.essence import Essence
 from streamconsumer.controller.names import worker_deployment
 from streamconsumer.controller.owned import (
     NotApplied,
@@ -58,7 +59,7 @@ def kube_client() -> k8s.ApiClient:
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: status belongs to the lease table.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = Essence(prefix=GROUP)  # bounded: essence.py
     settings.posting.level = logging.INFO
 
 
