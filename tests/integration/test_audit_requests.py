@@ -162,3 +162,39 @@ def test_a_huge_annotation_neither_wedges_the_operator_nor_reaches_status(
         assert [len(e.message or "") < 400 for e in events.items] == [True]
     finally:
         operator.stop()
+
+
+def test_a_non_ascii_requester_is_removed_once_recorded(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: the removal tested the annotation's value in a JSON patch, and the
+    apiserver compares a `test` value by its bytes: the client sends 'é' escaped
+    ('\\u00e9'), the object holds it raw, so for any name beyond ASCII (an OIDC user
+    'josé') the test failed, the 422 was taken for "a newer request's", and the name
+    stood for good (with the admission policy, refusing everyone else's pause)."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": NAME},
+            "spec": {
+                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+            },
+        }
+    )
+    operator = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
+    try:
+        for user in ("josé", "名前", "plain"):
+            paused = not (consumers.get(NAME)["spec"].get("paused") or False)
+            patch = {"spec": {"paused": paused}, "metadata": {"annotations": {REQUESTED_BY: user}}}
+            consumers.patch(NAME, patch)
+
+            def removed() -> bool:
+                annotations = consumers.get(NAME)["metadata"].get("annotations") or {}
+                return REQUESTED_BY not in annotations
+
+            wait_for(removed, 30, f"{user}'s name removed once recorded")
+    finally:
+        operator.stop()
