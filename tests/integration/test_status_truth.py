@@ -4,6 +4,7 @@ workers' objects cannot be applied, Ready is False with the apiserver's reason, 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,3 +162,53 @@ def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
         assert "500" in applied["message"], "why, in the apiserver's words"
     finally:
         webhooks.delete_validating_webhook_configuration(f"down-{namespace}")
+
+
+def test_a_change_made_while_the_operator_handles_the_previous_one_is_not_lost(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: kopf runs one handler per event ('asap'), and at the end of the
+    cycle stores the newest state as handled. Since a pause also runs `pause_changed`
+    and `requester_named` after `reconcile_children`, a change that lands between them
+    (here: a pause just as the operator starts, or an image change just after a pause)
+    was taken as handled though `reconcile_children` never saw it: the loop was never
+    told it was paused (workers went on processing, Ready said nothing), and the
+    Deployment kept the old image."""
+    consumers = StreamConsumers(api_client, namespace)
+    apps = k8s.AppsV1Api(api_client)
+    for name in ("first", "second"):
+        consumers.create(
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": name},
+                "spec": {
+                    "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                    "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+                },
+            }
+        )
+    process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
+    try:
+        consumers.patch("first", {"spec": {"paused": True}})  # while its creation is handled
+
+        def ready_reason(name: str) -> str | None:
+            return conditions(consumers, name).get("Ready", {}).get("reason")
+
+        wait_for(lambda: ready_reason("first") == "Paused", 30, "the loop told of the pause")
+
+        def has_image(name: str, wanted: str) -> bool:
+            try:
+                pod = apps.read_namespaced_deployment(f"{name}-workers", namespace).spec.template
+            except ApiException:
+                return False
+            return pod.spec is not None and pod.spec.containers[0].image == wanted
+
+        wait_for(functools.partial(has_image, "second", "example/clicks:1"), 30, "workers made")
+        for attempt in range(5):  # the window is a few milliseconds: try it a few times
+            wanted = f"example/clicks:{attempt}"
+            consumers.patch("second", {"spec": {"paused": attempt % 2 == 0}})
+            consumers.patch("second", {"spec": {"processor": {"image": wanted}}})
+            wait_for(functools.partial(has_image, "second", wanted), 30, f"{wanted} applied")
+    finally:
+        process.stop()
