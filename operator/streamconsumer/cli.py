@@ -29,14 +29,21 @@ from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
 
-FIELD_MANAGER = "streamconsumer-cli"
+# One field manager per audited field (docs/security.md#audit): the operator takes a
+# name only from the managedFields entry that last wrote the field, and an entry of the
+# apiserver's is a manager's, shared by every user and every write of it. Were a pause and
+# a reset written by one manager, bob's reset would leave the entry that wrote alice's
+# `spec.paused` owning bob's name.
+FIELD_MANAGER = "streamconsumer-cli"  # spec.paused: pause and resume
+RESET_FIELD_MANAGER = "streamconsumer-cli-reset"  # the reset request
 
 
-def whoami() -> str | None:
+def whoami(api_client: k8s.ApiClient) -> str | None:
     """Your user name as the apiserver knows you (a SelfSubjectReview), to go with what
     you ask for (docs/security.md#audit); None where the apiserver cannot say."""
     try:
-        review = k8s.AuthenticationV1Api().create_self_subject_review(k8s.V1SelfSubjectReview())
+        authentication = k8s.AuthenticationV1Api(api_client)
+        review = authentication.create_self_subject_review(k8s.V1SelfSubjectReview())
     except (ApiException, HTTPError):
         return None
     user = review.status.user_info if review.status is not None else None
@@ -44,12 +51,14 @@ def whoami() -> str | None:
 
 
 def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, Any]) -> None:
-    """Patches the object with what is asked and who asks for it."""
-    who = whoami()
-    if who is not None:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[REQUESTED_BY] = who
+    """Patches the object with what is asked and who asks for it (the same client). Where
+    the apiserver cannot say who you are, the patch removes any name left standing (a
+    merge patch's null), so that no one else's is taken for yours."""
+    annotations = patch.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations[REQUESTED_BY] = whoami(api.api_client)
+    manager = RESET_FIELD_MANAGER if RESET_ANNOTATION in annotations else FIELD_MANAGER
     api.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=FIELD_MANAGER
+        GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=manager
     )
 
 

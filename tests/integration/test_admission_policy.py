@@ -14,10 +14,14 @@ from typing import Any
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 
+from streamconsumer import cli
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
 from streamconsumer.models.resource import DELETION_PROTECTION, REQUESTED_BY
 from testbed.controlplane import ControlPlane
+from testbed.kube import StreamConsumers
+from testbed.operator_process import OperatorProcess
 from testbed.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -397,3 +401,63 @@ def test_a_protected_streamconsumer_cannot_be_deleted(
     )
     assert unmarked.returncode == 0, unmarked.stderr
     assert control_plane.kubectl(*delete).returncode == 0
+
+
+def test_a_request_that_changes_nothing_leaves_no_name_to_lock_others_out(
+    control_plane: ControlPlane,
+    api_client: k8s.ApiClient,
+    admission_policy: None,
+    tenant: str,
+    tmp_path: Path,
+) -> None:
+    """Found by review: the operator removed the requester annotation only where
+    `spec.paused` or the reset request changed. `streamconsumer pause` of a consumer
+    already paused (or an object created running with the annotation) changed neither:
+    alice's name stayed, and with the policy every later pause or resume by anyone else
+    (a GitOps tool syncing `spec.paused`) was refused until someone removed it by hand."""
+    namespace = tenant
+    consumers = StreamConsumers(api_client, namespace)
+    named = consumer("named")
+    named["metadata"]["annotations"] = {REQUESTED_BY: TENANT}
+    forged = consumer("forged")
+    forged["metadata"]["annotations"] = {REQUESTED_BY: "nobody"}
+    wait_for(
+        lambda: (
+            as_tenant(control_plane, namespace, "create", forged, "--dry-run=server").returncode
+            != 0
+        ),
+        30,
+        "the policy enforced",
+    )
+    assert as_tenant(control_plane, namespace, "create", consumer("audited")).returncode == 0
+    assert as_tenant(control_plane, namespace, "create", named).returncode == 0
+    alice: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(control_plane.kubeconfig)
+    )
+    alice.set_default_header("Impersonate-User", TENANT)  # type: ignore[no-untyped-call]
+    operator = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
+    try:
+
+        def named_on(name: str) -> bool:
+            annotations = consumers.get(name)["metadata"].get("annotations") or {}
+            return REQUESTED_BY in annotations
+
+        as_alice = k8s.CustomObjectsApi(alice)
+        cli.ask(as_alice, namespace, "audited", {"spec": {"paused": True}})
+        wait_for(
+            lambda: consumers.get("audited").get("status", {}).get("pausedBy") == TENANT,
+            30,
+            "alice's pause recorded",
+        )
+        wait_for(lambda: not named_on("audited"), 30, "her name removed once recorded")
+        cli.ask(as_alice, namespace, "audited", {"spec": {"paused": True}})  # paused already
+        wait_for(lambda: not named_on("audited"), 30, "her name removed though nothing changed")
+        wait_for(lambda: not named_on("named"), 30, "a name an object was created with removed")
+        synced = control_plane.kubectl(  # Git, as an admin's tool, resumes it
+            "-n", namespace, "patch", "streamconsumer", "audited", "--type=merge",
+            "-p", '{"spec": {"paused": false}}',
+        )  # fmt: skip
+        assert synced.returncode == 0, synced.stderr
+    finally:
+        operator.stop()
+        alice.close()  # type: ignore[no-untyped-call]

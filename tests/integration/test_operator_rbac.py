@@ -23,7 +23,7 @@ OPERATOR = "sc-operator"
 IN_WATCHED_NAMESPACES = {
     "streamconsumers.streamconsumer.io": {"get", "list", "watch", "patch"},
     "streamconsumers.streamconsumer.io/status": {"get", "update", "patch"},
-    "deployments.apps": {"get", "create", "patch"},
+    "deployments.apps": {"get", "create", "patch", "delete"},  # a refused spec's workers
     "serviceaccounts": {"get", "create", "patch"},
     "configmaps": {"get", "create", "patch"},
     "poddisruptionbudgets.policy": {"get", "create", "patch"},

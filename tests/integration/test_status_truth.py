@@ -4,11 +4,13 @@ workers' objects cannot be applied, Ready is False with the apiserver's reason, 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
@@ -71,3 +73,142 @@ def test_workers_objects_the_apiserver_refuses_make_ready_false_with_its_reason(
     ready, reason, age = (header.index(column) for column in ("READY", "REASON", "AGE"))
     assert row[ready:reason].strip() == "False", shown.stdout
     assert row[reason:age].strip() == "ChildrenNotApplied", shown.stdout
+
+
+def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
+    api_client: k8s.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    operator: OperatorProcess,
+) -> None:
+    """Found by review: only a refusal (400, 403, 422) reached the status. An apply that
+    failed otherwise (here a validating webhook that is down: the apiserver answers 500,
+    for as long as it is down) left the last outcome, so the next status write claimed
+    ChildrenApplied True, at the new generation, for a Deployment still on the old
+    image."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": "clicks"},
+            "spec": {
+                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+            },
+        }
+    )
+    wait_for(
+        lambda: conditions(consumers, "clicks").get("ChildrenApplied", {}).get("status") == "True",
+        60,
+        "the workers' objects applied",
+    )
+    webhooks = k8s.AdmissionregistrationV1Api(api_client)
+    down = k8s.V1ValidatingWebhookConfiguration(
+        metadata=k8s.V1ObjectMeta(name=f"down-{namespace}"),
+        webhooks=[
+            k8s.V1ValidatingWebhook(
+                name="down.example.com",
+                admission_review_versions=["v1"],
+                side_effects="None",
+                failure_policy="Fail",
+                timeout_seconds=1,
+                client_config=k8s.AdmissionregistrationV1WebhookClientConfig(
+                    url="https://127.0.0.1:1/validate"
+                ),
+                namespace_selector=k8s.V1LabelSelector(
+                    match_labels={"kubernetes.io/metadata.name": namespace}
+                ),
+                rules=[
+                    k8s.V1RuleWithOperations(
+                        api_groups=["apps"],
+                        api_versions=["v1"],
+                        operations=["CREATE", "UPDATE"],
+                        resources=["deployments"],
+                    )
+                ],
+            )
+        ],
+    )
+    webhooks.create_validating_webhook_configuration(down)
+    try:
+        apps = k8s.AppsV1Api(api_client)
+
+        def webhook_called() -> bool:  # a new webhook takes a moment to be loaded
+            try:
+                apps.patch_namespaced_deployment(
+                    "clicks-workers", namespace, {"metadata": {}}, dry_run="All"
+                )
+            except ApiException as error:
+                return bool(error.status == 500)
+            return False
+
+        wait_for(webhook_called, 30, "the webhook in force")
+        consumers.patch("clicks", {"spec": {"processor": {"image": "example/clicks:2"}}})
+        consumers.patch("clicks", {"spec": {"paused": True}})  # a status write follows
+        generation = consumers.get("clicks")["metadata"]["generation"]
+        wait_for(
+            lambda: (
+                consumers.get("clicks").get("status", {}).get("observedGeneration") == generation
+            ),
+            60,
+            "a status of the latest generation",
+        )
+        pod = apps.read_namespaced_deployment("clicks-workers", namespace).spec.template.spec
+        assert pod is not None
+        assert pod.containers[0].image == "example/clicks:1", "not applied"
+        applied = conditions(consumers, "clicks")["ChildrenApplied"]
+        assert applied["status"] != "True", applied
+        assert "500" in applied["message"], "why, in the apiserver's words"
+    finally:
+        webhooks.delete_validating_webhook_configuration(f"down-{namespace}")
+
+
+def test_a_change_made_while_the_operator_handles_the_previous_one_is_not_lost(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: kopf runs one handler per event ('asap'), and at the end of the
+    cycle stores the newest state as handled. Since a pause also runs `pause_changed`
+    and `requester_named` after `reconcile_children`, a change that lands between them
+    (here: a pause just as the operator starts, or an image change just after a pause)
+    was taken as handled though `reconcile_children` never saw it: the loop was never
+    told it was paused (workers went on processing, Ready said nothing), and the
+    Deployment kept the old image."""
+    consumers = StreamConsumers(api_client, namespace)
+    apps = k8s.AppsV1Api(api_client)
+    for name in ("first", "second"):
+        consumers.create(
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "metadata": {"name": name},
+                "spec": {
+                    "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+                    "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+                },
+            }
+        )
+    process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
+    try:
+        consumers.patch("first", {"spec": {"paused": True}})  # while its creation is handled
+
+        def ready_reason(name: str) -> str | None:
+            return conditions(consumers, name).get("Ready", {}).get("reason")
+
+        wait_for(lambda: ready_reason("first") == "Paused", 30, "the loop told of the pause")
+
+        def has_image(name: str, wanted: str) -> bool:
+            try:
+                pod = apps.read_namespaced_deployment(f"{name}-workers", namespace).spec.template
+            except ApiException:
+                return False
+            return pod.spec is not None and pod.spec.containers[0].image == wanted
+
+        wait_for(functools.partial(has_image, "second", "example/clicks:1"), 30, "workers made")
+        for attempt in range(5):  # the window is a few milliseconds: try it a few times
+            wanted = f"example/clicks:{attempt}"
+            consumers.patch("second", {"spec": {"paused": attempt % 2 == 0}})
+            consumers.patch("second", {"spec": {"processor": {"image": wanted}}})
+            wait_for(functools.partial(has_image, "second", wanted), 30, f"{wanted} applied")
+    finally:
+        process.stop()

@@ -26,6 +26,7 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.controlplane import ControlPlane
+from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.kube import StreamConsumers
 from testbed.operator_process import LEADER_LEASE_SECONDS, OperatorProcess
 from testbed.tokens import token
@@ -375,3 +376,112 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
         )
     finally:
         process.stop()
+
+
+def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_not_kept(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: once the namespace left the admins' list (an operator restarted
+    with another `podPolicy.unrestrictedNamespaces`), the operator refused the spec and
+    said "no worker pods are made", but left the Deployment it had made before: its
+    ReplicaSet kept making pods with the node's socket mounted."""
+    apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
+    node = consumer("node")
+    node["spec"]["pod"] = {  # type: ignore[index]
+        "unrestricted": True,
+        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+    }
+
+    def run_operator(allowed: list[str]) -> OperatorProcess:
+        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
+        return OperatorProcess(
+            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
+        ).start()
+
+    def host_pods() -> list[str]:
+        pods = core.list_namespaced_pod(namespace, label_selector="streamconsumer.io/consumer=node")
+        return [
+            str(p.metadata.name)
+            for p in pods.items
+            if p.metadata is not None
+            and p.spec is not None
+            and p.metadata.deletion_timestamp is None
+            and any(v.host_path is not None for v in p.spec.volumes or [])
+        ]
+
+    consumers = StreamConsumers(api_client, namespace)
+    process = run_operator([namespace])
+    try:
+        consumers.create(node)
+        wait_for(lambda: bool(host_pods()), 60, "the allowed workers' pods")
+    finally:
+        process.stop()
+
+    process = run_operator([])  # the admins withdrew the namespace
+    try:
+        refused = f"spec.pod.unrestricted is not allowed in namespace {namespace}"
+        wait_for(lambda: refused in degraded_message(consumers, "node"), 60, "Degraded says why")
+        for name in host_pods():  # a node drained, a pod evicted: the ReplicaSet replaces it
+            core.delete_namespaced_pod(name, namespace)
+        time.sleep(5)  # the ReplicaSet controller's resync is well under this
+        assert host_pods() == [], "no worker pods are made, says the status"
+        with pytest.raises(ApiException) as gone:
+            apps.read_namespaced_deployment("node-workers", namespace)
+        assert gone.value.status == 404
+    finally:
+        process.stop()
+
+
+def test_the_autoscaler_never_scales_a_deployment_that_is_not_ours(
+    api_client: k8s.ApiClient,
+    namespace: str,
+    operator: OperatorProcess,
+    kinesis: KinesisEmulator,
+    stream_name: str,
+) -> None:
+    """Found by review: the reconcile leaves an object of the workers' name that is not
+    the StreamConsumer's untouched (NotOurs), but the lag autoscaler scaled
+    `<name>-workers` by a forced server-side apply whoever's it was: a tenant who may
+    only edit StreamConsumers could scale the admins' Deployment `db-workers` (to zero,
+    or to a thousand) by naming a StreamConsumer `db`."""
+    create_stream(kinesis.client, stream_name, 2)
+    apps = k8s.AppsV1Api(api_client)
+    labels = {"app": "db"}
+    apps.create_namespaced_deployment(
+        namespace,
+        k8s.V1Deployment(
+            metadata=k8s.V1ObjectMeta(name="db-workers"),
+            spec=k8s.V1DeploymentSpec(
+                replicas=1,
+                selector=k8s.V1LabelSelector(match_labels=labels),
+                template=k8s.V1PodTemplateSpec(
+                    metadata=k8s.V1ObjectMeta(labels=labels),
+                    spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="db", image="db:1")]),
+                ),
+            ),
+        ),
+    )
+    consumers = StreamConsumers(api_client, namespace)
+    db = consumer("db", kinesis.endpoint_url)
+    db["spec"]["source"]["kinesis"]["streamName"] = stream_name  # type: ignore[index]
+    db["spec"]["source"]["kinesis"]["region"] = kinesis.client.meta.region_name  # type: ignore[index]
+    db["spec"]["autoscaling"] = {  # type: ignore[index]
+        "enabled": True,
+        "minReplicas": 3,
+        "maxReplicas": 3,
+        "scaleUpStabilizationSeconds": 0,
+        "targetLagSeconds": 10,
+    }
+    consumers.create(db)
+    wait_for(
+        lambda: (
+            "Deployment db-workers exists and is not" in degraded_message(consumers, "db")
+            and consumers.get("db").get("status", {}).get("shards") == 2
+        ),
+        60,
+        "the conflict shown, the shards listed",
+    )
+    time.sleep(5)  # several rounds of the loop, each free to scale
+    scale = apps.read_namespaced_deployment_scale("db-workers", namespace)
+    assert scale.spec is not None
+    assert scale.spec.replicas == 1, "the admins' Deployment was scaled by a tenant's spec"

@@ -5,8 +5,10 @@ session name STS takes. The calls themselves: tests/integration/test_assumed_rol
 
 from __future__ import annotations
 
+import gc
 import re
 import threading
+import weakref
 
 import pytest
 
@@ -93,3 +95,30 @@ def test_sts_is_the_sources_region_unless_botocore_is_told_otherwise(
     regional = sts_clients(own_identity(), "eu-west-1")("sts", **keys)
     assert regional.meta.endpoint_url == "https://sts.eu-west-1.amazonaws.com"
     assert regional.meta.config.read_timeout == 10, "calls that end in seconds"
+
+
+def test_a_tenant_naming_ever_new_regions_cannot_grow_the_sessions_held() -> None:
+    """Found by review: a Session was kept for good per role and region, and the region
+    is the tenant's to write (any text, 64 characters): StreamConsumers created and
+    deleted with ever new regions grew the operator by ~9 MB each (a Session's own
+    botocore data once a client is made) until it ran out of memory, for every tenant."""
+    policy = AccessPolicy.model_validate({"namespaces": {"team-a": {"roleArn": ROLE}}})
+    held = weakref.WeakSet[object]()
+    for index in range(600):
+        held.add(policy.identity("team-a", source(f"zz-tenant-{index}")))
+    gc.collect()
+    assert len(held) <= 256, "the sessions no consumer holds are let go"
+    first = policy.identity("team-a", source())
+    assert policy.identity("team-a", source()) is first, "one Session while in use"
+
+
+def test_a_cut_session_name_is_never_another_namespaces_whole_one() -> None:
+    """Found by review: a 63-character namespace's cut name (prefix, '-', hash) was itself
+    a valid 49-character namespace's whole name, so two namespaces could show one session
+    name to STS and CloudTrail (where a role's trust policy may require it)."""
+    long = "team-a-" + "x" * 56
+    cut = session_name(long)
+    lookalike = cut.removeprefix("streamconsumer-")
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", lookalike) is None or (
+        session_name(lookalike) != cut
+    ), f"namespace {lookalike} would be named {cut} too"

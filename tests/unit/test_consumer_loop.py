@@ -19,7 +19,7 @@ from streamconsumer.controller.lease_coordinator import (
     durable_from_status,
 )
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.controller.registry import ManagedConsumer, Registry
 from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import (
     Conflict,
@@ -618,3 +618,26 @@ def test_a_conflict_from_a_metadata_patch_keeps_the_table_a_new_term_starts_from
     late.failures = [Conflict("the object has been modified")]
     with pytest.raises(StaleState):
         writer.write(kept)
+
+
+def test_a_failed_apply_after_an_applied_one_is_not_shown_applied() -> None:
+    """Found by review: an apply that failed for a passing reason (a webhook down, 500)
+    left the last outcome, Applied, in status for the new spec."""
+    registry = Registry(clock=lambda: 0.0)
+    loop = make_loop()
+    registry.add(ManagedConsumer("ns", "c", loop))
+    registry.children_applied("ns", "c", None)
+    assert loop.children.known
+    registry.children_failed("ns", "c", "HTTP 500: failed calling webhook")
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    write = loop.write_due(0.0)
+    assert write is not None
+    assert reasons(loop)["ChildrenApplied"] == ("False", "Pending")
+    assert reasons(loop)["Reconciling"] == ("True", "ApplyingChildren")
+    assert "HTTP 500: failed calling webhook" in condition(loop, "ChildrenApplied")[1]
+    again = make_loop()  # the loop restarts: the registry still knows
+    registry.remove("ns", "c")
+    registry.add(ManagedConsumer("ns", "c", again))
+    assert not again.children.known
+    assert again.children.failed == "HTTP 500: failed calling webhook"

@@ -15,6 +15,7 @@ import hashlib
 import logging
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -50,12 +51,13 @@ ERRORS = {
 
 def session_name(namespace: str) -> str:
     """`streamconsumer-<namespace>`, as the role's CloudTrail entries show it; a longer
-    one keeps a prefix and gains a hash of the whole, still unique."""
+    one keeps a prefix and gains a hash of the whole after a '.', which no namespace (a
+    DNS label) has: never another namespace's whole name."""
     full = _NOT_IN_SESSION_NAME.sub("-", SESSION_PREFIX + namespace)
     if len(full) <= SESSION_NAME_LIMIT:
         return full
     digest = hashlib.sha256(namespace.encode()).hexdigest()[:16]
-    return f"{full[: SESSION_NAME_LIMIT - len(digest) - 1]}-{digest}"
+    return f"{full[: SESSION_NAME_LIMIT - len(digest) - 1]}.{digest}"
 
 
 @dataclass(frozen=True)
@@ -120,26 +122,40 @@ class _AssumedRoleProvider(CredentialProvider):
         return DeferredRefreshableCredentials(fetcher.fetch_credentials, self.METHOD)
 
 
-class RoleSessions:
-    """Sessions by role (ARN, external ID, session name) and region, each made once;
-    any thread may ask."""
+# Sessions kept for reuse, the least recently asked for going first: the region is the
+# tenant's to write, so the keys are theirs to multiply. A consumer's source holds its own
+# Session's clients, so one let go here is only made again (one more AssumeRole) if asked.
+MAX_SESSIONS = 256
 
-    def __init__(self) -> None:
+
+class RoleSessions:
+    """Sessions by role (ARN, external ID, session name) and region, each made once while
+    kept (at most `max_sessions`), all sharing the operator's botocore data (endpoints,
+    service models: several MB a Session otherwise); any thread may ask."""
+
+    def __init__(self, max_sessions: int = MAX_SESSIONS) -> None:
         self._lock = threading.Lock()
         self._own: botocore.session.Session | None = None
-        self._sessions: dict[tuple[Role, str | None], boto3.Session] = {}
+        self._max = max_sessions
+        self._sessions: OrderedDict[tuple[Role, str | None], boto3.Session] = OrderedDict()
 
     def session(self, role: Role, region: str | None) -> boto3.Session:
         with self._lock:
             key = (role, region)
-            if key not in self._sessions:
+            if key in self._sessions:
+                self._sessions.move_to_end(key)
+            else:
                 self._sessions[key] = self._make(role, region)
+                while len(self._sessions) > self._max:
+                    self._sessions.popitem(last=False)
             return self._sessions[key]
 
     def _make(self, role: Role, region: str | None) -> boto3.Session:
         if self._own is None:  # resolved once, for every role
             self._own = own_identity()
         assumed = botocore.session.Session()
+        # The data every Session would otherwise load and keep for itself (read-only).
+        assumed.register_component("data_loader", self._own.get_component("data_loader"))
         resolver = CredentialResolver([_AssumedRoleProvider(self._own, role, region)])
         assumed.register_component("credential_provider", resolver)
         # Loaded here, under the lock: every client of the Session gets this one object

@@ -23,7 +23,7 @@ from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.loop import Event, LoopSettings
-from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs
+from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs, controlled_by
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import KubeStatusApi, StatusUnavailable, StatusWriter
@@ -78,7 +78,7 @@ async def consume(
                 status_write=config.status_write_timeout_seconds,
                 scale=KUBERNETES_TIMEOUT_SECONDS,
             ),
-            scale=functools.partial(_scale, context.api_client, namespace, name),
+            scale=functools.partial(_scale, context.api_client, namespace, name, body.metadata.uid),
             saved=lambda: consumer.notify_persisted(),
         )
         registry.add(consumer)
@@ -187,10 +187,22 @@ def _emit(body: kopf.Body, event: Event) -> None:
     post(body, reason=event.reason, message=event.message)
 
 
-def _scale(api_client: k8s.ApiClient, namespace: str, name: str, replicas: int) -> None:
+def _scale(
+    api_client: k8s.ApiClient, namespace: str, name: str, owner_uid: str, replicas: int
+) -> None:
+    """Sets the workers' Deployment's replicas: only ours (docs/security.md#ownership),
+    read first and its uid sent with the apply, as `apply_owned` does; raises NotOurs."""
+    apps = k8s.AppsV1Api(api_client)
     patch: Any = children.scale_patch(name, replicas)
-    k8s.AppsV1Api(api_client).patch_namespaced_deployment(
-        patch["metadata"]["name"],
+    deployment = patch["metadata"]["name"]
+    existing = apps.read_namespaced_deployment(
+        deployment, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS
+    ).metadata
+    if existing is None or not controlled_by(existing.owner_references, owner_uid):
+        raise NotOurs("Deployment", deployment)
+    patch["metadata"]["uid"] = existing.uid  # replaced meanwhile: 409, not applied
+    apps.patch_namespaced_deployment(
+        deployment,
         namespace,
         patch,
         field_manager=AUTOSCALER_FIELD_MANAGER,

@@ -22,10 +22,19 @@ from streamconsumer import audit
 from streamconsumer.controller import children, consumers, executors, fanout, requests
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
-from streamconsumer.controller.owned import NotApplied, NotOurs, apply_owned
+from streamconsumer.controller.essence import Essence
+from streamconsumer.controller.names import worker_deployment
+from streamconsumer.controller.owned import (
+    NotApplied,
+    NotOurs,
+    apply_owned,
+    delete_owned,
+    failure,
+)
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
+    REQUESTED_BY,
     RESET_ANNOTATION,
     StreamConsumerSpec,
 )
@@ -50,7 +59,7 @@ def kube_client() -> k8s.ApiClient:
 async def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Keep kopf's bookkeeping in annotations: status belongs to the lease table.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = Essence(prefix=GROUP)  # bounded: essence.py
     settings.posting.level = logging.INFO
 
 
@@ -84,6 +93,18 @@ async def reconcile_children(
     if refusal is not None:
         kopf.warn(body, reason="PodPolicyRefused", message=refusal)
         applied(refusal)
+        # Workers made before (the namespace was allowed then, or the spec was another)
+        # would go on making pods of it: no worker pod of a refused spec may run.
+        stop = functools.partial(
+            delete_owned,
+            context.api_client,
+            "Deployment",
+            worker_deployment(name),
+            namespace,
+            body.metadata.uid,
+        )
+        if await executors.run_in(executors.KUBERNETES, stop):
+            logger.warning("workers deleted: %s", refusal)
         # Again later: the loop may not be registered yet to show it in Degraded.
         raise kopf.TemporaryError(refusal, delay=CONFLICT_RETRY_SECONDS)
     ca_pem = context.tls.ca_pem if context.tls is not None else None
@@ -110,6 +131,9 @@ async def reconcile_children(
         kopf.warn(body, reason=reason, message=str(refused))
         applied(str(refused))
         raise kopf.TemporaryError(str(refused), delay=CONFLICT_RETRY_SECONDS) from None
+    except Exception as error:  # passing (kopf tries again), but nothing is known applied
+        context.registry.children_failed(namespace, name, failure(error))
+        raise
     if (consumer := context.registry.get(namespace, name)) is not None:
         consumer.coordinator.update_spec(spec)
     applied(None)
@@ -203,7 +227,6 @@ async def reset_requested(
         consumer.wake()
     reason, message = requests.reset_event(request.id, request.to, request.requested_by or "")
     kopf.info(body, reason=reason, message=message)
-    await requests.forget_requester(context.api_client, body)
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field="spec.paused")
@@ -221,13 +244,20 @@ async def pause_changed(
         return  # created running: nothing was paused or resumed
     context = context_of(memo)
     by = audit.asked_by(body, audit.PAUSED_FIELD)
-    consumer = context.registry.get(namespace, name)
-    if consumer is not None:
-        consumer.loop.pause_asked(by if new else None)
-        consumer.wake()
+    context.registry.pause_asked(namespace, name, by if new else None)
     reason, message = requests.pause_event(bool(new), by)
     kopf.info(body, reason=reason, message=message)
-    await requests.forget_requester(context.api_client, body)
+
+
+# After the two above: in the cycle that sees a request, they read the name from this same
+# body first. Whatever came with it, the name goes: a pause of a consumer already paused,
+# an object created with it, or an invalid reset change nothing the handlers above record,
+# and a name left standing would sit beside the next change (and, under the admission
+# policy, refuse everyone else's). A failed removal is tried again (backoff), not dropped.
+@kopf.on.field(GROUP, VERSION, PLURAL, field=("metadata", "annotations", REQUESTED_BY), backoff=5.0)
+async def requester_named(body: kopf.Body, new: Any, memo: kopf.Memo, **_: Any) -> None:
+    if new is not None:
+        await requests.forget_requester(context_of(memo).api_client, body)
 
 
 def _deleted(stopped: kopf.DaemonStopped) -> bool:

@@ -139,9 +139,12 @@ class ConsumerLoop:
 
     def children_applied(self, error: str | None) -> None:
         """The outcome of applying the workers' objects (None: all applied)."""
-        applied = Children(known=True, error=error)
-        if applied != self.children:
-            self.children = applied
+        self.children_now(Children(known=True, error=error))
+
+    def children_now(self, children: Children) -> None:
+        """How applying the workers' objects went, as the reconcile last knew it."""
+        if children != self.children:
+            self.children = children
             self.coordinator.status_changed()
 
     def take_events(self) -> list[Event]:

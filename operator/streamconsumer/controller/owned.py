@@ -56,10 +56,19 @@ def api_message(error: ApiException) -> str:
         return str(error.reason)
 
 
+def failure(error: BaseException) -> str:
+    """A failed apply's passing fault, for status: the apiserver's bounded words, else
+    the kind of fault only (a client error's text may quote anything)."""
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status}: {api_message(error)}"
+    return type(error).__name__
+
+
 @dataclass(frozen=True)
 class _Verbs:
     read: Callable[..., Any]
     patch: Callable[..., Any]
+    delete: Callable[..., Any]
 
 
 def _verbs(api_client: k8s.ApiClient, kind: str) -> _Verbs:
@@ -69,18 +78,22 @@ def _verbs(api_client: k8s.ApiClient, kind: str) -> _Verbs:
         "Deployment": _Verbs(
             apps.read_namespaced_deployment,
             apps.patch_namespaced_deployment,
+            apps.delete_namespaced_deployment,
         ),
         "ConfigMap": _Verbs(
             core.read_namespaced_config_map,
             core.patch_namespaced_config_map,
+            core.delete_namespaced_config_map,
         ),
         "ServiceAccount": _Verbs(
             core.read_namespaced_service_account,
             core.patch_namespaced_service_account,
+            core.delete_namespaced_service_account,
         ),
         "PodDisruptionBudget": _Verbs(
             policy.read_namespaced_pod_disruption_budget,
             policy.patch_namespaced_pod_disruption_budget,
+            policy.delete_namespaced_pod_disruption_budget,
         ),
     }[kind]
 
@@ -121,3 +134,30 @@ def apply_owned(
         if error.status in REFUSALS:
             raise NotApplied(kind, name, error) from None
         raise
+
+
+def delete_owned(
+    api_client: k8s.ApiClient, kind: str, name: str, namespace: str, owner_uid: str
+) -> bool:
+    """Deletes `kind` `name` if its controller reference is this owner (the uid read as
+    a precondition: a replacement is not deleted); never another's. True if it did."""
+    verbs = _verbs(api_client, kind)
+    try:
+        existing = verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    if not controlled_by(existing.metadata.owner_references, owner_uid):
+        return False
+    options = k8s.V1DeleteOptions(
+        preconditions=k8s.V1Preconditions(uid=existing.metadata.uid),
+        propagation_policy="Background",  # its ReplicaSets and pods go too
+    )
+    try:
+        verbs.delete(name, namespace, body=options, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
+    except ApiException as error:
+        if error.status in (404, 409):  # gone, or replaced meanwhile: not ours to delete
+            return False
+        raise
+    return True

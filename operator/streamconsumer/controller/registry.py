@@ -10,6 +10,7 @@ import kopf
 
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
+from streamconsumer.controller.status import Children
 
 
 class ManagedConsumer:
@@ -71,7 +72,11 @@ class Registry:
         self._loading: set[tuple[str, str]] = set()
         # How applying each consumer's objects last went (None: applied), kept across its
         # loop's restarts: kopf applies them on its own schedule, not the loop's.
-        self._children: dict[tuple[str, str], str | None] = {}
+        self._children: dict[tuple[str, str], Children] = {}
+        # Who asked for the pause in force (None: it runs), as its handler recorded it:
+        # that handler may run before the loop is loaded, from a body whose requester
+        # annotation is gone by then (docs/security.md#audit).
+        self._paused_by: dict[tuple[str, str], str | None] = {}
         self._clock = clock
         self._grace = startup_grace
         self._ready_at: float | None = None  # not leading yet: everything is "later"
@@ -103,20 +108,40 @@ class Registry:
         self._loading.discard(key)
         self._consumers[key] = consumer
         if key in self._children:
-            consumer.loop.children_applied(self._children[key])
+            consumer.loop.children_now(self._children[key])
+        if key in self._paused_by:
+            consumer.loop.pause_asked(self._paused_by[key])
 
     def children_applied(self, namespace: str, name: str, error: str | None) -> None:
         """The outcome of applying a consumer's objects (None: all applied), for its
         status now or once its loop runs."""
-        self._children[(namespace, name)] = error
+        self._children_now(namespace, name, Children(known=True, error=error))
+
+    def children_failed(self, namespace: str, name: str, why: str) -> None:
+        """Applying a consumer's objects failed, for a passing reason (tried again): they
+        are not known applied, whatever an earlier attempt achieved."""
+        self._children_now(namespace, name, Children(failed=why))
+
+    def _children_now(self, namespace: str, name: str, children: Children) -> None:
+        self._children[(namespace, name)] = children
         consumer = self.get(namespace, name)
         if consumer is not None:
-            consumer.loop.children_applied(error)
+            consumer.loop.children_now(children)
+            consumer.wake()
+
+    def pause_asked(self, namespace: str, name: str, by: str | None) -> None:
+        """Who paused a consumer (None: resumed), for its status now or once its loop
+        runs."""
+        self._paused_by[(namespace, name)] = by
+        consumer = self.get(namespace, name)
+        if consumer is not None:
+            consumer.loop.pause_asked(by)
             consumer.wake()
 
     def forget(self, namespace: str, name: str) -> None:
         """The consumer is gone."""
         self._children.pop((namespace, name), None)
+        self._paused_by.pop((namespace, name), None)
 
     def remove(self, namespace: str, name: str) -> None:
         self._loading.discard((namespace, name))

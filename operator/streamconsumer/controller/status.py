@@ -56,10 +56,16 @@ def _condition(
 
 @dataclass(frozen=True)
 class Children:
-    """How applying the workers' objects went: not yet (`known` false), or its error."""
+    """How applying the workers' objects went: not yet (`known` false; `failed`, why the
+    last attempt failed, if one did: a passing fault, tried again), or its error (a
+    refusal: retrying as it is would not help)."""
 
     known: bool = False
     error: str | None = None
+    failed: str | None = None
+
+    def pending(self) -> str:
+        return "not applied yet" + (f": {self.failed}" if self.failed else "")
 
 
 def render(
@@ -105,7 +111,7 @@ def render(
         stalled = ("StreamUnavailable", problems[0])
     reconciling: tuple[str, str] | None = None
     if not children.known:
-        reconciling = ("ApplyingChildren", "applying the workers' objects")
+        reconciling = ("ApplyingChildren", f"applying the workers' objects: {children.pending()}")
     elif not coordinator.shards_known:
         reconciling = ("ListingShards", "listing shards")
     elif coordinator.spec.paused and still_held:
@@ -174,7 +180,7 @@ def render(
         )
     else:
         applied = _condition(
-            by_type, "ChildrenApplied", False, "Pending", "not applied yet", generation
+            by_type, "ChildrenApplied", False, "Pending", children.pending(), generation
         )
     conditions = [
         ready_condition,
