@@ -82,6 +82,11 @@ async def consume(
             saved=lambda: consumer.notify_persisted(),
         )
         registry.add(consumer)
+        # A spec change handled while the loop loaded found no loop to tell: kopf keeps a
+        # daemon's body fresh, so the loop starts from the newest spec, not the one read.
+        newest = StreamConsumerSpec.model_validate(body.get("spec") or {})
+        if newest != loop.coordinator.spec:
+            loop.coordinator.update_spec(newest)
         if resumed is not None:
             _emit(body, Event("Normal", "CheckpointsResumed", _resumed_message(resumed)))
         spec = loop.coordinator.spec
