@@ -128,5 +128,5 @@ def test_kubectl_lists_streamconsumers(control_plane: ControlPlane, namespace: s
     listed = control_plane.kubectl("get", "streamconsumers", "-n", namespace)
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "SHARDS", "WORKERS", "LAG(MS)", "READY", "AGE"]
+    assert header.split() == ["NAME", "SHARDS", "WORKERS", "LAG(MS)", "READY", "REASON", "AGE"]
     assert row.split()[0] == "via-kubectl"
