@@ -175,11 +175,6 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             standalone=True,
             stop_flag=stop,
             memo=memo_for(context),
-            # Every handler of a change in one round, on one body: kopf stores the state
-            # it ends with as handled, so with one handler per round (its default, asap)
-            # a change landing between reconcile_children and the handlers after it was
-            # never applied (a pause never reaching the loop, an image never deployed).
-            lifecycle=kopf.lifecycles.all_at_once,
         )
     finally:
         log.info("%s: kopf stopped", config.identity())

@@ -4,12 +4,13 @@ a newer term fences the status (docs/design.md#operator-lifecycle)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import kopf
@@ -109,14 +110,29 @@ async def consume(
             where = "discarded (checkpointRetention.onDelete: Discard)"
             if keeping:
                 where = await _keep(context, status_api, body, namespace, name, spec, farewell)
-            # Said on the object too: that change is also what has kopf look at it again
-            # and let it go now that this daemon is done, not after the backoff.
-            with contextlib.suppress(ApiException, HTTPError, OSError):
-                await kept.mark(context.api_client, namespace, name, where)
+            # Said on the object too, once this daemon is over: that change is also what
+            # has kopf look at it again and let it go, not after the backoff. Made while
+            # the daemon still runs, kopf could look at it first and wait out the backoff.
+            _after_this_daemon(kept.mark(context.api_client, namespace, name, where))
     finally:
         registry.remove(namespace, name)
         if deleted():
             registry.forget(namespace, name)
+
+
+NUDGE_DELAY_SECONDS = 1.0
+_nudges: set[asyncio.Task[None]] = set()  # referenced until done (asyncio keeps weak ones)
+
+
+def _after_this_daemon(call: Coroutine[Any, Any, None]) -> None:
+    async def later() -> None:
+        await asyncio.sleep(NUDGE_DELAY_SECONDS)
+        with contextlib.suppress(ApiException, HTTPError, OSError):
+            await call
+
+    task = asyncio.get_running_loop().create_task(later())
+    _nudges.add(task)
+    task.add_done_callback(_nudges.discard)
 
 
 FAREWELL_SECONDS = 60.0  # at most: kopf's daemon cancellation timeout must exceed it

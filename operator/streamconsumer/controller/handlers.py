@@ -41,6 +41,11 @@ from streamconsumer.models.resource import (
 
 # An object of a name we need that is not ours: looked at again this often.
 CONFLICT_RETRY_SECONDS = 10.0
+CATCH_UP_SECONDS = 5.0  # a spec change kopf took as handled is applied within this
+
+
+def _generation(body: kopf.Body) -> int:
+    return int(body.get("metadata", {}).get("generation") or 0)
 
 
 def spec_of(body: kopf.Body) -> StreamConsumerSpec:
@@ -81,6 +86,12 @@ async def reconcile_children(
     **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
+    await _reconcile(body, name, namespace, memo, logger)
+
+
+async def _reconcile(
+    body: kopf.Body, name: str, namespace: str, memo: kopf.Memo, logger: kopf.Logger
+) -> None:
     context = context_of(memo)
     spec = spec_of(body)
 
@@ -137,7 +148,28 @@ async def reconcile_children(
     if (consumer := context.registry.get(namespace, name)) is not None:
         consumer.coordinator.update_spec(spec)
     applied(None)
+    context.registry.spec_applied(namespace, name, _generation(body))
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
+
+
+# kopf runs one handler per event and then stores the newest state as handled: a spec
+# change that lands while the handlers after reconcile_children run is taken as handled
+# though reconcile_children never saw it (a pause never reaching the loop, an image never
+# deployed). Every few seconds, a consumer whose objects and loop are behind its
+# generation is reconciled again. (kopf's all_at_once lifecycle avoided it, but held a
+# deleted fan-out consumer's finalizer for good once its daemon had waited to hand off.)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=CATCH_UP_SECONDS, initial_delay=CATCH_UP_SECONDS)
+async def catch_up(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    if context_of(memo).registry.behind(namespace, name, _generation(body)):
+        await _reconcile(body, name, namespace, memo, logger)
 
 
 @kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})

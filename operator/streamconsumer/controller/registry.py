@@ -73,6 +73,8 @@ class Registry:
         # How applying each consumer's objects last went (None: applied), kept across its
         # loop's restarts: kopf applies them on its own schedule, not the loop's.
         self._children: dict[tuple[str, str], Children] = {}
+        # The generation whose spec each consumer's objects and loop last got.
+        self._generations: dict[tuple[str, str], int] = {}
         # Who asked for the pause in force (None: it runs), as its handler recorded it:
         # that handler may run before the loop is loaded, from a body whose requester
         # annotation is gone by then (docs/security.md#audit).
@@ -138,9 +140,17 @@ class Registry:
             consumer.loop.pause_asked(by)
             consumer.wake()
 
+    def spec_applied(self, namespace: str, name: str, generation: int) -> None:
+        self._generations[(namespace, name)] = generation
+
+    def behind(self, namespace: str, name: str, generation: int) -> bool:
+        """Its objects and loop have not had this generation's spec (yet)."""
+        return self._generations.get((namespace, name)) != generation
+
     def forget(self, namespace: str, name: str) -> None:
         """The consumer is gone."""
         self._children.pop((namespace, name), None)
+        self._generations.pop((namespace, name), None)
         self._paused_by.pop((namespace, name), None)
 
     def remove(self, namespace: str, name: str) -> None:
