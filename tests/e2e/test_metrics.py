@@ -37,7 +37,7 @@ def test_operator_and_worker_metrics(scenario: Scenario) -> None:
     scenario.produce(100)
     wait_for(scenario.all_processed, 60, "every record")
     assert scenario.operator is not None
-    operator_url = f"{scenario.operator.url}/metrics"
+    operator_url = scenario.operator.metrics_url
     wait_for(
         lambda: total(scrape(operator_url), "streamconsumer_status_writes_total") >= 1,
         30,

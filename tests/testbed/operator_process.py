@@ -33,6 +33,9 @@ class OperatorProcess:
         self.port = port or free_port()
         # TLS: the operator serves HTTPS from a CA it keeps in a Secret of `namespace`.
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        # Prometheus' /metrics: plain HTTP, on a port of its own.
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self._argv = [
             sys.executable,
             "-m",
@@ -43,6 +46,7 @@ class OperatorProcess:
             "KUBECONFIG": str(kubeconfig),
             "STREAMCONSUMER_API_HOST": "127.0.0.1",
             "STREAMCONSUMER_API_PORT": str(self.port),
+            "STREAMCONSUMER_METRICS_PORT": str(self.metrics_port),
             "STREAMCONSUMER_API_URL": self.url,
             "STREAMCONSUMER_NAMESPACE": namespace,
             "STREAMCONSUMER_SHARD_SYNC_SECONDS": "1",
@@ -81,7 +85,8 @@ class OperatorProcess:
         """The sum of the samples named `sample` (e.g. "streamconsumer_status_writes_total")
         whose labels include `labels`; None if the process does not answer."""
         try:
-            _, body = self._open("/metrics")
+            with urllib.request.urlopen(self.metrics_url, timeout=1) as response:
+                body = response.read()
         except OSError:
             return None
         return sum(

@@ -24,9 +24,10 @@ from collections.abc import Awaitable, Callable, Sequence
 import kopf
 from aiohttp import web
 from kubernetes import client as k8s
+from prometheus_client import start_http_server
 from pydantic import ValidationError
 
-from streamconsumer.controller import ca_upkeep, executors, handlers
+from streamconsumer.controller import ca_upkeep, executors, handlers, metrics
 from streamconsumer.controller.api import WorkerApi
 from streamconsumer.controller.auth import KubePodOwners, ReviewBudget, TokenReviewer
 from streamconsumer.controller.ca_upkeep import CaBundles
@@ -75,6 +76,12 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         elector = Elector(lock, election, time.monotonic)
         # Both: the election's view now, and the process' (an ended term never resumes).
         leading = lambda: lifecycle.leading and elector.leading()  # noqa: E731
+    metrics.LEADER.set_function(lambda: float(leading()))
+    scrapes = None
+    if config.metrics_port:  # every replica, standbys too: "no leader" is seen from them
+        scrapes, _ = start_http_server(
+            config.metrics_port, config.api_host, registry=metrics.REGISTRY
+        )
     reviewer = TokenReviewer(
         k8s.AuthenticationV1Api(api_client),
         KubePodOwners.of(api_client),
@@ -186,6 +193,8 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             assert campaign is not None
             campaign.cancel()
         await runner.cleanup()
+        if scrapes is not None:
+            scrapes.shutdown()
     if lifecycle.exit_code:
         log.error(
             "%s: no longer leads (%s); stopped, exiting to come back as a standby",

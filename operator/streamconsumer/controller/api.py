@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from streamconsumer.controller import answers, metrics
 from streamconsumer.controller.answers import ROUTES, Reply, Route
@@ -117,15 +116,10 @@ class WorkerApi:
         for path, route in ROUTES.items():
             app.router.add_post(f"{base}/{path}", self._serving(route))
         app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/metrics", self.serve_metrics)
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
-
-    async def serve_metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(metrics.REGISTRY)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def _serving(self, route: Route[Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def serve(request: web.Request) -> web.Response:

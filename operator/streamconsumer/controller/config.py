@@ -28,6 +28,8 @@ class OperatorConfig(BaseSettings):
 
     api_host: str = "0.0.0.0"
     api_port: int = Field(default=8080, ge=1, le=65535)
+    # Prometheus' /metrics, plain HTTP on its own port (on api_host); 0 serves none.
+    metrics_port: int = Field(default=9090, ge=0, le=65535)
     # How workers reach the API (the operator's Service in a cluster). https:// serves
     # TLS (the chart's default); http:// is for local development and tests only.
     api_url: str = Field(

@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller import children, executors, kept, names
+from streamconsumer.controller import children, executors, kept, metrics, names
 from streamconsumer.controller.access import guarded
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
@@ -118,6 +118,7 @@ async def consume(
         registry.remove(namespace, name)
         if deleted():
             registry.forget(namespace, name)
+            metrics.forget(namespace, name)
 
 
 NUDGE_DELAY_SECONDS = 1.0

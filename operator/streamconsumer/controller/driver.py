@@ -94,7 +94,7 @@ class ConsumerDriver:
         self._saved = saved  # the status now holds a newer version (checkpoint waiters)
         self._busy: set[str] = set()  # kinds of job in flight: one of each at a time
         self.stopped = False
-        self._gauges = metrics.LagGauges(namespace, name)
+        self._gauges = metrics.ConsumerGauges(namespace, name)
 
     @property
     def deposed(self) -> bool:
@@ -105,8 +105,9 @@ class ConsumerDriver:
         return kind in self._busy
 
     def stop(self) -> None:
-        """No new job; outcomes still to come are dropped."""
+        """No new job; outcomes still to come are dropped; its series leave /metrics."""
         self.stopped = True
+        self._gauges.clear()
 
     def tick(self) -> None:
         """Starts what is due and steps the engine once."""
@@ -132,6 +133,7 @@ class ConsumerDriver:
             coordinator.lag_millis(),
             workers=sum(1 for w in coordinator.workers.values() if not w.draining),
             open_shards=sum(1 for s in coordinator.shards if not s.closed),
+            blocked_shards=len(coordinator.blocked_shards()),
         )
         if (
             self._scale is not None
@@ -195,7 +197,7 @@ class ConsumerDriver:
         try:
             outcome.result()
         except Superseded:  # cannot happen to the newest attempt: shown as a failure
-            loop.write_failed(write, "status write superseded", now)
+            self._write_failed(write, "status write superseded", now)
         except Deposed as deposed:
             log.warning("%s/%s: %s; this replica stops", self.namespace, self.name, deposed)
             loop.deposed_by(str(deposed))
@@ -204,23 +206,27 @@ class ConsumerDriver:
                 stored = durable_from_status(stale.current.get("status"))
             except ValueError as error:  # pydantic's ValidationError among them
                 message = f"the stored status cannot be read by this operator: {error}"
-                loop.write_failed(write, message[:1024], now)
+                self._write_failed(write, message[:1024], now)
             else:
                 self._writer.adopt(stale.current)
                 loop.write_stale(stored, now)
         except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
-            loop.write_failed(
+            self._write_failed(
                 write, failure(error, "writing status", self._timeouts.status_write), now
             )
         except Exception as error:  # a bug must not stop the loop either: show it, retry
             log.exception("%s/%s: status write failed", self.namespace, self.name)
-            loop.write_failed(
+            self._write_failed(
                 write, failure(error, "writing status", self._timeouts.status_write), now
             )
         else:
             loop.write_succeeded(write, now)
             metrics.STATUS_WRITES.labels(self.namespace, self.name).inc()
             self._saved()
+
+    def _write_failed(self, write: StatusWrite, message: str, now: float) -> None:
+        metrics.STATUS_WRITE_FAILURES.labels(self.namespace, self.name).inc()
+        self.loop.write_failed(write, message, now)
 
     def _flush_events(self) -> None:
         for event in self.loop.take_events():

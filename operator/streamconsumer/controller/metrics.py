@@ -1,7 +1,12 @@
-"""Operator metrics (Prometheus), served at /metrics on the worker-API port. The lag gauge
-is what an HPA (external metric) or KEDA (prometheus scaler) can scale on."""
+"""Operator metrics (Prometheus), served at /metrics on their own plain-HTTP port (never the
+worker API's: monitoring needs no worker token). Times are in seconds, Prometheus' unit. The
+lag gauge is what an HPA (external metric) or KEDA (prometheus scaler) can scale on. A
+consumer's series go when its loop stops here (deleted, or this replica no longer leads), and
+a shard's when it leaves the lease table, so cardinality follows the live shards."""
 
 from __future__ import annotations
+
+import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -19,6 +24,13 @@ LEASE_ACTIONS = Counter(
 STATUS_WRITES = Counter(
     "streamconsumer_status_writes", "Status subresource writes.", _CONSUMER, registry=REGISTRY
 )
+STATUS_WRITE_FAILURES = Counter(
+    "streamconsumer_status_write_failures",
+    "Status writes that failed (refused, unanswered, or a conflict that was not ours).",
+    _CONSUMER,
+    registry=REGISTRY,
+)
+CHECKPOINT_RESULTS = ("ok", "lease_lost", "invalid")
 CHECKPOINTS = Counter(
     "streamconsumer_checkpoints",
     "Checkpoint calls by result: ok, lease_lost, invalid.",
@@ -37,20 +49,36 @@ TOKEN_REVIEWS = Counter(
     "TokenReviews sent to the apiserver (new worker tokens; junk never reaches one).",
     registry=REGISTRY,
 )
-MILLIS_BEHIND = Gauge(
-    "streamconsumer_millis_behind_latest",
-    "MillisBehindLatest per shard, as its owner last reported it.",
+SECONDS_BEHIND = Gauge(
+    "streamconsumer_seconds_behind_latest",
+    "How far a shard's owner is behind the stream's tip (MillisBehindLatest / 1000), as it "
+    "last reported.",
     [*_CONSUMER, "shard"],
     registry=REGISTRY,
 )
-MAX_MILLIS_BEHIND = Gauge(
-    "streamconsumer_max_millis_behind_latest",
-    "The largest MillisBehindLatest over the consumer's shards.",
+MAX_SECONDS_BEHIND = Gauge(
+    "streamconsumer_max_seconds_behind_latest",
+    "The largest streamconsumer_seconds_behind_latest over the consumer's shards.",
     _CONSUMER,
     registry=REGISTRY,
 )
 WORKERS = Gauge("streamconsumer_workers", "Live workers.", _CONSUMER, registry=REGISTRY)
 OPEN_SHARDS = Gauge("streamconsumer_open_shards", "Open shards.", _CONSUMER, registry=REGISTRY)
+BLOCKED_SHARDS = Gauge(
+    "streamconsumer_blocked_shards",
+    "Shards blocked by a record the failure policy could not get past.",
+    _CONSUMER,
+    registry=REGISTRY,
+)
+LEADER = Gauge(
+    "streamconsumer_leader",
+    "1 on the replica that leads (reconciles, serves workers), 0 on a standby.",
+    registry=REGISTRY,
+)
+_GAUGES = (MAX_SECONDS_BEHIND, WORKERS, OPEN_SHARDS, BLOCKED_SHARDS)
+_COUNTERS = (STATUS_WRITES, STATUS_WRITE_FAILURES)
+# Counters with a label after the consumer's, and its name.
+_COUNTERS_BY = ((LEASE_ACTIONS, "action"), (CHECKPOINTS, "result"))
 
 _ACTION_NAMES: dict[type, str] = {
     Grant: "grant",
@@ -64,19 +92,62 @@ def count_action(namespace: str, consumer: str, action: Action) -> None:
     LEASE_ACTIONS.labels(namespace, consumer, _ACTION_NAMES[type(action)]).inc()
 
 
-class LagGauges:
-    """Keeps one consumer's per-shard lag gauges, dropping shards it no longer owns."""
+class ConsumerGauges:
+    """One consumer's gauges: per-shard lag for the shards in its table, and totals."""
 
     def __init__(self, namespace: str, consumer: str) -> None:
         self.labels = (namespace, consumer)
         self._shards: set[str] = set()
+        # From 0, so a rate or an alert on an increase sees the first one.
+        for counter in _COUNTERS:
+            counter.labels(*self.labels)
+        for result in CHECKPOINT_RESULTS:
+            CHECKPOINTS.labels(*self.labels, result)
+        for action in _ACTION_NAMES.values():
+            LEASE_ACTIONS.labels(*self.labels, action)
 
-    def update(self, lag: dict[str, int], workers: int, open_shards: int) -> None:
-        for shard in self._shards - lag.keys():
-            MILLIS_BEHIND.remove(*self.labels, shard)
-        for shard, millis in lag.items():
-            MILLIS_BEHIND.labels(*self.labels, shard).set(millis)
-        self._shards = set(lag)
-        MAX_MILLIS_BEHIND.labels(*self.labels).set(max(lag.values(), default=0))
+    def update(
+        self, lag_millis: dict[str, int], workers: int, open_shards: int, blocked_shards: int
+    ) -> None:
+        for shard in self._shards - lag_millis.keys():
+            SECONDS_BEHIND.remove(*self.labels, shard)
+        for shard, millis in lag_millis.items():
+            SECONDS_BEHIND.labels(*self.labels, shard).set(millis / 1000)
+        self._shards = set(lag_millis)
+        MAX_SECONDS_BEHIND.labels(*self.labels).set(max(lag_millis.values(), default=0) / 1000)
         WORKERS.labels(*self.labels).set(workers)
         OPEN_SHARDS.labels(*self.labels).set(open_shards)
+        BLOCKED_SHARDS.labels(*self.labels).set(blocked_shards)
+
+    def clear(self) -> None:
+        """Removes the consumer's gauges: its loop stopped here (deleted, or this replica
+        no longer leads), so they would only repeat stale values. Counters stay until the
+        consumer is gone (`forget`): what a deposed replica did is still worth reading."""
+        for shard in self._shards:
+            SECONDS_BEHIND.remove(*self.labels, shard)
+        self._shards = set()
+        for gauge in _GAUGES:
+            with contextlib.suppress(KeyError):  # never set for this consumer
+                gauge.remove(*self.labels)
+
+
+def forget(namespace: str, consumer: str) -> None:
+    """Removes the counters of a consumer that was deleted."""
+    for counter in _COUNTERS:
+        with contextlib.suppress(KeyError):
+            counter.remove(namespace, consumer)
+    for family, last in _COUNTERS_BY:
+        for value in _values_of(family, last, (namespace, consumer)):
+            family.remove(namespace, consumer, value)
+
+
+def _values_of(family: Counter, label: str, consumer: tuple[str, str]) -> set[str]:
+    """The values `label` has among the consumer's series of `family` (read from its
+    samples: prometheus_client has no public list of a family's children)."""
+    namespace, name = consumer
+    return {
+        sample.labels[label]
+        for metric in family.collect()
+        for sample in metric.samples
+        if sample.labels.get("namespace") == namespace and sample.labels.get("consumer") == name
+    }

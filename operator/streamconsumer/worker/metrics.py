@@ -1,7 +1,10 @@
-"""Worker metrics (Prometheus), served on STREAMCONSUMER_METRICS_PORT when it is set."""
+"""Worker metrics (Prometheus), served on STREAMCONSUMER_METRICS_PORT when it is set. Per-shard
+series go when the shard leaves this worker, so a reshard or a DynamoDB shard rollover does
+not grow them for ever. The pod's labels (namespace, consumer) are the scrape's."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 
@@ -27,9 +30,12 @@ DEAD_LETTERED = Counter(
 SKIPPED = Counter(
     "streamconsumer_worker_skipped_records", "Records the failure policy skipped.", ["shard"]
 )
-MILLIS_BEHIND = Gauge(
-    "streamconsumer_worker_millis_behind_latest", "MillisBehindLatest per held shard.", ["shard"]
+SECONDS_BEHIND = Gauge(
+    "streamconsumer_worker_seconds_behind_latest",
+    "How far a held shard is behind the stream's tip (MillisBehindLatest / 1000).",
+    ["shard"],
 )
+_COUNTERS = (RECORDS, BYTES, PROCESS_FAILURES, DEAD_LETTERED, SKIPPED)
 
 
 def batch_processed(shard: str, records: Sequence[Record], started: float) -> None:
@@ -41,6 +47,23 @@ def batch_processed(shard: str, records: Sequence[Record], started: float) -> No
 def batch_failed(shard: str, started: float) -> None:
     PROCESS_SECONDS.observe(time.perf_counter() - started)
     PROCESS_FAILURES.labels(shard).inc()
+
+
+def behind(shard: str, millis: int) -> None:
+    SECONDS_BEHIND.labels(shard).set(millis / 1000)
+
+
+def shard_started(shard: str) -> None:
+    """Its counters start at 0 here: an alert on their increase sees the first one."""
+    for counter in _COUNTERS:
+        counter.labels(shard)
+
+
+def shard_left(shard: str) -> None:
+    """Removes the shard's series: it ended, or was handed off or lost."""
+    for metric in (*_COUNTERS, SECONDS_BEHIND):
+        with contextlib.suppress(KeyError):  # never set here
+            metric.remove(shard)
 
 
 def serve(port: int | None) -> None:

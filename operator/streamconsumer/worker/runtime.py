@@ -169,6 +169,7 @@ class Worker:
     # --- shards --------------------------------------------------------------------------
 
     def _start(self, machine: ShardMachine) -> None:
+        metrics.shard_started(machine.shard_id)
         changed = threading.Condition(self._lock)
         for target, name in ((self._process, "shard"), (self._read, "read")):
             thread = threading.Thread(
@@ -231,6 +232,7 @@ class Worker:
                     continue
                 if isinstance(step, Finished):
                     self.core.finished(machine)
+                    metrics.shard_left(shard)
                     changed.notify_all()  # the reader ends too
                     log.info("%s: %s", shard, step.outcome.value)
                     break
@@ -271,7 +273,7 @@ class Worker:
             with changed:
                 machine.returned(time.monotonic())
                 if machine.millis_behind is not None:
-                    metrics.MILLIS_BEHIND.labels(shard).set(machine.millis_behind)
+                    metrics.behind(shard, machine.millis_behind)
         self._wake.set()  # tell the operator soon (finished or released)
 
     def _dead_letter(
