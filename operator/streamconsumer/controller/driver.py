@@ -133,6 +133,7 @@ class ConsumerDriver:
             workers=sum(1 for w in coordinator.workers.values() if not w.draining),
             open_shards=sum(1 for s in coordinator.shards if not s.closed),
         )
+        metrics.STUCK_SHARDS.labels(self.namespace, self.name).set(len(coordinator.stuck))
         if (
             self._scale is not None
             and "scale" not in self._busy

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from streamconsumer.core.leases import Action, CancelHandoff, Expire, Grant, Revoke
+from streamconsumer.core.leases import Action, CancelHandoff, Expire, Grant, Reclaim, Revoke
 
 REGISTRY = CollectorRegistry()
 _CONSUMER = ["namespace", "consumer"]
@@ -51,12 +51,19 @@ MAX_MILLIS_BEHIND = Gauge(
 )
 WORKERS = Gauge("streamconsumer_workers", "Live workers.", _CONSUMER, registry=REGISTRY)
 OPEN_SHARDS = Gauge("streamconsumer_open_shards", "Open shards.", _CONSUMER, registry=REGISTRY)
+STUCK_SHARDS = Gauge(
+    "streamconsumer_stuck_shards",
+    "Shards whose position has not moved while records waited past leases.stuckShardSeconds.",
+    _CONSUMER,
+    registry=REGISTRY,
+)
 
 _ACTION_NAMES: dict[type, str] = {
     Grant: "grant",
     Revoke: "handoff",
     CancelHandoff: "cancel_handoff",
     Expire: "expire",
+    Reclaim: "reclaim",
 }
 
 
