@@ -483,3 +483,15 @@ def a_hand_off_waits_for_shard_end(patch: pytest.MonkeyPatch) -> None:
     """A draining worker's SHARD_END waits for the operator's next listing however long
     it takes, past the pod's grace period."""
     patch.setattr(ShardMachine, "_hands_off_instead", lambda self, request: False)
+
+
+def withdrawn_leases_released_at_once(patch: pytest.MonkeyPatch) -> None:
+    """25 (stuck shards): a withdrawn lease is released at once, without waiting for its
+    owner's fence to close."""
+    watch = LeaseCoordinator._watch
+
+    def hasty(self: LeaseCoordinator, now: float) -> None:
+        watch(self, now)
+        self.withdrawn = {s: replace(w, closes_at=-1.0) for s, w in self.withdrawn.items()}
+
+    patch.setattr(LeaseCoordinator, "_watch", hasty)

@@ -116,6 +116,7 @@ class Run:
     history: int = 0  # records in the stream before the consumer is created
     operators: int = 1  # operator replicas, one leading at a time
     newer_peers: bool = False  # each side's messages carry fields of a newer release
+    stuck_seconds: float | None = None  # leases.stuckShardSeconds (None: the default)
 
 
 @dataclass
@@ -201,7 +202,10 @@ class Simulation:
             "source": {"kinesis": {"streamName": "sim"}},
             "processor": {"image": "i", "entrypoint": "m:f", "onFailure": on_failure},
             "replicas": run.replicas,
-            "leases": {"durationSeconds": run.lease},
+            "leases": {
+                "durationSeconds": run.lease,
+                **({"stuckShardSeconds": run.stuck_seconds} if run.stuck_seconds else {}),
+            },
             "initialPosition": run.initial_position,
         }
         if run.autoscale:

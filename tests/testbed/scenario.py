@@ -45,6 +45,7 @@ class SpecOptions(TypedDict, total=False):
     autoscaling: dict[str, Any] | None
     initial_position: str  # TRIM_HORIZON
     on_failure: dict[str, Any] | None
+    stuck_shard_seconds: float  # the spec's default (the stuck-shard watchdog)
 
 
 class Scenario:
@@ -123,7 +124,14 @@ class Scenario:
                 "replicas": replicas,
                 "initialPosition": options.get("initial_position", "TRIM_HORIZON"),
                 **({"autoscaling": autoscaling} if autoscaling else {}),
-                "leases": {"durationSeconds": lease_seconds},
+                "leases": {
+                    "durationSeconds": lease_seconds,
+                    **(
+                        {"stuckShardSeconds": options["stuck_shard_seconds"]}
+                        if "stuck_shard_seconds" in options
+                        else {}
+                    ),
+                },
                 "reading": {
                     "maxRecords": options.get("max_records", 100),
                     "idleBetweenReadsMs": 100,

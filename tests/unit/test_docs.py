@@ -256,4 +256,5 @@ def test_the_name_check_can_fail() -> None:
         "streamconsumer.core.backoff",
         "streamconsumer.core.election",
         "streamconsumer.core.log_limit",
+        "streamconsumer.core.watchdog",
     ]

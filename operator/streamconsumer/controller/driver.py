@@ -134,6 +134,7 @@ class ConsumerDriver:
             workers=sum(1 for w in coordinator.workers.values() if not w.draining),
             open_shards=sum(1 for s in coordinator.shards if not s.closed),
             blocked_shards=len(coordinator.blocked_shards()),
+            stuck_shards=len(coordinator.stuck),
         )
         if (
             self._scale is not None

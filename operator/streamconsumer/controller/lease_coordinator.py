@@ -28,8 +28,10 @@ from streamconsumer.core.leases import (
     HANDOFF,
     RELEASED,
     Action,
+    CheckpointRefused,
     EngineSettings,
     ShardLease,
+    Withdrawn,
     WorkerLiveness,
     apply_checkpoint,
     collectable,
@@ -38,6 +40,7 @@ from streamconsumer.core.leases import (
     ready_shards,
 )
 from streamconsumer.core.lineage import SHARD_END, Shard, compact, expand
+from streamconsumer.core.watchdog import Seen, Stuck, Watchdog
 from streamconsumer.models import (
     Assignment,
     CheckpointRequest,
@@ -85,6 +88,8 @@ class WorkerProgress:
     draining: bool = False
     millis_behind: dict[str, int] = field(default_factory=dict)
     blocked: dict[str, Failing] = field(default_factory=dict)  # retries used up, policy block
+    processed: dict[str, str] = field(default_factory=dict)  # the last record it processed
+    failing: set[str] = field(default_factory=set)  # shards whose calls it reports failing
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,15 @@ class LeaseCoordinator:
         self._reset_asked: ResetRequest | None = None  # the last one asked, saved or not
         self.version = 0
         self.persisted_version = 0
+        # The stuck-shard watchdog (docs/failure-policy.md#stuck-shards): its watches, the
+        # leases it took from their owners (released once the owner's fence has closed),
+        # what it finds stuck now, and what is still to be told as Events.
+        self.watchdog = Watchdog()
+        self.withdrawn: dict[str, Withdrawn] = {}
+        self.stuck: list[Stuck] = []
+        self.stuck_notes: list[Stuck] = []
+        self._probing: dict[str, tuple[str, int, str | None, str | None]] = {}
+        self._watch_offset = 0
         self.desired_replicas = desired_replicas  # the lag autoscaler's last word
         # After a (re)start nobody has been heard yet: every owner in the status keeps its
         # leases for the longest lease any worker may have been promised
@@ -259,8 +273,14 @@ class LeaseCoordinator:
         # No worker holds more than a heartbeat may list.
         wanted = self.spec.leases.max_per_worker or MAX_HELD_SHARDS
         settings = EngineSettings(max_per_worker=min(wanted, MAX_HELD_SHARDS))
-        result = plan(shards, self.leases, liveness, now, settings, self.finished)
+        self._watch(now)
+        result = plan(shards, self.leases, liveness, now, settings, self.finished, self.withdrawn)
         self.leases = result.leases
+        self.withdrawn = {
+            shard_id: taken
+            for shard_id, taken in self.withdrawn.items()
+            if self._withdrawn(shard_id, taken.worker, taken.epoch)
+        }
         if self.shards_known:  # collecting needs the stream's view of lineage
             listed = set(self._by_id)
             done = finished_shards(self.shards, self.leases, self.finished) & listed
@@ -279,6 +299,118 @@ class LeaseCoordinator:
             self._changed()
         return result.actions
 
+    # --- the stuck-shard watchdog ---------------------------------------------------
+
+    def _watch(self, now: float) -> None:
+        """Judges the owned shards; takes each newly stuck one from its owner (once per
+        checkpoint). Its owner is told LOST from now on and renewed nothing for it, so
+        its fence for the shard has closed by the longest promise it holds plus the
+        grace: only then does the engine release the lease (`core.leases.Withdrawn`)."""
+        before = [s.shard_id for s in self.stuck]
+        self.stuck = self.watchdog.judge(self._seen(), now, self.spec.leases.stuck_shard_seconds)
+        for verdict in self.stuck:
+            progress = self.workers.get(verdict.owner)
+            if verdict.revoke and progress is not None:
+                closes_at = max(progress.expires_at, now)
+                self.withdrawn[verdict.shard_id] = Withdrawn(
+                    verdict.owner, verdict.epoch, closes_at
+                )
+            if verdict.new or verdict.revoke:
+                self.stuck_notes.append(verdict)
+        if [s.shard_id for s in self.stuck] != before:
+            self._changed()  # the condition names them
+
+    def _seen(self) -> dict[str, Seen]:
+        """What the watchdog looks at: every owned shard not already withdrawn."""
+        seen = {}
+        for shard_id, lease in self.leases.items():
+            owner = lease.owner
+            if owner is None or lease.state not in (ACTIVE, HANDOFF):
+                continue
+            if shard_id in self.withdrawn:
+                taken = self.withdrawn[shard_id]
+                if taken.worker == owner and taken.epoch == lease.epoch:
+                    # Still reported, at the position it was taken at: nothing its owner
+                    # says of it counts now.
+                    position = self.watchdog.position(shard_id)
+                    processed = position[3] if position is not None else None
+                    seen[shard_id] = Seen(owner, lease.epoch, lease.checkpoint, processed)
+                    continue
+            progress = self.workers.get(owner)
+            report = progress or WorkerProgress(expires_at=0.0)
+            seen[shard_id] = Seen(
+                owner,
+                lease.epoch,
+                lease.checkpoint,
+                processed=report.processed.get(shard_id),
+                behind=report.millis_behind.get(shard_id, 0) > 0,
+                failing=shard_id in report.failing,
+            )
+        return seen
+
+    def _withdrawn(self, shard_id: str, worker: str, epoch: int) -> bool:
+        """Is this lease taken from `worker` and still waiting for its fence to close?"""
+        taken = self.withdrawn.get(shard_id)
+        lease = self.leases.get(shard_id)
+        return (
+            taken is not None
+            and taken.worker == worker
+            and taken.epoch == epoch
+            and lease is not None
+            and lease.owner == worker
+            and lease.epoch == epoch
+        )
+
+    def take_stuck_notes(self) -> list[Stuck]:
+        """Shards found stuck, or taken from their owner, since the last call (Events)."""
+        notes, self.stuck_notes = self.stuck_notes, []
+        return notes
+
+    def watch_probes(
+        self, now: float, quiet_for: float, limit: int
+    ) -> list[tuple[str, StartPosition]]:
+        """Owned shards whose position has not moved for `quiet_for` seconds, and where
+        nobody saw records waiting yet: probe each from its position (the last record its
+        owner processed, else its checkpoint) to learn whether records wait there. At
+        most `limit`, round robin. Off with the watchdog."""
+        if not self.spec.leases.stuck_shard_seconds:
+            return []
+        quiet = [s for s in self.watchdog.quiet(now, quiet_for) if s not in self.withdrawn]
+        if not quiet:
+            return []
+        self._probing = {}  # a probe that failed tells nothing
+        first = self._watch_offset % len(quiet)
+        chosen = (quiet[first:] + quiet[:first])[:limit]
+        self._watch_offset = first + len(chosen)
+        probes = []
+        for shard_id in chosen:
+            position = self.watchdog.position(shard_id)
+            assert position is not None
+            self._probing[shard_id] = position
+            processed = position[3]
+            if processed is not None and processed != SHARD_END:
+                start = StartPosition(
+                    type=StartPositionType.AFTER_SEQUENCE_NUMBER, sequence_number=processed
+                )
+            else:
+                start = self.start_of(shard_id)
+            probes.append((shard_id, start))
+        return probes
+
+    def watch_probed(self, measured: Mapping[str, int | None], now: float) -> None:
+        """The outcome of `watch_probes`: a backlog found means records wait there."""
+        probing, self._probing = self._probing, {}
+        for shard_id, position in probing.items():
+            if measured.get(shard_id):
+                self.watchdog.records_wait(shard_id, position, now)
+
+    def stuck_shards(self) -> list[str]:
+        """What the condition says of the stuck shards, most waited first."""
+        return [
+            s.describe() + ("; its lease is withdrawn" if s.shard_id in self.withdrawn else "")
+            for s in sorted(self.stuck, key=lambda s: (-s.seconds, s.shard_id))
+        ]
+
     # --- the protocol --------------------------------------------------------------
 
     def heartbeat(self, request: HeartbeatRequest, now: float) -> HeartbeatResponse:
@@ -293,7 +425,12 @@ class LeaseCoordinator:
             lease = self.leases.get(shard_id)
             if self._unsaved_release(shard_id, name, claim.epoch) is not None:
                 continue  # letting go: its release is not saved yet, nor lost
-            if lease is None or lease.owner != name or lease.epoch != claim.epoch:
+            if (
+                lease is None
+                or lease.owner != name
+                or lease.epoch != claim.epoch
+                or self._withdrawn(shard_id, name, claim.epoch)  # stuck: fenced out
+            ):
                 revocations.append(
                     Revocation(shard_id=shard_id, epoch=claim.epoch, reason=RevocationReason.LOST)
                 )
@@ -316,11 +453,13 @@ class LeaseCoordinator:
         if blocked.keys() != progress.blocked.keys():
             self._changed()  # Degraded names the blocked shards
         progress.blocked = blocked
+        progress.processed = {h.shard_id: h.sequence_number for h in owned if h.sequence_number}
+        progress.failing = {h.shard_id for h in owned if h.failing}
         self._note_passed_over(name, owned)
         assignments = []
         pending = False
         for lease in self.leases.values():
-            if lease.owner != name:
+            if lease.owner != name or self._withdrawn(lease.shard_id, name, lease.epoch):
                 continue
             owned_claim = held.get(lease.shard_id)
             if lease.state is HANDOFF and (owned_claim is None or owned_claim.epoch == lease.epoch):
@@ -434,6 +573,12 @@ class LeaseCoordinator:
         ):
             # Finished, and its lease already collected: a repeated SHARD_END is a no-op.
             return ShardLease(request.shard_id, None, request.epoch, SHARD_END, FINISHED)
+        if self._withdrawn(request.shard_id, request.worker, request.epoch):
+            raise CheckpointRefused(
+                f"{request.worker} no longer holds {request.shard_id} at epoch "
+                f"{request.epoch}: the shard was stuck and its lease withdrawn",
+                lease_lost=True,
+            )
         closed = self._closed(request)
         updated = apply_checkpoint(
             lease,
@@ -531,6 +676,9 @@ class LeaseCoordinator:
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
         self._reset_waiting = None
+        # The adopted table decides who owns what: a withdrawal not saved is forgotten
+        # (its owner is renewed again, which is safe) and the watch starts over.
+        self.watchdog, self.withdrawn, self.stuck, self._probing = Watchdog(), {}, [], {}
         self._unsaved_releases = {}  # the adopted table decides; a repeat is judged by it
         if self.shards_known:
             self.set_shards(self.shards, self._listing)  # drops leases of shards gone since

@@ -25,8 +25,17 @@ from streamconsumer.controller.lease_coordinator import (
     ShardChanges,
 )
 from streamconsumer.controller.status import Children, render
-from streamconsumer.core.leases import FINISHED, Action, CancelHandoff, Expire, Grant, Revoke
+from streamconsumer.core.leases import (
+    FINISHED,
+    Action,
+    CancelHandoff,
+    Expire,
+    Grant,
+    Reclaim,
+    Revoke,
+)
 from streamconsumer.core.lineage import Shard
+from streamconsumer.core.watchdog import Stuck
 from streamconsumer.models import StartPosition
 from streamconsumer.models.resource import Condition
 
@@ -69,9 +78,32 @@ def describe(action: Action) -> Event:
         return Event("Normal", "HandOff", f"{action.shard_id} from {action.worker} to {to}")
     if isinstance(action, CancelHandoff):
         return Event("Normal", "HandOffCancelled", f"{action.shard_id} stays with {action.worker}")
+    if isinstance(action, Reclaim):
+        return Event(
+            "Warning",
+            "StuckLeaseReleased",
+            f"{action.shard_id}: {action.worker}'s fence for epoch {action.epoch} has closed; "
+            "the shard is granted again from its checkpoint",
+        )
     assert isinstance(action, Expire)
     shards = ", ".join(action.shard_ids) or "no shards"
     return Event("Warning", "LeaseExpired", f"{action.worker} went silent; released {shards}")
+
+
+def describe_stuck(stuck: Stuck) -> Event:
+    if stuck.revoke:
+        return Event(
+            "Warning",
+            "ShardStuck",
+            f"{stuck.describe()}; the lease is withdrawn from {stuck.owner} and granted "
+            "again once its fence has closed",
+        )
+    return Event(
+        "Warning",
+        "ShardStuck",
+        f"{stuck.describe()}; it was withdrawn once at this checkpoint already: it stays "
+        "where it is (restart its worker, or look at the processor)",
+    )
 
 
 def describe_passed_over(passed: PassedOverNote) -> Event:
@@ -220,18 +252,22 @@ class ConsumerLoop:
         if now - self._last_probe < self.settings.shard_sync_seconds:
             return []
         self._last_probe = now
+        limit = self.settings.probe_limit
+        # Owned shards that have not moved for a sync period: do records wait there?
+        # (The stuck-shard watchdog; none while it is off.)
+        watched = self.coordinator.watch_probes(now, self.settings.shard_sync_seconds, limit)
         unowned = self.coordinator.unowned(now)
         if not unowned:
             self.coordinator.set_backlog({}, now)
-            return []
-        limit = self.settings.probe_limit
+            return watched
         start = self._probe_offset % len(unowned)
         chosen = (unowned[start:] + unowned[:start])[:limit]
         self._probe_offset = start + len(chosen)
-        return [(shard_id, self.coordinator.start_of(shard_id)) for shard_id in chosen]
+        return [(shard_id, self.coordinator.start_of(shard_id)) for shard_id in chosen] + watched
 
     def probes_done(self, measured: dict[str, int | None], now: float) -> None:
         self.coordinator.set_backlog(measured, now)
+        self.coordinator.watch_probed(measured, now)
 
     # --- the engine -------------------------------------------------------------------
 
@@ -239,6 +275,7 @@ class ConsumerLoop:
         if not self._fenced:
             return []  # nothing is decided before the term's fence has landed
         actions = self.coordinator.step(now)
+        self.events.extend(map(describe_stuck, self.coordinator.take_stuck_notes()))
         self.events.extend(describe(action) for action in actions)
         self.events.extend(map(describe_passed_over, self.coordinator.take_passed_over()))
         return actions
@@ -274,6 +311,7 @@ class ConsumerLoop:
         snapshot = coordinator.snapshot(now)
         problems = [p for p in (self.source_error, self.write_error, self.children.error) if p]
         problems += coordinator.blocked_shards()
+        problems += coordinator.stuck_shards()
         status = render(
             self.name,
             coordinator,

@@ -10,14 +10,14 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from streamconsumer.core.leases import Action, CancelHandoff, Expire, Grant, Revoke
+from streamconsumer.core.leases import Action, CancelHandoff, Expire, Grant, Reclaim, Revoke
 
 REGISTRY = CollectorRegistry()
 _CONSUMER = ["namespace", "consumer"]
 
 LEASE_ACTIONS = Counter(
     "streamconsumer_lease_actions",
-    "Lease engine actions: grant, handoff, cancel_handoff, expire.",
+    "Lease engine actions: grant, handoff, cancel_handoff, expire, reclaim (a stuck shard's lease released).",
     [*_CONSUMER, "action"],
     registry=REGISTRY,
 )
@@ -70,12 +70,18 @@ BLOCKED_SHARDS = Gauge(
     _CONSUMER,
     registry=REGISTRY,
 )
+STUCK_SHARDS = Gauge(
+    "streamconsumer_stuck_shards",
+    "Shards whose position has not moved while records waited past leases.stuckShardSeconds.",
+    _CONSUMER,
+    registry=REGISTRY,
+)
 LEADER = Gauge(
     "streamconsumer_leader",
     "1 on the replica that leads (reconciles, serves workers), 0 on a standby.",
     registry=REGISTRY,
 )
-_GAUGES = (MAX_SECONDS_BEHIND, WORKERS, OPEN_SHARDS, BLOCKED_SHARDS)
+_GAUGES = (MAX_SECONDS_BEHIND, WORKERS, OPEN_SHARDS, BLOCKED_SHARDS, STUCK_SHARDS)
 _COUNTERS = (STATUS_WRITES, STATUS_WRITE_FAILURES)
 # Counters with a label after the consumer's, and its name.
 _COUNTERS_BY = ((LEASE_ACTIONS, "action"), (CHECKPOINTS, "result"))
@@ -85,6 +91,7 @@ _ACTION_NAMES: dict[type, str] = {
     Revoke: "handoff",
     CancelHandoff: "cancel_handoff",
     Expire: "expire",
+    Reclaim: "reclaim",
 }
 
 
@@ -107,7 +114,12 @@ class ConsumerGauges:
             LEASE_ACTIONS.labels(*self.labels, action)
 
     def update(
-        self, lag_millis: dict[str, int], workers: int, open_shards: int, blocked_shards: int
+        self,
+        lag_millis: dict[str, int],
+        workers: int,
+        open_shards: int,
+        blocked_shards: int,
+        stuck_shards: int,
     ) -> None:
         for shard in self._shards - lag_millis.keys():
             SECONDS_BEHIND.remove(*self.labels, shard)
@@ -118,6 +130,7 @@ class ConsumerGauges:
         WORKERS.labels(*self.labels).set(workers)
         OPEN_SHARDS.labels(*self.labels).set(open_shards)
         BLOCKED_SHARDS.labels(*self.labels).set(blocked_shards)
+        STUCK_SHARDS.labels(*self.labels).set(stuck_shards)
 
     def clear(self) -> None:
         """Removes the consumer's gauges: its loop stopped here (deleted, or this replica

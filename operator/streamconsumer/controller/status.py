@@ -98,6 +98,7 @@ def render(
     lag = coordinator.lag_millis()
     by_type = {c.type: c for c in previous}
     blocked = coordinator.blocked_shards()
+    stuck = coordinator.stuck_shards()
     still_held = sum(1 for lease in coordinator.leases.values() if lease.owner)
     unassigned = len(ready) - owned
     # Stalled (kstatus): what needs someone to act; Reconciling: work under way.
@@ -107,6 +108,9 @@ def render(
     elif blocked:
         more = f" (and {len(blocked) - 1} more)" if len(blocked) > 1 else ""
         stalled = ("ShardBlocked", blocked[0] + more)
+    elif stuck:
+        more = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
+        stalled = ("ShardStuck", stuck[0] + more)
     elif not coordinator.shards_known and problems:
         stalled = ("StreamUnavailable", problems[0])
     reconciling: tuple[str, str] | None = None

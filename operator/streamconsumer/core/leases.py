@@ -8,9 +8,14 @@ A lease moves through these states (`LeaseState`):
         ^                           |                                       |
         +------- owner expires -----+---------------------------------------+
     Active --checkpoint SHARD_END--> Finished    (only once the listing shows it closed)
+    Active --withdrawn (stuck), owner's fence closed--> Released
 
 A shard is only ever granted from Released, so it never has two owners; a planned move
-waits for the old owner to finish its batch, checkpoint and release (hand-off)."""
+waits for the old owner to finish its batch, checkpoint and release (hand-off). A
+withdrawn lease (the stuck-shard watchdog, `core.watchdog`) is released without its
+owner's word, as an expired one is, but only once the owner's fence for it has closed: a
+wedged owner that wakes up later can then neither deliver nor checkpoint
+(docs/design.md#self-fencing)."""
 
 from __future__ import annotations
 
@@ -86,7 +91,28 @@ class Expire:
     shard_ids: tuple[str, ...]
 
 
-Action = Grant | Revoke | CancelHandoff | Expire
+@dataclass(frozen=True, slots=True)
+class Withdrawn:
+    """A lease taken from its live owner (a stuck shard): the owner is told it lost the
+    shard and its fence for it is renewed no more, so the fence has closed by
+    `closes_at` (operator clock: the longest promise made to the owner, plus the grace,
+    as of the withdrawal). Until then the lease stays the owner's and nothing moves it."""
+
+    worker: str
+    epoch: int
+    closes_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """A withdrawn lease is released: its owner's fence for it has closed."""
+
+    shard_id: str
+    worker: str
+    epoch: int
+
+
+Action = Grant | Revoke | CancelHandoff | Expire | Reclaim
 
 
 @dataclass(slots=True)
@@ -102,16 +128,20 @@ def plan(
     now: float,
     settings: EngineSettings,
     finished: Collection[str] = frozenset(),
+    withdrawn: Mapping[str, Withdrawn] = {},
 ) -> Plan:
-    """One step of the engine: expire silent workers, then balance the assignable shards
-    over the live, non-draining workers with the fewest moves. `finished` holds the
-    shards known finished whose leases have left the table."""
+    """One step of the engine: expire silent workers and release withdrawn leases whose
+    owner's fence has closed, then balance the assignable shards over the live,
+    non-draining workers with the fewest moves. `finished` holds the shards known
+    finished whose leases have left the table; `withdrawn`, the leases taken from their
+    owner (stuck shards)."""
     result = Plan(leases=dict(leases))
     alive = {w.name for w in workers if now <= w.expires_at}
     draining = {w.name for w in workers if w.draining}
     receivers = sorted(alive - draining)
 
     _expire_silent_owners(result, alive)
+    waiting = _reclaim_withdrawn(result, withdrawn, now)
     _carry_out_resets(result)
     ready = [
         shard_id
@@ -121,7 +151,7 @@ def plan(
     holders = _current_holders(ready, result.leases, set(receivers))
     targets = _balanced_targets(len(ready), receivers, holders, settings.max_per_worker)
     new_holders = _rebalance(ready, holders, targets, result.leases)
-    _apply(result, ready, new_holders)
+    _apply(result, [s for s in ready if s not in waiting], new_holders)
     return result
 
 
@@ -155,6 +185,22 @@ def _expire_silent_owners(result: Plan, alive: set[str]) -> None:
             result.leases[shard_id] = replace(lease, owner=None, state=RELEASED, handoff_to=None)
     for worker in sorted(expired):
         result.actions.append(Expire(worker, tuple(sorted(expired[worker]))))
+
+
+def _reclaim_withdrawn(result: Plan, withdrawn: Mapping[str, Withdrawn], now: float) -> set[str]:
+    """Releases the withdrawn leases whose owner's fence has closed; returns those still
+    waiting for it (left as they are: no hand-off, grant or cancel touches them)."""
+    waiting = set()
+    for shard_id, taken in sorted(withdrawn.items()):
+        lease = result.leases.get(shard_id)
+        if lease is None or lease.owner != taken.worker or lease.epoch != taken.epoch:
+            continue  # it moved on already (expired, released, finished)
+        if now <= taken.closes_at:
+            waiting.add(shard_id)
+            continue
+        result.leases[shard_id] = replace(lease, owner=None, state=RELEASED, handoff_to=None)
+        result.actions.append(Reclaim(shard_id, taken.worker, taken.epoch))
+    return waiting
 
 
 def _carry_out_resets(result: Plan) -> None:

@@ -340,6 +340,17 @@ class LeaseSettings(Model):
     max_per_worker: int | None = Field(
         default=None, ge=1, description="At most this many shards per worker."
     )
+    stuck_shard_seconds: float = Field(
+        default=300,
+        ge=0,
+        le=604800,
+        description="The stuck-shard watchdog: a shard whose position has not moved while "
+        "records have waited this long is reported (Ready=False, reason ShardStuck; an "
+        "Event; the streamconsumer_stuck_shards metric) and its lease withdrawn once and "
+        "granted again. 0 turns the watchdog off. Set it above the longest a record may "
+        "normally wait for its processing (processor.onFailure.timeoutSeconds if your "
+        "calls are that long).",
+    )
 
 
 class Reading(Model):
