@@ -107,29 +107,70 @@ def test_hpa_example_applies_on_the_real_apiserver(
     assert applied.returncode == 0, applied.stderr
 
 
-def test_service_monitor_is_optional_and_scrapes_the_metrics_endpoint(helm: Path) -> None:
-    assert "ServiceMonitor" not in template(helm).stdout, "off by default"
+def test_monitors_are_optional_and_scrape_every_replicas_metrics_port(helm: Path) -> None:
+    kinds = {d["kind"] for d in yaml.safe_load_all(template(helm).stdout) if d}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}, "off by default"
     rendered = template(
-        helm, "--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom"
+        helm,
+        *("--set", "serviceMonitor.enabled=true", "--set", "serviceMonitor.labels.release=prom"),
+        *("--set", "podMonitor.enabled=true", "--set", "prometheusRule.enabled=true"),
     )
     assert rendered.returncode == 0, rendered.stderr
-    monitor = next(
-        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "ServiceMonitor"
-    )
-    service = next(d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Service")
-    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
-    assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert (
-        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    )
+    docs = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    operator = next(d for d in docs if d["kind"] == "Deployment")
+    selected = [
+        d
+        for d in docs
+        if d["kind"] == "Service"
+        and monitor["spec"]["selector"]["matchLabels"].items() <= d["metadata"]["labels"].items()
+    ]
+    assert len(selected) == 1, "the metrics Service only, not the leader-only API Service"
+    service = selected[0]["spec"]
+    # Every replica: the selector has no leader label.
+    pod_labels = operator["spec"]["template"]["metadata"]["labels"]
+    assert service["selector"].items() <= pod_labels.items()
+    assert LEADER_LABEL not in service["selector"]
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics" == service["ports"][0]["name"]
+    assert endpoint["honorLabels"] is True, "else namespace becomes exported_namespace"
+    assert endpoint["scheme"] == "http"
+    container = operator["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "metrics", "containerPort": 9090} in container["ports"]
+    assert env_of(container)["STREAMCONSUMER_METRICS_PORT"] == "9090"
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    # It trusts the CA certificate the operator publishes, never the Secret with the key.
-    ca = monitor["spec"]["endpoints"][0]["tlsConfig"]["ca"]
-    operator = next(
-        d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "Deployment"
-    )
-    env = env_of(operator["spec"]["template"]["spec"]["containers"][0])
-    assert ca == {"configMap": {"name": env["STREAMCONSUMER_TLS_CA_BUNDLE"], "key": "ca.crt"}}
+
+    workers = next(d for d in docs if d["kind"] == "PodMonitor")["spec"]
+    assert workers["namespaceSelector"] == {"any": True}
+    assert workers["podMetricsEndpoints"][0]["port"] == "metrics"
+    rules = next(d for d in docs if d["kind"] == "PrometheusRule")["spec"]["groups"][0]["rules"]
+    assert {r["alert"] for r in rules} >= {
+        "StreamConsumerNoLeader",
+        "StreamConsumerShardBlocked",
+        "StreamConsumerShardStuck",
+        "StreamConsumerLagGrowing",
+        "StreamConsumerStatusWritesFailing",
+        "StreamConsumerRecordsDeadLettered",
+    }
+
+
+def test_network_policy_opens_metrics_to_the_scrapers_only(helm: Path) -> None:
+    def ingress(*flags: str) -> list[dict[str, Any]]:
+        rendered = template(helm, *flags)
+        assert rendered.returncode == 0, rendered.stderr
+        policy = next(
+            d for d in yaml.safe_load_all(rendered.stdout) if d and d["kind"] == "NetworkPolicy"
+        )
+        return list(policy["spec"]["ingress"])
+
+    api, metrics = ingress()
+    assert api["ports"] == [{"port": "api", "protocol": "TCP"}]
+    assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+    [only_api] = ingress("--set", "metrics.scrapers=null")
+    assert only_api["ports"] == [{"port": "api", "protocol": "TCP"}]
 
 
 def test_examples_apply_on_the_real_apiserver(control_plane: ControlPlane, namespace: str) -> None:

@@ -3,7 +3,4 @@
 // Pins the Prometheus module so `go mod tidy` keeps what build.sh builds.
 package tools
 
-import (
-	_ "github.com/prometheus/prometheus/cmd/prometheus"
-	_ "github.com/prometheus/prometheus/cmd/promtool"
-)
+import _ "github.com/prometheus/prometheus/cmd/prometheus"
