@@ -41,7 +41,7 @@ def test_a_wedged_shard_is_reported_withdrawn_and_granted_again(scenario: Scenar
         stuck_shard_seconds=STUCK,
     )
     assert scenario.operator is not None
-    metrics_url = f"{scenario.operator.url}/metrics"
+    metrics_url = scenario.operator.metrics_url
     ours = {"namespace": scenario.namespace, "consumer": scenario.name}
     scenario.produce(20)
     wait_for(lambda: len(scenario.report().by_shard) == 2, 60, "both shards processed")
