@@ -16,10 +16,19 @@ from typing import Any
 import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
 
 from streamconsumer import audit
-from streamconsumer.controller import children, consumers, executors, fanout, requests
+from streamconsumer.controller import (
+    children,
+    consumers,
+    executors,
+    fanout,
+    requests,
+    worker_health,
+)
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.essence import Essence
@@ -30,9 +39,11 @@ from streamconsumer.controller.owned import (
     apply_owned,
     delete_owned,
     failure,
+    read_owned,
 )
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
+    CONSUMER_LABEL,
     NAME_LABEL,
     REQUESTED_BY,
     RESET_ANNOTATION,
@@ -174,9 +185,53 @@ async def catch_up(
 
 @kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})
 async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted worker pod's tokens are refused at once, not when their cache runs out."""
+    """A deleted worker pod's tokens are refused at once, not when their cache runs out.
+    A pod that does not start (image pull, crash loop, ...) shows in its consumer's
+    status (worker_health.py)."""
+    context = context_of(memo)
+    pod = event["object"]
+    metadata = pod.get("metadata") or {}
+    uid = str(metadata.get("uid") or "")
+    consumer = (metadata.get("labels") or {}).get(CONSUMER_LABEL)
+    namespace = metadata.get("namespace")
     if event["type"] == "DELETED":
-        context_of(memo).reviewer.forget_pod(event["object"]["metadata"]["uid"])
+        context.reviewer.forget_pod(uid)
+        if consumer and namespace:
+            context.registry.pod_gone(namespace, consumer, uid)
+    elif consumer and namespace and uid:
+        context.registry.pod_seen(namespace, consumer, uid, worker_health.pod_trouble(pod))
+
+
+# The Deployment's own word on its pods (a ReplicaSet refused by a quota or an admission
+# policy makes no pod for the watch above to see): one GET per consumer this often.
+@kopf.timer(
+    GROUP,
+    VERSION,
+    PLURAL,
+    interval=worker_health.DEPLOYMENT_CHECK_SECONDS,
+    initial_delay=2.0,
+)
+async def check_workers(
+    body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    assert namespace is not None, "StreamConsumer is namespaced"
+    context = context_of(memo)
+    read = functools.partial(
+        read_owned,
+        context.api_client,
+        "Deployment",
+        worker_deployment(name),
+        namespace,
+        body.metadata.uid,
+    )
+    try:
+        deployment = await executors.run_in(executors.KUBERNETES, read)
+    except (ApiException, HTTPError, OSError):
+        return  # a passing fault: the last reading stands until the next one
+    if deployment is not None:
+        context.registry.deployment_seen(
+            namespace, name, worker_health.deployment_replicas(deployment)
+        )
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from streamconsumer.controller.lease_coordinator import (
     ShardChanges,
 )
 from streamconsumer.controller.status import Children, render
+from streamconsumer.controller.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import (
     FINISHED,
     Action,
@@ -140,6 +141,7 @@ class ConsumerLoop:
         self.source_error: str | None = None
         self.write_error: str | None = None
         self.children = Children()  # how applying the workers' objects went
+        self.workers_health: WorkerHealth | None = None  # None: not observed yet
         self.paused_by = paused_by  # who asked for the pause in force (audit.py)
         self.conditions: list[Condition] = []
         self._syncing = False
@@ -178,6 +180,21 @@ class ConsumerLoop:
         if children != self.children:
             self.children = children
             self.coordinator.status_changed()
+
+    def workers_now(self, health: WorkerHealth) -> None:
+        """Whether the workers' pods start, as the pod watch and the Deployment last said:
+        an Event when they stop starting and when they start again (not at each turn of
+        the kubelet's back-off: ErrImagePull and ImagePullBackOff alternate)."""
+        if health == self.workers_health:
+            return
+        before = self.workers_health.not_starting() if self.workers_health else None
+        now = health.not_starting()
+        if now is not None and before is None:
+            self.events.append(Event("Warning", WORKERS_NOT_STARTING, now))
+        elif now is None and before is not None:
+            self.events.append(Event("Normal", "WorkersStarting", "no worker pod fails to start"))
+        self.workers_health = health
+        self.coordinator.status_changed()
 
     def take_events(self) -> list[Event]:
         events, self.events = self.events, []
@@ -309,7 +326,10 @@ class ConsumerLoop:
         self._writing = True
         version = coordinator.version
         snapshot = coordinator.snapshot(now)
-        problems = [p for p in (self.source_error, self.write_error, self.children.error) if p]
+        not_starting = self.workers_health.not_starting() if self.workers_health else None
+        problems = [
+            p for p in (self.source_error, self.write_error, self.children.error, not_starting) if p
+        ]
         problems += coordinator.blocked_shards()
         problems += coordinator.stuck_shards()
         status = render(
@@ -321,6 +341,7 @@ class ConsumerLoop:
             problems,
             paused_by=self.paused_by,
             children=self.children,
+            workers_health=self.workers_health,
         )
         self.conditions = status.conditions
         return StatusWrite(status.wire(), snapshot, version)

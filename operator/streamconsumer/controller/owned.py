@@ -136,6 +136,24 @@ def apply_owned(
         raise
 
 
+def read_owned(
+    api_client: k8s.ApiClient, kind: str, name: str, namespace: str, owner_uid: str
+) -> dict[str, Any] | None:
+    """`kind` `name` as the apiserver stores it (JSON's field names) if its controller
+    reference is this owner; None if it is missing or not ours. Raises ApiException."""
+    verbs = _verbs(api_client, kind)
+    try:
+        existing = verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    if not controlled_by(existing.metadata.owner_references, owner_uid):
+        return None
+    serialized: dict[str, Any] = api_client.sanitize_for_serialization(existing)  # type: ignore[no-untyped-call]
+    return serialized
+
+
 def delete_owned(
     api_client: k8s.ApiClient, kind: str, name: str, namespace: str, owner_uid: str
 ) -> bool:

@@ -11,6 +11,7 @@ import kopf
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.status import Children
+from streamconsumer.controller.worker_health import Replicas, Trouble, WorkerHealth
 
 
 class ManagedConsumer:
@@ -73,6 +74,10 @@ class Registry:
         # How applying each consumer's objects last went (None: applied), kept across its
         # loop's restarts: kopf applies them on its own schedule, not the loop's.
         self._children: dict[tuple[str, str], Children] = {}
+        # Each consumer's worker pods that do not start (by uid) and its Deployment as
+        # last read, kept across its loop's restarts like _children.
+        self._pods: dict[tuple[str, str], dict[str, Trouble]] = {}
+        self._replicas: dict[tuple[str, str], Replicas] = {}
         # The generation whose spec each consumer's objects and loop last got.
         self._generations: dict[tuple[str, str], int] = {}
         # Who asked for the pause in force (None: it runs), as its handler recorded it:
@@ -113,6 +118,8 @@ class Registry:
             consumer.loop.children_now(self._children[key])
         if key in self._paused_by:
             consumer.loop.pause_asked(self._paused_by[key])
+        if key in self._pods or key in self._replicas:
+            consumer.loop.workers_now(self._health(key))
 
     def children_applied(self, namespace: str, name: str, error: str | None) -> None:
         """The outcome of applying a consumer's objects (None: all applied), for its
@@ -129,6 +136,41 @@ class Registry:
         consumer = self.get(namespace, name)
         if consumer is not None:
             consumer.loop.children_now(children)
+            consumer.wake()
+
+    def pod_seen(self, namespace: str, name: str, uid: str, trouble: Trouble | None) -> None:
+        """A worker pod of consumer `name`, as the pod watch saw it (trouble: why it does
+        not start; None: nothing says it will not)."""
+        key = (namespace, name)
+        pods = self._pods.get(key, {})
+        if pods.get(uid) == trouble:
+            return
+        if trouble is None:
+            pods.pop(uid, None)
+        else:
+            pods[uid] = trouble
+        if pods:
+            self._pods[key] = pods
+        else:
+            self._pods.pop(key, None)
+        self._workers_changed(key)
+
+    def pod_gone(self, namespace: str, name: str, uid: str) -> None:
+        self.pod_seen(namespace, name, uid, None)
+
+    def deployment_seen(self, namespace: str, name: str, replicas: Replicas) -> None:
+        """The workers' Deployment as last read."""
+        if self._replicas.get((namespace, name)) != replicas:
+            self._replicas[(namespace, name)] = replicas
+            self._workers_changed((namespace, name))
+
+    def _health(self, key: tuple[str, str]) -> WorkerHealth:
+        return WorkerHealth.of(self._pods.get(key, {}), self._replicas.get(key))
+
+    def _workers_changed(self, key: tuple[str, str]) -> None:
+        consumer = self._consumers.get(key)
+        if consumer is not None:
+            consumer.loop.workers_now(self._health(key))
             consumer.wake()
 
     def pause_asked(self, namespace: str, name: str, by: str | None) -> None:
@@ -152,6 +194,8 @@ class Registry:
         self._children.pop((namespace, name), None)
         self._generations.pop((namespace, name), None)
         self._paused_by.pop((namespace, name), None)
+        self._pods.pop((namespace, name), None)
+        self._replicas.pop((namespace, name), None)
 
     def remove(self, namespace: str, name: str) -> None:
         self._loading.discard((namespace, name))

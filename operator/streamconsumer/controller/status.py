@@ -24,6 +24,7 @@ from streamconsumer.controller.lease_coordinator import (
     durable_fields,
 )
 from streamconsumer.controller.owned import api_message
+from streamconsumer.controller.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term, WorkerSummary
@@ -32,12 +33,13 @@ from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term
 def _condition(
     previous: dict[str, Condition],
     type_: str,
-    ok: bool,
+    ok: bool | None,
     reason: str,
     message: str,
     generation: int | None,
 ) -> Condition:
-    status = "True" if ok else "False"
+    """`ok` None: Unknown."""
+    status = "Unknown" if ok is None else "True" if ok else "False"
     before = previous.get(type_)
     since = (
         before.last_transition_time
@@ -77,10 +79,14 @@ def render(
     problems: list[str],
     paused_by: str | None = None,
     children: Children | None = None,
+    workers_health: WorkerHealth | None = None,
 ) -> StreamConsumerStatus:
     """`problems`: what keeps the consumer degraded (stream unreachable, status writes
-    failing), most important first."""
+    failing), most important first. `workers_health`: whether the workers' pods start
+    (None: not observed yet)."""
     children = children or Children()
+    not_starting = workers_health.not_starting() if workers_health is not None else None
+    starting = workers_health.starting() if workers_health is not None else None
     leases = coordinator.status_leases()
     ready = coordinator.assignable()
     # A shard being handed off still has its owner: a planned move is not "unready".
@@ -105,6 +111,8 @@ def render(
     stalled: tuple[str, str] | None = None
     if children.error is not None:
         stalled = ("ChildrenNotApplied", children.error)
+    elif not_starting is not None:
+        stalled = (WORKERS_NOT_STARTING, not_starting)
     elif blocked:
         more = f" (and {len(blocked) - 1} more)" if len(blocked) > 1 else ""
         stalled = ("ShardBlocked", blocked[0] + more)
@@ -124,6 +132,8 @@ def render(
         reconciling = ("HandingOff", f"{moving} shards being handed off")
     elif unassigned and not coordinator.spec.paused and (workers or coordinator.spec.replicas):
         reconciling = ("ShardsUnassigned", f"{owned}/{len(ready)} assignable shards have an owner")
+    elif starting is not None and not coordinator.spec.paused:
+        reconciling = ("StartingWorkers", starting)
 
     if coordinator.spec.paused:
         ready_condition = (
@@ -186,11 +196,35 @@ def render(
         applied = _condition(
             by_type, "ChildrenApplied", False, "Pending", children.pending(), generation
         )
+    if workers_health is None:
+        available = _condition(
+            by_type,
+            "WorkersAvailable",
+            None,
+            "NotObserved",
+            "the workers' pods and Deployment not observed yet",
+            generation,
+        )
+    elif not_starting is not None:
+        available = _condition(
+            by_type, "WorkersAvailable", False, WORKERS_NOT_STARTING, not_starting, generation
+        )
+    elif starting is not None:
+        available = _condition(by_type, "WorkersAvailable", False, "Starting", starting, generation)
+    else:
+        replicas = workers_health.replicas
+        counted = (
+            f"{replicas.available}/{replicas.desired} worker pods available"
+            if replicas is not None
+            else "no worker pod failing to start"
+        )
+        available = _condition(by_type, "WorkersAvailable", True, "Available", counted, generation)
     conditions = [
         ready_condition,
         progressing,
         degraded,
         applied,
+        available,
         _condition(
             by_type,
             "Reconciling",
