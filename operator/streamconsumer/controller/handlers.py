@@ -215,6 +215,8 @@ async def check_workers(
     body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
+    if body.metadata.get("deletionTimestamp"):
+        return  # its workers are going: nothing of it is kept (Registry.forget)
     context = context_of(memo)
     read = functools.partial(
         read_owned,
