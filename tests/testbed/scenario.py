@@ -46,6 +46,7 @@ class SpecOptions(TypedDict, total=False):
     initial_position: str  # TRIM_HORIZON
     on_failure: dict[str, Any] | None
     stuck_shard_seconds: float  # the spec's default (the stuck-shard watchdog)
+    max_reads_per_second: float  # the spec's default (reading.maxReadsPerSecond)
 
 
 class Scenario:
@@ -135,6 +136,11 @@ class Scenario:
                 "reading": {
                     "maxRecords": options.get("max_records", 100),
                     "idleBetweenReadsMs": 100,
+                    **(
+                        {"maxReadsPerSecond": options["max_reads_per_second"]}
+                        if "max_reads_per_second" in options
+                        else {}
+                    ),
                 },
             },
         }

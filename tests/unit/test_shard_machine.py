@@ -14,17 +14,19 @@ from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoord
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import (
+    Assignment,
     CheckpointRequest,
     CheckpointResponse,
     HeartbeatRequest,
     HeartbeatResponse,
     StartPosition,
+    StartPositionType,
 )
 from streamconsumer.processor import SHARD_END, BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.client import OperatorRefused
 from streamconsumer.worker.runtime import Worker
-from streamconsumer.worker.shard import Answer, Outcome, Stop, Wait
+from streamconsumer.worker.shard import Answer, Outcome, ShardMachine, Stop, Wait
 from testbed.specs import consumer_spec, worker_config
 
 from .moments import CREATED
@@ -340,3 +342,18 @@ def test_a_hand_off_does_not_wait_on_a_shard_end_the_operator_cannot_confirm_yet
     assert drive.sent[-1].release
     assert drive.sent[-1].sequence_number == "2"
     assert drive.machine.outcome is Outcome.RELEASED
+
+
+def test_reads_keep_to_the_shards_budget() -> None:
+    machine = ShardMachine(
+        "w",
+        Assignment(shard_id="s", epoch=1, start=StartPosition(type=StartPositionType.LATEST)),
+        fence_deadline=1e9,
+        prefetch=3,
+        read_interval=0.5,  # reading.maxReadsPerSecond: 2
+    )
+    assert machine.read_allowed_at() <= 0.0, "the first read at once"
+    machine.reading(10.0)
+    assert machine.read_allowed_at() == 10.5
+    machine.read(batch(1))
+    assert machine.wants_read(), "room in the buffer: the budget alone says when"

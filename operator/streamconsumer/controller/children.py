@@ -123,6 +123,7 @@ def deployment(
             "max_records": spec.reading.max_records,
             "idle_between_reads_ms": spec.reading.idle_between_reads_ms,
             "prefetch": spec.reading.prefetch,
+            "max_reads_per_second": spec.reading.max_reads_per_second,
             "metrics_port": WORKER_METRICS_PORT,
             "drain_seconds": pod.termination_grace_period_seconds - DRAIN_MARGIN_SECONDS,
             "on_failure": spec.processor.on_failure,

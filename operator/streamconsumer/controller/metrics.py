@@ -17,7 +17,8 @@ _CONSUMER = ["namespace", "consumer"]
 
 LEASE_ACTIONS = Counter(
     "streamconsumer_lease_actions",
-    "Lease engine actions: grant, handoff, cancel_handoff, expire, reclaim (a stuck shard's lease released).",
+    "Lease engine actions: grant, handoff, cancel_handoff, expire, reclaim (a stuck "
+    "shard's lease released).",
     [*_CONSUMER, "action"],
     registry=REGISTRY,
 )

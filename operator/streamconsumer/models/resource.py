@@ -359,6 +359,13 @@ class Reading(Model):
         default=500, ge=0, le=60000, description="Pause after an empty read."
     )
     prefetch: int = Field(default=3, ge=1, le=100, description="Batches read ahead per shard.")
+    max_reads_per_second: float = Field(
+        default=2.0,
+        gt=0,
+        le=5,
+        description="GetRecords calls per shard per second at most. Kinesis allows 5 per shard, "
+        "shared by every consumer of the stream: the default leaves room for others.",
+    )
 
 
 class OnDelete(StrEnum):

@@ -40,6 +40,7 @@ class WorkerConfig(BaseSettings):
     max_records: int = 1000
     idle_between_reads_ms: int = 500
     prefetch: int = 3
+    max_reads_per_second: float = Field(default=2.0, gt=0)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
     # SIGTERM: hand every shard off within this (the pod's grace period, less a margin).
     drain_seconds: float = Field(default=25.0, gt=0)

@@ -46,6 +46,7 @@ class WorkerCore:
         rng: random.Random | None = None,
         policy: FailurePolicy | None = None,
         drain_seconds: float = 25.0,
+        max_reads_per_second: float = 2.0,
     ) -> None:
         self.name = name
         self.machines: dict[str, ShardMachine] = {}
@@ -60,6 +61,7 @@ class WorkerCore:
         self._rng = rng or random.Random()
         self._policy = policy or FailurePolicy()
         self._drain_seconds = drain_seconds
+        self._read_interval = 1.0 / max_reads_per_second
         self._let_go: dict[str, tuple[int, CheckpointRequest]] = {}
         self._sent: dict[str, HeldShard] = {}  # what the heartbeat in flight listed
         self._refused_since: float | None = None
@@ -137,6 +139,7 @@ class WorkerCore:
                 assignment,
                 fence_deadline=sent_at + lease,
                 prefetch=self._prefetch,
+                read_interval=self._read_interval,
                 wants_empty_batches=self._wants_empty,
                 retry=Backoff(
                     base=self._policy.initial_backoff_seconds,

@@ -35,6 +35,18 @@ SECONDS_BEHIND = Gauge(
     "How far a held shard is behind the stream's tip (MillisBehindLatest / 1000).",
     ["shard"],
 )
+READ_FAILURES = Counter(
+    "streamconsumer_worker_read_failures",
+    "Reads (GetRecords) that failed after the AWS client's own retries; `throttled` says "
+    "whether the stream's read limit refused them.",
+    ["shard", "throttled"],
+)
+_THROTTLED = {
+    "ProvisionedThroughputExceededException",
+    "LimitExceededException",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+}
 _COUNTERS = (RECORDS, BYTES, PROCESS_FAILURES, DEAD_LETTERED, SKIPPED)
 
 
@@ -53,6 +65,16 @@ def behind(shard: str, millis: int) -> None:
     SECONDS_BEHIND.labels(shard).set(millis / 1000)
 
 
+def read_failed(shard: str, error: BaseException) -> bool:
+    """Counts a failed read; True if the stream throttled it (answered by back-off, and
+    by this count rather than a WARNING per call)."""
+    response = getattr(error, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    throttled = code in _THROTTLED
+    READ_FAILURES.labels(shard, "true" if throttled else "false").inc()
+    return throttled
+
+
 def shard_started(shard: str) -> None:
     """Its counters start at 0 here: an alert on their increase sees the first one."""
     for counter in _COUNTERS:
@@ -64,6 +86,9 @@ def shard_left(shard: str) -> None:
     for metric in (*_COUNTERS, SECONDS_BEHIND):
         with contextlib.suppress(KeyError):  # never set here
             metric.remove(shard)
+    for throttled in ("true", "false"):
+        with contextlib.suppress(KeyError):
+            READ_FAILURES.remove(shard, throttled)
 
 
 def serve(port: int | None) -> None:

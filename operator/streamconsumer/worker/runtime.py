@@ -70,6 +70,7 @@ class Worker:
             config.give_up_seconds,
             policy=config.on_failure,
             drain_seconds=config.drain_seconds,
+            max_reads_per_second=config.max_reads_per_second,
         )
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -200,16 +201,26 @@ class Worker:
         failures = 0
         while True:
             with changed:
+                # Woken (notify) as soon as the processor makes room: it never waits on a
+                # reader that sleeps while records are readable.
                 while machine.outcome is None and not machine.wants_read():
                     changed.wait(MAX_WAIT_SECONDS)
+                _sleep_until(machine, changed, machine.read_allowed_at())
                 if machine.outcome is not None:
                     return
+                machine.reading(time.monotonic())
             try:
                 result = reader.read()
             except Exception as error:  # the shard pauses and reads again
-                log.warning("%s: read failed: %s", machine.shard_id, error)
+                throttled = metrics.read_failed(machine.shard_id, error)
+                log.log(
+                    logging.DEBUG if throttled else logging.WARNING,
+                    "%s: read failed: %s",
+                    machine.shard_id,
+                    error,
+                )
                 with changed:
-                    changed.wait(backoff.delay(failures))
+                    _sleep_until(machine, changed, time.monotonic() + backoff.delay(failures))
                 failures += 1
                 continue
             failures = 0
@@ -217,13 +228,16 @@ class Worker:
                 machine.read(result)
                 changed.notify_all()
                 if not result.records and not result.shard_end and idle_seconds:
-                    changed.wait(idle_seconds)
+                    _sleep_until(machine, changed, time.monotonic() + idle_seconds)
 
     def _process(self, machine: ShardMachine, changed: threading.Condition) -> None:
         processor: RecordProcessor | None = None
         shard = machine.shard_id
         while True:
             with changed:
+                # Whatever the last step changed (a batch done, taken, or retried) may
+                # have made room to read into: the reader looks again now, not in a second.
+                changed.notify_all()
                 now = time.monotonic()
                 step = machine.next(now)
                 if isinstance(step, Wait):
@@ -311,3 +325,10 @@ class Worker:
         return checkpoint_outcome(
             request.shard_id, lambda: self._operator.checkpoint(request, timeout)
         )
+
+
+def _sleep_until(machine: ShardMachine, changed: threading.Condition, moment: float) -> None:
+    """Waits (holding `changed`'s lock between waits) until `moment`, or until the shard
+    ends; wake-ups before then are not a reason to read early."""
+    while machine.outcome is None and (left := moment - time.monotonic()) > 0:
+        changed.wait(min(left, MAX_WAIT_SECONDS))

@@ -162,6 +162,7 @@ class ShardMachine:
         wants_empty_batches: bool = False,
         retry: Backoff | None = None,
         policy: FailurePolicy | None = None,
+        read_interval: float = 0.0,
     ) -> None:
         self.worker = worker
         self.assignment = assignment
@@ -171,6 +172,8 @@ class ShardMachine:
         self.checkpointer = Checkpointer(self.progress)
         self._deadline = fence_deadline
         self._prefetch = prefetch
+        self._read_interval = read_interval  # the shard's read budget, as time between reads
+        self._last_read_at = -float("inf")
         self._wants_empty = wants_empty_batches
         self._policy = policy or FailurePolicy()
         self._retry = retry or Backoff(
@@ -250,6 +253,14 @@ class ShardMachine:
             and not self._end_read
             and len(self._batches) < self._prefetch
         )
+
+    def read_allowed_at(self) -> float:
+        """When the next read may start (reading.maxReadsPerSecond)."""
+        return self._last_read_at + self._read_interval
+
+    def reading(self, now: float) -> None:
+        """A read starts now: the next waits its turn."""
+        self._last_read_at = now
 
     def read(self, batch: ReadResult) -> None:
         self._batches.append(batch)
