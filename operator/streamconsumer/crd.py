@@ -16,6 +16,8 @@ from streamconsumer.models.resource import StreamConsumerSpec, StreamConsumerSta
 
 # Keywords of pydantic's JSON Schema that OpenAPI v3 structural schemas do not take.
 _DROPPED = {"title", "$defs"}
+# Marks a field added since the previous release (models/base.py::added_since).
+ADDED_SINCE = "x-streamconsumer-added-since"
 
 
 def structural_schema(model: type[Any]) -> dict[str, Any]:
@@ -53,7 +55,13 @@ def structural_schema(model: type[Any]) -> dict[str, Any]:
             return free_form
         out: dict[str, Any] = {}
         for key, value in node.items():
-            if key in _DROPPED:
+            if key in _DROPPED or key == ADDED_SINCE:
+                continue
+            if key == "default" and ADDED_SINCE in node:
+                # No default in the CRD: the apiserver would write it into every object,
+                # and the previous release's operator, which refuses fields it does not
+                # know, could not read a single StreamConsumer during a rolling upgrade
+                # (docs/upgrades.md#version-policy). Our model supplies the default.
                 continue
             if key == "properties":
                 out[key] = {name: convert(child) for name, child in value.items()}

@@ -51,3 +51,9 @@ def with_rules(*rules: tuple[str, str]) -> ConfigDict:
 # userinfo, backslash, query or escapes, which URL parsers read differently: one could
 # check a host that another then does not connect to; docs/security.md#aws-access).
 ENDPOINT_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
+
+
+def added_since(release: str) -> dict[str, Any]:
+    """json_schema_extra for a field the previous release does not know: the CRD then gives
+    it no default, so no object carries it unless a user sets it (streamconsumer/crd.py)."""
+    return {"x-streamconsumer-added-since": release}

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, with_rules
+from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, added_since, with_rules
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.pod_policy import POD_RULES, PROCESSOR_RULES
 
@@ -344,7 +344,8 @@ class LeaseSettings(Model):
         default=300,
         ge=0,
         le=604800,
-        description="The stuck-shard watchdog: a shard whose position has not moved while "
+        json_schema_extra=added_since("0.2.0"),
+        description="The stuck-shard watchdog (default 300): a shard whose position has not moved while "
         "records have waited this long is reported (Ready=False, reason ShardStuck; an "
         "Event; the streamconsumer_stuck_shards metric) and its lease withdrawn once and "
         "granted again. 0 turns the watchdog off. Set it above the longest a record may "
@@ -363,8 +364,10 @@ class Reading(Model):
         default=2.0,
         gt=0,
         le=5,
-        description="GetRecords calls per shard per second at most. Kinesis allows 5 per shard, "
-        "shared by every consumer of the stream: the default leaves room for others.",
+        json_schema_extra=added_since("0.2.0"),
+        description="GetRecords calls per shard per second at most (default 2). Kinesis allows "
+        "5 per shard, shared by every consumer of the stream: the default leaves room for "
+        "others.",
     )
 
 
