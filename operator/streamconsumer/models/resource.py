@@ -345,8 +345,8 @@ class LeaseSettings(Model):
         ge=0,
         le=604800,
         json_schema_extra=added_since("0.2.0"),
-        description="The stuck-shard watchdog (default 300): a shard whose position has not moved while "
-        "records have waited this long is reported (Ready=False, reason ShardStuck; an "
+        description="The stuck-shard watchdog (default 300): a shard whose position has not "
+        "moved while records have waited this long is reported (Ready=False, reason ShardStuck; an "
         "Event; the streamconsumer_stuck_shards metric) and its lease withdrawn once and "
         "granted again. 0 turns the watchdog off. Set it above the longest a record may "
         "normally wait for its processing (processor.onFailure.timeoutSeconds if your "
