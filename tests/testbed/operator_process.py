@@ -1,6 +1,8 @@
 """Runs the real operator (`python -m streamconsumer.controller`) as a process against the
 local control plane. It campaigns for a Lease in the test's namespace like in a cluster,
-with short timings so a killed leader is replaced within seconds."""
+with short timings so a killed leader is replaced within seconds. It starts through
+testbed.launch, so its log says which streamconsumer package it runs: this checkout's, or
+another release's (`code`, first on its PYTHONPATH; tests/e2e/test_upgrade.py)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from testbed.processes import Server, free_port
 from testbed.specs import TEST_BED_ACCESS
 
 LEADER_LEASE_SECONDS = 4.0
+TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
 class OperatorProcess:
@@ -29,6 +32,7 @@ class OperatorProcess:
         port: int | None = None,
         env: dict[str, str] | None = None,
         tls: bool = False,
+        code: Path | None = None,
     ) -> None:
         self.port = port or free_port()
         # TLS: the operator serves HTTPS from a CA it keeps in a Secret of `namespace`.
@@ -36,9 +40,12 @@ class OperatorProcess:
         # Prometheus' /metrics: plain HTTP, on a port of its own.
         self.metrics_port = free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        self.code = code  # None: this checkout's package
+        pythonpath = [str(p) for p in (code, TESTS_DIR) if p is not None]
         self._argv = [
             sys.executable,
             "-m",
+            "testbed.launch",
             "streamconsumer.controller",
             f"--namespace={namespace}",
         ]
@@ -57,6 +64,9 @@ class OperatorProcess:
             "STREAMCONSUMER_LEADER_RENEW_DEADLINE_SECONDS": "3",
             "STREAMCONSUMER_LEADER_RETRY_SECONDS": "0.5",
             "STREAMCONSUMER_AWS_ACCESS": TEST_BED_ACCESS.model_dump_json(by_alias=True),
+            "PYTHONPATH": os.pathsep.join(
+                [*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])]
+            ),
             **(env or {}),
         }
         self._workdir = workdir
@@ -68,6 +78,10 @@ class OperatorProcess:
         self.server = Server("operator", self._argv, self._workdir, self._env)
         self.server.wait_until(self._healthy, 60, "serving the worker API")
         return self
+
+    @property
+    def log_path(self) -> Path:
+        return self._workdir / "operator.log"
 
     def _open(self, path: str, data: bytes | None = None) -> tuple[int, bytes]:
         """GET (POST with `data`); raises urllib.error.HTTPError on an error status."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import streamconsumer
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 
 _lock = threading.Lock()
@@ -37,6 +38,11 @@ class RecordingProcessor(BaseRecordProcessor):
         directory.mkdir(parents=True, exist_ok=True)
         self.worker = os.environ.get("STREAMCONSUMER_WORKER_NAME", "worker")
         self.path = directory / f"{self.worker}.jsonl"
+        # Which streamconsumer package runs this worker (another release's, in the
+        # upgrade test): $RECORD_DIR/<worker>.package.
+        (directory / f"{self.worker}.package").write_text(
+            str(Path(streamconsumer.__file__).resolve().parent)
+        )
         self.delay = float(os.environ.get("RECORD_DELAY_SECONDS", "0"))
         # Fail the first attempt of every n-th batch (0: never), to exercise retries.
         self.fail_every = int(os.environ.get("RECORD_FAIL_EVERY", "0"))
@@ -129,6 +135,11 @@ class Report:
             ]
             longest = max([longest, *(b - a for a, b in itertools.pairwise(times))])
         return longest
+
+
+def packages(directory: Path) -> dict[str, str]:
+    """worker -> the directory of the streamconsumer package it ran."""
+    return {path.stem: path.read_text() for path in sorted(directory.glob("*.package"))}
 
 
 def read_report(directory: Path, produced: set[str]) -> Report:

@@ -32,8 +32,10 @@ from testbed.recording import Report, read_report
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
-def python_path() -> str:
-    return os.pathsep.join(filter(None, [str(TESTS_DIR), os.environ.get("PYTHONPATH")]))
+def python_path(code: Path | None = None) -> str:
+    """The tests, then the caller's PYTHONPATH; `code` first: another release's package."""
+    parts = [str(code) if code else None, str(TESTS_DIR), os.environ.get("PYTHONPATH")]
+    return os.pathsep.join(filter(None, parts))
 
 
 class SpecOptions(TypedDict, total=False):
@@ -153,16 +155,21 @@ class Scenario:
         delay: float = 0.0,
         pod_env: Callable[[str], dict[str, str]] | None = None,
         operators: int = 1,
+        operator_code: Path | None = None,
+        worker_code: Path | None = None,
         **options: Unpack[SpecOptions],
     ) -> Scenario:
+        """`operator_code`, `worker_code`: a directory whose streamconsumer package the
+        operators (then behind a Service, however many) or the workers run instead of
+        this checkout's (another release's; testbed.releases)."""
         if shards is not None:  # None: the stream is there already
             self.create_source(shards)
-        if operators == 1:
+        if operators == 1 and operator_code is None:
             self.start_operator()
         else:
             self.service = CuttableProxy(self._leader_port)
             for index in range(operators):
-                self.add_operator(f"operator-{index}")
+                self.add_operator(f"operator-{index}", code=operator_code)
         self.kubelet = LocalKubelet(
             self.api_client,
             self.namespace,
@@ -170,7 +177,10 @@ class Scenario:
             self.workdir / "pods",
             # The caller's PYTHONPATH after the tests: a worktree's workers run its code,
             # not the checkout the virtualenv was installed from.
-            extra_env={"PYTHONPATH": python_path(), "STREAMCONSUMER_LOG_LEVEL": "INFO"},
+            extra_env={
+                "PYTHONPATH": python_path(worker_code),
+                "STREAMCONSUMER_LOG_LEVEL": "INFO",
+            },
             pod_env=lambda pod: {
                 # Worker pods share this host's ports: metrics only where a test asks.
                 "STREAMCONSUMER_METRICS_PORT": "0",
@@ -192,12 +202,13 @@ class Scenario:
         ).start()
         self._operator_port = self.operator.port
 
-    def add_operator(self, identity: str) -> OperatorProcess:
-        """One more operator replica (a new pod of a rolling upgrade, say)."""
+    def add_operator(self, identity: str, code: Path | None = None) -> OperatorProcess:
+        """One more operator replica (a new pod of a rolling upgrade, say), running the
+        package in `code` (None: this checkout's)."""
         assert self.service is not None, "start(operators=2 or more) first"
         env = {"STREAMCONSUMER_POD_NAME": identity, "STREAMCONSUMER_API_URL": self.service.url}
         replica = OperatorProcess(
-            self.plane.kubeconfig, self.namespace, self.workdir / identity, env=env
+            self.plane.kubeconfig, self.namespace, self.workdir / identity, env=env, code=code
         ).start()
         self.replicas[identity] = replica
         return replica
