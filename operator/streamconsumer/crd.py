@@ -12,12 +12,11 @@ from typing import Any
 import yaml
 
 from streamconsumer.models import GROUP, KIND, PLURAL, VERSION, kubernetes_schemas
+from streamconsumer.models.base import ADDED_SINCE
 from streamconsumer.models.resource import StreamConsumerSpec, StreamConsumerStatus
 
 # Keywords of pydantic's JSON Schema that OpenAPI v3 structural schemas do not take.
 _DROPPED = {"title", "$defs"}
-# Marks a field added since the previous release (models/base.py::added_since).
-ADDED_SINCE = "x-streamconsumer-added-since"
 
 
 def structural_schema(model: type[Any]) -> dict[str, Any]:

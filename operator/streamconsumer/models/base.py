@@ -53,7 +53,12 @@ def with_rules(*rules: tuple[str, str]) -> ConfigDict:
 ENDPOINT_URL_PATTERN = r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~/-]*)?$"
 
 
+ADDED_SINCE = "x-streamconsumer-added-since"
+
+
 def added_since(release: str) -> dict[str, Any]:
-    """json_schema_extra for a field the previous release does not know: the CRD then gives
-    it no default, so no object carries it unless a user sets it (streamconsumer/crd.py)."""
-    return {"x-streamconsumer-added-since": release}
+    """json_schema_extra for a field the previous release does not know. In the CRD it gets
+    no default, so no object carries it unless a user sets it (streamconsumer/crd.py); in
+    the workers' settings it is left out of the pod template while at its default
+    (worker/config.py)."""
+    return {ADDED_SINCE: release}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from streamconsumer.models.base import ADDED_SINCE, added_since
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.resource import KinesisConsumer
 from streamconsumer.sources.registry import kind_named
@@ -40,7 +41,7 @@ class WorkerConfig(BaseSettings):
     max_records: int = 1000
     idle_between_reads_ms: int = 500
     prefetch: int = 3
-    max_reads_per_second: float = Field(default=2.0, gt=0)
+    max_reads_per_second: float = Field(default=2.0, gt=0, json_schema_extra=added_since("0.2.0"))
     metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
     # SIGTERM: hand every shard off within this (the pod's grace period, less a margin).
     drain_seconds: float = Field(default=25.0, gt=0)
@@ -60,9 +61,18 @@ class WorkerConfig(BaseSettings):
         return PREFIX + field.upper()
 
     def to_env(self) -> dict[str, str]:
+        """The settings, but those a release added (`added_since`) only where they differ
+        from their default: the workers' pod template stays as the previous release made
+        it, so an operator upgrade does not roll every consumer's workers
+        (docs/upgrades.md#version-policy)."""
         env = {}
-        for name in type(self).model_fields:
+        for name, field in type(self).model_fields.items():
             value = getattr(self, name)
+            added = (
+                isinstance(field.json_schema_extra, dict) and ADDED_SINCE in field.json_schema_extra
+            )
+            if added and value == field.get_default(call_default_factory=True):
+                continue
             if isinstance(value, BaseModel):
                 env[self.env_name(name)] = value.model_dump_json(by_alias=True, exclude_none=True)
             elif value is not None:
