@@ -60,7 +60,8 @@ def structural_schema(model: type[Any]) -> dict[str, Any]:
                 # No default in the CRD: the apiserver would write it into every object,
                 # and the previous release's operator, which refuses fields it does not
                 # know, could not read a single StreamConsumer during a rolling upgrade
-                # (docs/upgrades.md#version-policy). Our model supplies the default.
+                # (docs/upgrades.md#operator-and-workers-of-different-versions). Our
+                # model supplies the default.
                 continue
             if key == "properties":
                 out[key] = {name: convert(child) for name, child in value.items()}

@@ -64,7 +64,7 @@ class WorkerConfig(BaseSettings):
         """The settings, but those a release added (`added_since`) only where they differ
         from their default: the workers' pod template stays as the previous release made
         it, so an operator upgrade does not roll every consumer's workers
-        (docs/upgrades.md#version-policy)."""
+        (docs/upgrades.md#operator-and-workers-of-different-versions)."""
         env = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
