@@ -137,10 +137,11 @@ SAME_WORKLOAD = (
 _FORBIDDEN = ": a StreamConsumer cannot do for you what you may not"
 
 # Pod-level settings a pod of one's own would need the right to create pods for, and the
-# workers' cloud identity.
+# workers' cloud identity: (path, CEL, the right in words).
+_CREATE_PODS = (_may("create", "pods"), "create pods")
 PRIVILEGES = (
     *(
-        (f"pod.{name}", _may("create", "pods"))
+        (f"pod.{name}", *_CREATE_PODS)
         for name in (
             "securityContext",
             "annotations",  # AppArmor's annotation, kube2iam's role
@@ -150,7 +151,19 @@ PRIVILEGES = (
             "priorityClassName",
         )
     ),
-    ("processor.serviceAccountAnnotations", _may("update", "serviceaccounts")),
+    (
+        "processor.serviceAccountAnnotations",
+        _may("update", "serviceaccounts"),
+        "update ServiceAccounts",
+    ),
+    # A ServiceAccount name an IAM trust policy (IRSA, EKS Pod Identity) may name: only
+    # for someone who could make that ServiceAccount and run pods as it themselves.
+    # (RBAC cannot limit `create` by name, so none is asked about.)
+    (
+        "processor.serviceAccountName",
+        _all(_may("create", "serviceaccounts"), _may("create", "pods")),
+        "create ServiceAccounts and pods",
+    ),
 )
 
 
@@ -220,8 +233,7 @@ def policy() -> dict[str, Any]:
                 "reason": "Forbidden",
             }
         )
-    for path, allowed in PRIVILEGES:
-        right = "create pods" if "pods" in allowed else "update ServiceAccounts"
+    for path, allowed, right in PRIVILEGES:
         validations.append(
             {
                 "expression": f"variables.same_workload || !({_present(path)}) || {allowed}",

@@ -185,6 +185,11 @@ REFUSED = {
         ),
         "spec.processor.serviceAccountAnnotations needs the right to update ServiceAccounts",
     ),
+    # An IAM trust policy (IRSA, EKS Pod Identity) names the ServiceAccount.
+    "a ServiceAccount name": (
+        consumer(processor={"serviceAccountName": "payments-reader"}),
+        "spec.processor.serviceAccountName needs the right to create ServiceAccounts and pods",
+    ),
 }
 
 
@@ -472,3 +477,41 @@ def test_a_request_that_changes_nothing_leaves_no_name_to_lock_others_out(
     finally:
         operator.stop()
         alice.close()  # type: ignore[no-untyped-call]
+
+
+def test_naming_the_workers_serviceaccount_needs_the_rights_to_make_it_and_run_pods_as_it(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, admission_policy: None, tenant: str
+) -> None:
+    """processor.serviceAccountName: a tenant who could create that ServiceAccount and
+    run pods as it themselves may; one who may create ServiceAccounts only may not."""
+    namespace = tenant
+    named = consumer("named", processor={"serviceAccountName": "payments-reader"})
+    wait_for(
+        lambda: (
+            as_tenant(control_plane, namespace, "create", named, "--dry-run=server").returncode != 0
+        ),
+        30,
+        "the policy enforced",
+    )
+    rbac = k8s.RbacAuthorizationV1Api(api_client)
+
+    def grant(name: str, resource: str) -> None:
+        rule = k8s.V1PolicyRule(api_groups=[""], resources=[resource], verbs=["create"])
+        rbac.create_namespaced_role(
+            namespace, k8s.V1Role(metadata=k8s.V1ObjectMeta(name=name), rules=[rule])
+        )
+        bind(rbac, namespace, name)
+
+    def may(verb: str, resource: str) -> bool:
+        asked = ("auth", "can-i", verb, resource)
+        return control_plane.kubectl(f"--as={TENANT}", "-n", namespace, *asked).returncode == 0
+
+    grant("make-accounts", "serviceaccounts")
+    wait_for(lambda: may("create", "serviceaccounts"), 30, "the role bound")
+    refused = as_tenant(control_plane, namespace, "create", named)
+    assert refused.returncode != 0
+    assert "needs the right to create ServiceAccounts and pods" in refused.stderr, refused.stderr
+    grant("run-pods", "pods")
+    wait_for(lambda: may("create", "pods"), 30, "the role bound")
+    allowed = as_tenant(control_plane, namespace, "create", named)
+    assert allowed.returncode == 0, allowed.stderr

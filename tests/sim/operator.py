@@ -213,7 +213,8 @@ class SimConsumer(ManagedConsumer):
 
 def review(token: str) -> Caller:
     """TokenReview, simulated: a worker's token names its pod."""
-    return Caller(NAMESPACE, worker_service_account(NAME), pod_name=token, consumer=NAME)
+    account = worker_service_account(NAME)
+    return Caller(NAMESPACE, account, pod_name=token, consumer=NAME, consumer_account=account)
 
 
 class SimReplica:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import ca_bundle, deployment
+from streamconsumer.controller.children import ca_bundle, deployment, service_account
 from streamconsumer.models.resource import CA_DIR, CA_FILE
 from streamconsumer.worker.config import WorkerConfig
 from testbed.specs import consumer_spec
@@ -76,3 +76,28 @@ def test_a_worker_container_meets_pod_security_restricted_with_a_users_pod_conte
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def test_the_workers_run_as_the_serviceaccount_the_spec_names() -> None:
+    """processor.serviceAccountName names the account the operator makes (with the
+    spec's annotations) and runs the workers as; `<name>-worker` without it."""
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/clicks"}
+    named = consumer_spec(
+        source={"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+        processor={
+            "image": "example/clicks:1",
+            "entrypoint": "clicks.processor:Counter",
+            "serviceAccountName": "clicks-reader",
+            "serviceAccountAnnotations": role,
+        },
+    )
+    account = service_account("clicks", named)
+    assert account["metadata"]["name"] == "clicks-reader"
+    assert account["metadata"]["annotations"] == role
+    pod = pod_of(deployment("ns", "clicks", named, "http://operator:8080", AUDIENCE))
+    assert pod["serviceAccountName"] == "clicks-reader"
+    assert service_account("clicks", SPEC)["metadata"]["name"] == "clicks-worker"
+    assert (
+        pod_of(deployment("ns", "clicks", SPEC, "http://o:8080", AUDIENCE))["serviceAccountName"]
+        == "clicks-worker"
+    )

@@ -25,7 +25,9 @@ from .moments import CREATED
 
 LOGGER = "streamconsumer.controller.refusals"
 HEARTBEAT = "/v1/namespaces/n/streamconsumers/c/heartbeat"
-WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w", pod_uid="u", consumer="c")
+WORKER = Caller(
+    "n", "c-worker", pod_name="w", pod_uid="u", consumer="c", consumer_account="c-worker"
+)
 
 
 class Clock:
@@ -133,8 +135,12 @@ def test_every_401_and_403_says_why() -> None:
     registry = Registry(Clock(), startup_grace=0.0)
     cases = {
         None: Refusal(answers.TOKEN_REFUSED),
-        Caller("m", "c-worker", "w", "u", "c"): Refusal(answers.OTHER_ACCOUNT, "m/c-worker", "w"),
-        Caller("n", "x-worker", "w", "u", "c"): Refusal(answers.OTHER_ACCOUNT, "n/x-worker", "w"),
+        Caller("m", "c-worker", "w", "u", "c", "c-worker"): Refusal(
+            answers.OTHER_ACCOUNT, "m/c-worker", "w"
+        ),
+        Caller("n", "x-worker", "w", "u", "c", "c-worker"): Refusal(
+            answers.OTHER_ACCOUNT, "n/x-worker", "w"
+        ),
         Caller("n", "c-worker", "p", "u", None): Refusal(answers.NOT_A_WORKER, "n/c-worker", "p"),
     }
     for caller, why in cases.items():

@@ -101,7 +101,13 @@ class V1CheckpointResponse(V1):
 
 class Accepting:
     async def review(self, token: str, source: str = "") -> Caller | None:
-        return Caller(namespace="n", service_account="c-worker", pod_name="w", consumer="c")
+        return Caller(
+            namespace="n",
+            service_account="c-worker",
+            pod_name="w",
+            consumer="c",
+            consumer_account="c-worker",
+        )
 
 
 class Clock:

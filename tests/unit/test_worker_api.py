@@ -27,6 +27,7 @@ from streamconsumer.controller.auth import (
     ReviewUnavailable,
     TokenReviewer,
     TooManyReviews,
+    WorkerOf,
 )
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.registry import ManagedConsumer, Registry
@@ -47,7 +48,9 @@ from .fenced import fenced_consumer
 from .moments import CREATED
 from .worker_heartbeat import heartbeat_answer
 
-WORKER = Caller(namespace="n", service_account="c-worker", pod_name="w", pod_uid="u", consumer="c")
+WORKER = Caller(
+    "n", "c-worker", pod_name="w", pod_uid="u", consumer="c", consumer_account="c-worker"
+)
 NOTE = {"action": "skip", "firstSequence": "1", "lastSequence": "2", "count": 2, "error": "e"}
 
 
@@ -162,8 +165,10 @@ class OwnedBy:
     def __init__(self, consumer: str | None = "c") -> None:
         self.consumer = consumer
 
-    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> str | None:
-        return self.consumer if (namespace, pod_name, pod_uid) == ("n", "w", "u") else None
+    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> WorkerOf | None:
+        if self.consumer is None or (namespace, pod_name, pod_uid) != ("n", "w", "u"):
+            return None
+        return WorkerOf(self.consumer, f"{self.consumer}-worker")
 
 
 class FakeAuthentication:
@@ -378,13 +383,13 @@ def owned(name: str, uid: str, api_version: str, kind: str, owner: str, owner_ui
 @pytest.mark.parametrize(
     ("consumer_ref", "consumer_uid", "expected"),
     [
-        (("streamconsumer.io/v1alpha1", "sc-uid"), "sc-uid", "c"),
+        (("streamconsumer.io/v1alpha1", "sc-uid"), "sc-uid", WorkerOf("c", "c-worker")),
         (("streamconsumer.io/v1alpha1", "made-up"), "sc-uid", None),  # a namesake's uid
         (("evil.example/v1", "sc-uid"), "sc-uid", None),  # another group's kind
     ],
 )
 def test_the_owner_chain_ends_at_the_streamconsumer_itself(
-    consumer_ref: tuple[str, str], consumer_uid: str, expected: str | None
+    consumer_ref: tuple[str, str], consumer_uid: str, expected: WorkerOf | None
 ) -> None:
     """Found by review: the last link was taken on its kind alone, so a tenant's own
     Deployment `c-workers` claiming any StreamConsumer `c` made its pods workers."""
@@ -400,6 +405,40 @@ def test_the_owner_chain_ends_at_the_streamconsumer_itself(
     owners = KubePodOwners(api, api, api)  # type: ignore[arg-type]  # the boundary
     assert owners.consumer_of("n", "p", "u") == expected
     assert owners.consumer_of("n", "p", "another-uid") is None, "a pod of the same name"
+
+
+def test_the_owner_chain_reads_the_workers_account_from_the_streamconsumer() -> None:
+    """processor.serviceAccountName: the account a worker must run as is the one the
+    StreamConsumer read in the chain names, not `<name>-worker`."""
+    objects = {
+        "p": owned("p", "u", "apps/v1", "ReplicaSet", "rs", "rs-uid"),
+        "rs": owned("rs", "rs-uid", "apps/v1", "Deployment", "c-workers", "d-uid"),
+        "c-workers": owned(
+            "c-workers", "d-uid", "streamconsumer.io/v1alpha1", "StreamConsumer", "c", "sc-uid"
+        ),
+        "c": {
+            "metadata": {"name": "c", "uid": "sc-uid"},
+            "spec": {"processor": {"serviceAccountName": "clicks-reader"}},
+        },
+    }
+    api = FakeApi(objects)
+    owners = KubePodOwners(api, api, api)  # type: ignore[arg-type]  # the boundary
+    assert owners.consumer_of("n", "p", "u") == WorkerOf("c", "clicks-reader")
+
+
+def test_a_worker_runs_as_the_account_its_streamconsumer_names() -> None:
+    """A pod of the consumer's Deployment is a worker only as the account the consumer
+    names: as `<name>-worker` (the old default) it is refused when another is named."""
+    registry = Registry(Clock(), startup_grace=0.0)
+    named = Caller("n", "clicks-reader", "w", "u", consumer="c", consumer_account="clicks-reader")
+    stale = Caller("n", "c-worker", "w", "u", consumer="c", consumer_account="clicks-reader")
+    admitted = admit(named, "n", "c", registry)
+    assert isinstance(admitted, Reply)
+    assert admitted.status == 503, "past the identity checks: only not loaded yet"
+    refused = admit(stale, "n", "c", registry)
+    assert isinstance(refused, Reply)
+    assert refused.status == 403
+    assert refused.body["message"] == "not a worker of streamconsumer n/c"
 
 
 def test_too_many_reviews_waiting_is_503_at_once() -> None:

@@ -159,7 +159,16 @@ def admit(
         refused = Refusal(TOKEN_REFUSED)
         return error(401, "the token was not accepted by TokenReview", refusal=refused)
     account = f"{caller.namespace}/{caller.service_account}"
-    if caller.namespace != namespace or caller.service_account != worker_service_account(name):
+    consumer = registry.get(namespace, name)
+    # A worker is a pod its Deployment controls (the owner chain), running as the
+    # ServiceAccount the StreamConsumer read in that chain names. Outside it, the account
+    # the loaded spec names only tells the two refusals apart.
+    if caller.consumer == name:
+        expected = caller.consumer_account
+    else:
+        named = consumer.coordinator.spec.processor.service_account_name if consumer else None
+        expected = worker_service_account(name, named)
+    if caller.namespace != namespace or caller.service_account != expected:
         refused = Refusal(OTHER_ACCOUNT, account, caller.pod_name)
         return error(403, f"not a worker of streamconsumer {namespace}/{name}", refusal=refused)
     if caller.consumer != name:  # the workers' ServiceAccount, in a pod not of our workers
@@ -168,7 +177,6 @@ def admit(
             f"pod {caller.pod_name} is not one of streamconsumer {namespace}/{name}'s workers",
             refusal=Refusal(NOT_A_WORKER, account, caller.pod_name),
         )
-    consumer = registry.get(namespace, name)
     if consumer is None:
         if registry.starting(namespace, name):
             return unavailable(f"streamconsumer {namespace}/{name} is being loaded")

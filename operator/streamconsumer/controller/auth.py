@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors, metrics
-from streamconsumer.controller.names import worker_deployment
+from streamconsumer.controller.names import worker_deployment, worker_service_account
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 AUDIENCE = "streamconsumer.io"
@@ -82,6 +82,8 @@ class Caller:
     pod_uid: str | None = None
     # The StreamConsumer whose workers' Deployment controls the pod; None if none does.
     consumer: str | None = None
+    # The ServiceAccount that StreamConsumer's workers run as (its spec, read with it).
+    consumer_account: str | None = None
 
 
 class ReviewUnavailable(Exception):
@@ -96,8 +98,17 @@ class TooManyReviews(ReviewUnavailable):
         self.retry_after = retry_after
 
 
+@dataclass(frozen=True)
+class WorkerOf:
+    """The StreamConsumer controlling a pod, and the ServiceAccount its spec has its
+    workers run as (`processor.serviceAccountName`, else `<name>-worker`)."""
+
+    consumer: str
+    service_account: str
+
+
 class PodOwners(Protocol):
-    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> str | None:
+    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> WorkerOf | None:
         """The StreamConsumer controlling this pod (by this UID), or None; raises
         ReviewUnavailable if the apiserver cannot say now."""
 
@@ -141,7 +152,7 @@ class KubePodOwners:
             k8s.CoreV1Api(api_client), k8s.AppsV1Api(api_client), k8s.CustomObjectsApi(api_client)
         )
 
-    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> str | None:
+    def consumer_of(self, namespace: str, pod_name: str, pod_uid: str) -> WorkerOf | None:
         core, apps, custom, timeout = self.core, self.apps, self.custom, self.timeout
         try:
             pod = core.read_namespaced_pod(pod_name, namespace, _request_timeout=timeout)
@@ -172,7 +183,10 @@ class KubePodOwners:
             raise ReviewUnavailable(f"reading the caller's pod: {type(error).__name__}") from None
         if not isinstance(consumer, dict) or consumer.get("metadata", {}).get("uid") != by.uid:
             return None  # a namesake: not the StreamConsumer the Deployment belongs to
-        return str(by.name)
+        processor = (consumer.get("spec") or {}).get("processor") or {}
+        named = processor.get("serviceAccountName")
+        account = worker_service_account(by.name, named if isinstance(named, str) else None)
+        return WorkerOf(str(by.name), account)
 
 
 @dataclass(eq=False)
@@ -308,7 +322,9 @@ class TokenReviewer:
         extra = status.user.extra or {}
         pod_name = next(iter(extra.get(_POD_NAME) or []), None)
         pod_uid = next(iter(extra.get(_POD_UID) or []), None)
-        consumer = None
+        owner = None
         if pod_name is not None and pod_uid is not None:
-            consumer = self.owners.consumer_of(parts[2], pod_name, pod_uid)
-        return Caller(parts[2], parts[3], pod_name, pod_uid, consumer)
+            owner = self.owners.consumer_of(parts[2], pod_name, pod_uid)
+        if owner is None:
+            return Caller(parts[2], parts[3], pod_name, pod_uid)
+        return Caller(parts[2], parts[3], pod_name, pod_uid, owner.consumer, owner.service_account)

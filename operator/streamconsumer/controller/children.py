@@ -85,7 +85,7 @@ def service_account(consumer: str, spec: StreamConsumerSpec) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {
-            "name": worker_service_account(consumer),
+            "name": worker_service_account(consumer, spec.processor.service_account_name),
             "labels": selector_labels(consumer),
             "annotations": dict(spec.processor.service_account_annotations),
         },
@@ -174,7 +174,9 @@ def deployment(
                 },
                 "spec": {
                     **pod_scheduling(spec),
-                    "serviceAccountName": worker_service_account(consumer),
+                    "serviceAccountName": worker_service_account(
+                        consumer, spec.processor.service_account_name
+                    ),
                     "automountServiceAccountToken": False,
                     "terminationGracePeriodSeconds": pod.termination_grace_period_seconds,
                     "containers": [container],

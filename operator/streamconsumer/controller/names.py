@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 
-def worker_service_account(consumer: str) -> str:
-    return f"{consumer}-worker"
+def worker_service_account(consumer: str, named: str | None = None) -> str:
+    """The workers' ServiceAccount: the spec's `processor.serviceAccountName` if it
+    `named` one, else `<consumer>-worker`. Either way the operator creates and owns it."""
+    return named or f"{consumer}-worker"
 
 
 def worker_deployment(consumer: str) -> str:

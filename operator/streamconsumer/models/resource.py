@@ -26,6 +26,9 @@ PLURAL = "streamconsumers"
 SequenceNumber = Annotated[str, Field(pattern=r"^[0-9]{1,128}$", max_length=128)]
 """A Kinesis sequence number: up to 128 decimal digits, compared as an integer."""
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+"""A Kubernetes object name such as a ServiceAccount's (RFC 1123 subdomain)."""
+
 ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", max_length=128)]
 """A sequence number, or SHARD_END once every record of a closed shard is processed."""
 
@@ -192,7 +195,15 @@ class EnvVar(Model):
 class Processor(Model):
     """The user's record processor and the image it runs in."""
 
-    model_config = with_rules(*PROCESSOR_RULES)
+    model_config = with_rules(
+        *PROCESSOR_RULES,
+        (
+            _same("serviceAccountName"),
+            "serviceAccountName cannot change: workers running as the old ServiceAccount "
+            "would be refused before they could hand their shards off; create a new "
+            "StreamConsumer (docs/checkpoints.md carries the checkpoints over)",
+        ),
+    )
 
     image: str = Field(
         min_length=1, max_length=1024, description="Worker image with the processor."
@@ -209,6 +220,17 @@ class Processor(Model):
         description="Environment from Secrets (e.g. AWS credentials: never put secrets in "
         "the spec) or ConfigMaps, as a container's envFrom.",
         json_schema_extra=kubernetes("EnvFromSource", many=True),
+    )
+    service_account_name: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The workers' ServiceAccount, which the operator creates and owns "
+        "(default `<name>-worker`), for IAM trust policies that name it (IRSA, EKS Pod "
+        "Identity). Never an existing one: a ServiceAccount of that name that is not "
+        "this StreamConsumer's is left untouched and no worker runs (ObjectConflict). "
+        "Setting it needs the rights to create ServiceAccounts and pods in the "
+        "namespace (docs/security.md#the-workers-serviceaccount); it cannot change.",
     )
     service_account_annotations: dict[str, str] = Field(
         default_factory=dict,
