@@ -43,7 +43,7 @@ $(STAMPS)/dynamodb-local: tests/dynamodb/pom.xml
 	@test -n "$$(ls tests/dynamodb/lib/DynamoDBLocal-*.jar)"
 	@touch $@
 
-.PHONY: venv emulators dynamodb-local controlplane helm prometheus node-packages node-binaries node-images
+.PHONY: venv emulators dynamodb-local controlplane helm prometheus kubevalidate node-packages node-binaries node-images
 venv: $(STAMPS)/venv  ## create .venv with the package and the dev tools
 emulators: $(STAMPS)/emulators $(STAMPS)/dynamodb-local  ## install the Kinesis emulators and DynamoDB Local
 dynamodb-local: $(STAMPS)/dynamodb-local  ## install DynamoDB Local (Maven Central, Java 17)
@@ -53,6 +53,8 @@ helm:  ## build helm from Go modules for the chart tests (cached; a helm on PATH
 	@tests/helm/build.sh >/dev/null
 prometheus:  ## build prometheus and promtool from Go modules, to test the PromQL we ship (cached)
 	@tests/prometheus/build.sh >/dev/null
+kubevalidate:  ## build the chart's manifest checker once per Kubernetes minor 1.30-1.34 (cached)
+	@tests/kubevalidate/build.sh >/dev/null
 node-packages:  ## apt-get the real node's Debian packages when missing (podman, containerd, ...)
 	@tests/node/packages.sh
 node-binaries: controlplane  ## build kubelet, kube-scheduler, kube-proxy, pause (cached)
@@ -61,7 +63,7 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 	@PYTHONPATH=tests $(BIN)/python -m testbed.images >/dev/null
 
 .PHONY: test
-test: venv emulators controlplane helm prometheus node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
+test: venv emulators controlplane helm prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
