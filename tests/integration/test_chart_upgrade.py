@@ -1,70 +1,44 @@
 """install → upgrade from the previous chart, on a real apiserver and controller manager
 of their own (a cluster where only the previous chart was installed).
 
-"The previous chart" is the chart at PREVIOUS_CHART_COMMIT: 0.1.0, the last that shipped
-the CRD in its crds/ folder (the chart has had no release tag yet; pin the newest
-release's commit, or its tag, here when there is one: docs/upgrades.md). It is taken from
-the repository's history with `git archive`, so the test needs a clone with history (CI
-clones in full; a shallow clone fails with how to fix it).
+"The previous chart" is the chart at testbed.charts.PREVIOUS_CHART_COMMIT (0.1.0, the last
+that shipped the CRD in its crds/ folder), taken from the repository's history with `git
+archive`.
 
 Shown: the upgrade as docs/upgrades.md tells it (Helm refuses to take over the CRD it did
 not create; adopted with the documented label and annotations, it succeeds); the CRD is
 upgraded (a field the new models added is accepted by strict field validation, refused
 before); a StreamConsumer made under the previous chart keeps its uid, spec and status;
 the operator Deployment rolls to the new template (a new ReplicaSet). Without a kubelet the
-new pods never run: the real node would show the rollout finishing, which this tier cannot."""
+new pods never run: tests/realnode/test_chart_upgrade.py shows the rollout finish with
+records flowing."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import tarfile
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from testbed.charts import (
+    CHART,
+    CRD,
+    PREVIOUS_CHART_VERSION,
+    REPO,
+    UPGRADE_VALUES_FLAG,
+    adopt_crd,
+    documented,
+    previous_chart,
+)
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "streamconsumer"
-PREVIOUS_CHART_COMMIT = "487d2ff79804ec1f1af4aa3015bc54a8a35571e7"  # chart 0.1.0, crds/
 RELEASE, RELEASE_NAMESPACE, TEAM = "streamconsumer", "streamconsumer-system", "team-a"
-CRD = "streamconsumers.streamconsumer.io"
-
-
-def previous_chart(into: Path) -> Path:
-    """The chart at PREVIOUS_CHART_COMMIT, extracted from git into `into`."""
-    known = subprocess.run(
-        ["git", "-C", str(REPO), "cat-file", "-e", f"{PREVIOUS_CHART_COMMIT}^{{commit}}"],
-        capture_output=True,
-        text=True,
-    )
-    assert known.returncode == 0, (
-        f"commit {PREVIOUS_CHART_COMMIT} (the previous chart) is not in this clone: the "
-        "upgrade test needs the repository's history (git fetch --unshallow)"
-    )
-    archive = subprocess.run(
-        [
-            "git",
-            "-C",
-            str(REPO),
-            "archive",
-            "--format=tar",
-            PREVIOUS_CHART_COMMIT,
-            "charts/streamconsumer",
-        ],
-        capture_output=True,
-        check=True,
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "charts" / "streamconsumer"
 
 
 @pytest.fixture(scope="module")
@@ -139,10 +113,11 @@ def test_the_previous_chart_upgrades_in_place(
     plane: ControlPlane, helm: Path, tmp_path: Path
 ) -> None:
     previous = previous_chart(tmp_path / "previous")
-    assert yaml.safe_load((previous / "Chart.yaml").read_text())["version"] == "0.1.0"
+    version = yaml.safe_load((previous / "Chart.yaml").read_text())["version"]
+    assert version == PREVIOUS_CHART_VERSION
     assert (previous / "crds").is_dir(), "the previous chart shipped its CRD in crds/"
     current = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
-    assert current != "0.1.0", "a chart that changed since 0.1.0 has a new version"
+    assert current != PREVIOUS_CHART_VERSION, "a chart changed since has a new version"
 
     installed = helm_in(
         plane, helm, "install", RELEASE, previous, "-n", RELEASE_NAMESPACE, "--create-namespace"
@@ -184,28 +159,17 @@ def test_the_previous_chart_upgrades_in_place(
     wait_for(lambda: len(replica_sets(plane)) == 1, 60, "the previous operator's ReplicaSet")
     first = set(replica_sets(plane))
 
-    documented = (REPO / "docs" / "upgrades.md").read_text()
-    assert "--reset-then-reuse-values" in documented
+    docs = (REPO / "docs" / "upgrades.md").read_text()
+    assert "helm upgrade streamconsumer charts/streamconsumer --namespace " in docs
+    assert UPGRADE_VALUES_FLAG in docs
     # Helm did not create the CRD through a template, so it will not take it over...
-    upgrade = ("upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, "--reset-then-reuse-values")
+    upgrade = ("upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG)
     refused_upgrade = helm_in(plane, helm, *upgrade)
     assert refused_upgrade.returncode != 0
     assert "invalid ownership metadata" in refused_upgrade.stderr, refused_upgrade.stderr
-    # ...until it is adopted as docs/upgrades.md says (its upgrade command, too).
-    assert "helm upgrade streamconsumer charts/streamconsumer --namespace " in documented
-    adopt = [
-        ("label", "crd", CRD, "app.kubernetes.io/managed-by=Helm"),
-        (
-            "annotate",
-            "crd",
-            CRD,
-            f"meta.helm.sh/release-name={RELEASE}",
-            f"meta.helm.sh/release-namespace={RELEASE_NAMESPACE}",
-        ),
-    ]
-    for command in adopt:
-        line = " ".join(command).replace(f"{CRD} meta", f"{CRD} \\\n  meta")
-        assert f"kubectl {line}" in documented, f"docs/upgrades.md no longer says: {line}"
+    # ...until it is adopted as docs/upgrades.md says.
+    for command in adopt_crd(RELEASE, RELEASE_NAMESPACE):
+        assert documented(command), f"docs/upgrades.md no longer says: kubectl {command}"
         done = plane.kubectl(*command)
         assert done.returncode == 0, done.stderr
     upgraded = helm_in(plane, helm, *upgrade)
