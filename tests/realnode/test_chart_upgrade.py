@@ -1,0 +1,206 @@
+"""install → upgrade from the previous chart on the real node, with records flowing: the
+previous chart (testbed.charts: 0.1.0 from the repository's history, its CRD in crds/)
+installed with our operator image, the clickstream example consuming from the emulator;
+then the upgrade docs/upgrades.md gives (the CRD adopted, `helm upgrade
+--reset-then-reuse-values --wait`) while records keep coming. The operator's rollout
+finishes, the CRD takes a field added since, the StreamConsumer is the same object, and
+every record is processed once, in order.
+
+This test installs the cluster's CRD from the previous chart, so it runs before the
+README's install of this tier (files run in name order; it says so if the CRD is already
+there), and removes all it installed, CRD included, when it ends.
+
+Our images are built from the working tree: the operator image is the new one on both
+sides, so this shows the chart's upgrade (objects, CRD, rollout), not an upgrade of the
+operator's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from realnode.deliveries import Producer, judge
+from testbed.charts import (
+    CHART,
+    CRD,
+    UPGRADE_VALUES_FLAG,
+    adopt_crd,
+    documented,
+    previous_chart,
+)
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.node import Cluster
+from testbed.podlogs import PodLogs
+from testbed.userpath import (
+    CREDENTIALS,
+    EXAMPLES,
+    OPERATOR,
+    RELEASE_NAMESPACE,
+    Kubectl,
+    edited_example,
+)
+from testbed.waiting import wait_for
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
+RELEASE = "streamconsumer"
+
+
+def test_the_previous_chart_upgrades_with_records_flowing(
+    cluster: Cluster,
+    kubectl: Kubectl,
+    helm: Path,
+    emulator: KinesisEmulator,
+    consumer_ns: str,
+    tmp_path: Path,
+) -> None:
+    plane = cluster.plane
+    there = subprocess.run(
+        [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", "get", "crd", CRD],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert there.returncode != 0, (
+        f"{CRD} is installed already: this test installs it from the previous chart, so it "
+        "must run before anything else installs the chart (run it first, or alone)"
+    )
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(plane.kubeconfig),
+        "HELM_CONFIG_HOME": str(tmp_path / "helm-config"),
+        "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
+        "HELM_DATA_HOME": str(tmp_path / "helm-data"),
+    }
+
+    def helm_run(*args: str | Path) -> str:
+        done = subprocess.run(
+            [str(helm), *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+        )
+        if done.returncode != 0:
+            pods = kubectl("get", "pods", "-A", "-o", "wide")
+            raise AssertionError(f"helm {args[0]} failed:\n{done.stderr}\n{pods}")
+        return done.stdout
+
+    repository, tag = cluster.images["operator"].rsplit(":", 1)
+    host = urlsplit(emulator.endpoint_url).hostname
+    stream = f"upgrade-{uuid.uuid4().hex[:6]}"
+    create_stream(emulator.client, stream, 4)
+    producer = Producer([f"k{i:02d}" for i in range(16)])
+    logs = PodLogs(cluster.node.log_dir(), consumer_ns).start()
+
+    def produce(count: int) -> None:
+        put_records(emulator.client, stream, producer.batch(count))
+
+    def all_processed() -> bool:
+        kubectl.pods(consumer_ns)  # fails at once if a worker keeps crashing
+        return not judge(producer.produced, logs.streams()).lost
+
+    def worker_logs() -> str:
+        return "\n".join(
+            f"--- {s.pod}\n" + "\n".join(lines[-15:]) for s, lines in logs.streams().items()
+        )
+
+    def get(*args: str) -> Any:
+        return json.loads(kubectl("get", *args, "-o", "json"))
+
+    def cleanup(*args: str) -> None:
+        """kubectl, never raising: what is left is for the tier's machine check to see."""
+        subprocess.run(
+            [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
+            capture_output=True,
+            timeout=240,
+            check=False,
+        )
+
+    try:
+        kubectl("create", "namespace", RELEASE_NAMESPACE)
+        literals = [f"--from-literal={key}={value}" for key, value in CREDENTIALS.items()]
+        kubectl(
+            "-n", RELEASE_NAMESPACE, "create", "secret", "generic", "aws-credentials", *literals
+        )
+        allowed = {"default": {"endpoints": [host], "allowHttp": True}}
+        values = [
+            *("--set", f"image.repository={repository}", "--set", f"image.tag={tag}"),
+            *("--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]'),
+            *("--set-json", f"awsAccess={json.dumps(allowed)}"),
+        ]
+        helm_run(
+            "install", RELEASE, previous_chart(tmp_path / "previous"), "-n", RELEASE_NAMESPACE,
+            *values, "--wait", "--timeout", "5m",
+        )  # fmt: skip
+        manifest = edited_example(
+            EXAMPLES / "streamconsumer.yaml",
+            cluster.images["clickstream"],
+            stream,
+            emulator,
+            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
+        )
+        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
+        kubectl(
+            "-n", consumer_ns, "wait", "streamconsumer/clickstream",
+            "--for=condition=Ready", "--timeout=3m",
+        )  # fmt: skip
+        uid = get("-n", consumer_ns, "streamconsumer/clickstream")["metadata"]["uid"]
+        produce(400)
+        wait_for(all_processed, 180, "the first events processed", poll=0.5, details=worker_logs)
+        before = get("-n", RELEASE_NAMESPACE, f"deployment/{OPERATOR}")
+
+        # The upgrade, as docs/upgrades.md gives it, while records keep coming.
+        for command in adopt_crd(RELEASE, RELEASE_NAMESPACE):
+            assert documented(command), f"docs/upgrades.md no longer says: kubectl {command}"
+            kubectl(*command)
+        produce(200)
+        helm_run(
+            "upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG,
+            "--wait", "--timeout", "5m",
+        )  # fmt: skip
+        produce(200)
+        kubectl(
+            "-n", RELEASE_NAMESPACE, "rollout", "status", f"deployment/{OPERATOR}",
+            "--timeout=180s",
+        )  # fmt: skip
+        produce(200)
+        wait_for(all_processed, 180, "the events after the upgrade", poll=0.5, details=worker_logs)
+
+        after = get("-n", RELEASE_NAMESPACE, f"deployment/{OPERATOR}")
+        assert after["metadata"]["generation"] > before["metadata"]["generation"]
+        assert get("-n", consumer_ns, "streamconsumer/clickstream")["metadata"]["uid"] == uid
+        # The CRD is the new one: a field added since the previous chart is accepted.
+        named = {**manifest, "metadata": {"name": "named"}}
+        named["spec"] = {
+            **manifest["spec"],
+            "processor": {**manifest["spec"]["processor"], "serviceAccountName": "reader"},
+        }
+        kubectl(
+            "-n", consumer_ns, "apply", "--server-side", "--validate=strict",
+            "--dry-run=server", "-f", "-", input=json.dumps(named),
+        )  # fmt: skip
+    finally:
+        logs.stop()
+        # All this test installed goes, the CRD too (files after it install the chart anew).
+        cleanup("-n", consumer_ns, "delete", "streamconsumer", "--all", "--timeout=180s")
+        subprocess.run(
+            [str(helm), "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],
+            capture_output=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        cleanup("delete", "crd", CRD, "--ignore-not-found", "--timeout=120s")
+        cleanup("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--timeout=180s")
+
+    verdict = judge(producer.produced, logs.streams())
+    print(
+        f"{len(producer.produced)} events through the upgrade, "
+        f"{sum(verdict.duplicates.values())} duplicates"
+    )
+    assert not verdict.lost
+    assert not verdict.out_of_order, verdict.out_of_order[:20]
+    assert not verdict.duplicates, sorted(verdict.duplicates)[:20]
