@@ -160,6 +160,11 @@ def render() -> str:
     return HEADER + yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)
 
 
+# `crds.install` (charts/streamconsumer/templates/_helpers.tpl): true where the values
+# have no `crds`, as a release upgraded with --reuse-values from 0.1.x has.
+CRDS_INSTALL = '{{- if eq (include "streamconsumer.installCRD" .) "true" }}\n'
+
+
 def chart_template() -> str:
     """The chart's copy: a template, not a file of the chart's crds/ folder, which
     `helm upgrade` never updates; kept by `helm uninstall`, since deleting the CRD would
@@ -167,7 +172,7 @@ def chart_template() -> str:
     crd = custom_resource_definition()
     crd["metadata"]["annotations"] = {"helm.sh/resource-policy": "keep"}
     body = yaml.safe_dump(crd, sort_keys=False, width=100)
-    return HEADER + "{{- if .Values.crds.install }}\n" + body + "{{- end }}\n"
+    return HEADER + CRDS_INSTALL + body + "{{- end }}\n"
 
 
 if __name__ == "__main__":

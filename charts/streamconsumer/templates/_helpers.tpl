@@ -35,3 +35,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "streamconsumer.caBundle" -}}
 {{ include "streamconsumer.name" . }}-ca-bundle
 {{- end -}}
+
+{{- /* "true" unless crds.install is false; true where `crds` is absent: a release upgraded
+with --reuse-values from 0.1.x keeps that chart's values, which had none. */}}
+{{- define "streamconsumer.installCRD" -}}
+{{- ne (toString (dig "crds" "install" true .Values.AsMap)) "false" -}}
+{{- end -}}
