@@ -17,8 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "streamconsumer"
 EVERY_OPTION = REPO / "tests" / "helm" / "every-option.yaml"
 MINORS = ("1.30", "1.31", "1.32", "1.33", "1.34")
-# Other projects' kinds the chart renders when asked (ServiceMonitor; cert-manager's
-# Issuer and Certificate): no Kubernetes release has them, and their CRDs are not ours.
+# Other projects' kinds the chart renders when asked (ServiceMonitor, PodMonitor,
+# PrometheusRule; cert-manager's Issuer and Certificate): no Kubernetes release has them,
+# and their CRDs are not ours.
 FOREIGN = "monitoring.coreos.com,cert-manager.io"
 
 

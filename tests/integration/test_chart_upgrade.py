@@ -1,12 +1,13 @@
 """install → upgrade from the previous chart, on a real apiserver and controller manager
 of their own (a cluster where only the previous chart was installed).
 
-"The previous chart" is the chart at testbed.charts.PREVIOUS_CHART_COMMIT (0.1.0, the last
-that shipped the CRD in its crds/ folder), taken from the repository's history with `git
-archive`.
+Two previous charts (docs/upgrades.md): the previous release, tests/releases/chart.tgz,
+and 0.1.0 as of testbed.charts.PREVIOUS_CHART_COMMIT, the last that shipped the CRD in its
+crds/ folder, taken from the repository's history with `git archive`.
 
-Shown: the upgrade as docs/upgrades.md tells it (Helm refuses to take over the CRD it did
-not create; adopted with the documented label and annotations, it succeeds); the CRD is
+Shown: the upgrade as docs/upgrades.md tells it (from crds/, Helm refuses to take over
+the CRD it did not create; adopted with the documented label and annotations, it
+succeeds); the CRD is
 upgraded (a field the new models added is accepted by strict field validation, refused
 before); a StreamConsumer made under the previous chart keeps its uid, spec and status;
 the operator Deployment rolls to the new template (a new ReplicaSet). Without a kubelet the
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,12 +38,13 @@ from testbed.charts import (
     previous_chart,
 )
 from testbed.controlplane import ControlPlane
+from testbed.releases import PREVIOUS_CHART, verified
 from testbed.waiting import wait_for
 
 RELEASE, RELEASE_NAMESPACE, TEAM = "streamconsumer", "streamconsumer-system", "team-a"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     """A control plane of its own: this test installs and upgrades the CRD itself."""
     started = ControlPlane.start(tmp_path_factory.mktemp("upgrade-plane"))
@@ -109,18 +112,39 @@ def replica_sets(plane: ControlPlane) -> dict[str, int]:
     }
 
 
+@pytest.mark.parametrize("previous", ["release", "crds-folder"])
 def test_the_previous_chart_upgrades_in_place(
-    plane: ControlPlane, helm: Path, tmp_path: Path
+    plane: ControlPlane, helm: Path, tmp_path: Path, previous: str
 ) -> None:
-    previous = previous_chart(tmp_path / "previous")
-    version = yaml.safe_load((previous / "Chart.yaml").read_text())["version"]
-    assert version == PREVIOUS_CHART_VERSION
-    assert (previous / "crds").is_dir(), "the previous chart shipped its CRD in crds/"
+    """`release`: the previous release (tests/releases/chart.tgz, as docs/upgrades.md's
+    version policy defines it); `crds-folder`: 0.1.0 from git, its CRD in crds/, which
+    Helm must be told to adopt."""
+    if previous == "release":
+        chart = verified(PREVIOUS_CHART)
+        unpacked = tmp_path / "release"
+        unpacked.mkdir()
+        with tarfile.open(chart) as tar:
+            tar.extractall(unpacked, filter="data")
+        version = yaml.safe_load((unpacked / "streamconsumer" / "Chart.yaml").read_text())
+    else:
+        chart = previous_chart(tmp_path / "previous")
+        assert (chart / "crds").is_dir(), "0.1.0 shipped its CRD in crds/"
+        version = yaml.safe_load((chart / "Chart.yaml").read_text())
+    assert version["version"] == PREVIOUS_CHART_VERSION
     current = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
     assert current != PREVIOUS_CHART_VERSION, "a chart changed since has a new version"
+    adopt = previous == "crds-folder"
+    previous_chart_path = chart
 
     installed = helm_in(
-        plane, helm, "install", RELEASE, previous, "-n", RELEASE_NAMESPACE, "--create-namespace"
+        plane,
+        helm,
+        "install",
+        RELEASE,
+        previous_chart_path,
+        "-n",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
     )
     assert installed.returncode == 0, installed.stderr
     wait_for(
@@ -162,18 +186,17 @@ def test_the_previous_chart_upgrades_in_place(
     docs = (REPO / "docs" / "upgrades.md").read_text()
     assert "helm upgrade streamconsumer charts/streamconsumer --namespace " in docs
     assert UPGRADE_VALUES_FLAG in docs
-    # Helm did not create the CRD through a template, so it will not take it over. (Tried
-    # with --reuse-values, 0.1.0's values alone: the chart renders with them, it failed
-    # on a nil crds map before, and only the ownership check refuses.)
     upgrade = ("upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG)
-    refused_upgrade = helm_in(plane, helm, *upgrade[:-1], "--reuse-values")
-    assert refused_upgrade.returncode != 0
-    assert "invalid ownership metadata" in refused_upgrade.stderr, refused_upgrade.stderr
-    # ...until it is adopted as docs/upgrades.md says.
-    for command in adopt_crd(RELEASE, RELEASE_NAMESPACE):
-        assert documented(command), f"docs/upgrades.md no longer says: kubectl {command}"
-        done = plane.kubectl(*command)
-        assert done.returncode == 0, done.stderr
+    if adopt:
+        # Helm did not create the CRD through a template, so it will not take it over.
+        refused_upgrade = helm_in(plane, helm, *upgrade)
+        assert refused_upgrade.returncode != 0
+        assert "invalid ownership metadata" in refused_upgrade.stderr, refused_upgrade.stderr
+        # ...until it is adopted as docs/upgrades.md says.
+        for command in adopt_crd(RELEASE, RELEASE_NAMESPACE):
+            assert documented(command), f"docs/upgrades.md no longer says: kubectl {command}"
+            done = plane.kubectl(*command)
+            assert done.returncode == 0, done.stderr
     upgraded = helm_in(plane, helm, *upgrade)
     assert upgraded.returncode == 0, upgraded.stderr
 

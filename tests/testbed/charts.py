@@ -2,10 +2,11 @@
 it stood at PREVIOUS_CHART_COMMIT, taken from the repository's history, and the steps
 docs/upgrades.md gives to upgrade from it.
 
-The chart has had no release tag yet, so "previous" is pinned as a commit of main's
-history: 0.1.0, the last chart that shipped the CRD in its crds/ folder. Pin the newest
-release's commit (or tag) here once there is one. A full clone has it (CI clones in
-full); a shallow one does not, and previous_chart says how to fix that."""
+This is 0.1.0 as pinned by a commit of main's history, the last chart that shipped the
+CRD in its crds/ folder (Helm must be told to adopt it). The previous release proper is
+tests/releases/chart.tgz (testbed.releases), whose CRD is a template already; the
+integration test upgrades from both. A full clone has the commit (CI clones in full); a
+shallow one does not, and previous_chart says how to fix that."""
 
 from __future__ import annotations
 

@@ -231,6 +231,7 @@ class Processor(Model):
         "this StreamConsumer's is left untouched and no worker runs (ObjectConflict). "
         "Setting it needs the rights to create ServiceAccounts and pods in the "
         "namespace (docs/security.md#the-workers-serviceaccount); it cannot change.",
+        json_schema_extra=added_since("0.2.0"),
     )
     service_account_annotations: dict[str, str] = Field(
         default_factory=dict,
