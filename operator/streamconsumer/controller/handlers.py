@@ -8,7 +8,6 @@ python -m streamconsumer.controller --all-namespaces
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -16,51 +15,28 @@ from typing import Any
 import kopf
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
-from urllib3.exceptions import HTTPError
 
 from streamconsumer import audit
 from streamconsumer.controller import (
     children,
     consumers,
-    executors,
     fanout,
+    reconcile,
     requests,
     worker_health,
 )
 from streamconsumer.controller.access import AccessRefused
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.essence import Essence
-from streamconsumer.controller.names import worker_deployment
-from streamconsumer.controller.owned import (
-    NotApplied,
-    NotOurs,
-    apply_owned,
-    delete_owned,
-    failure,
-    read_owned,
-)
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
-    CONSUMER_LABEL,
     NAME_LABEL,
     REQUESTED_BY,
     RESET_ANNOTATION,
-    StreamConsumerSpec,
 )
 
-# An object of a name we need that is not ours: looked at again this often.
-CONFLICT_RETRY_SECONDS = 10.0
 CATCH_UP_SECONDS = 5.0  # a spec change kopf took as handled is applied within this
-
-
-def _generation(body: kopf.Body) -> int:
-    return int(body.get("metadata", {}).get("generation") or 0)
-
-
-def spec_of(body: kopf.Body) -> StreamConsumerSpec:
-    return StreamConsumerSpec.model_validate(body.get("spec", {}))
 
 
 def kube_client() -> k8s.ApiClient:
@@ -97,70 +73,7 @@ async def reconcile_children(
     **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    await _reconcile(body, name, namespace, memo, logger)
-
-
-async def _reconcile(
-    body: kopf.Body, name: str, namespace: str, memo: kopf.Memo, logger: kopf.Logger
-) -> None:
-    context = context_of(memo)
-    spec = spec_of(body)
-
-    def applied(error: str | None) -> None:  # shown in status
-        context.registry.children_applied(namespace, name, error)
-
-    refusal = children.pod_policy_refusal(
-        spec, namespace, context.config.unrestricted_pod_namespaces
-    )
-    if refusal is not None:
-        kopf.warn(body, reason="PodPolicyRefused", message=refusal)
-        applied(refusal)
-        # Workers made before (the namespace was allowed then, or the spec was another)
-        # would go on making pods of it: no worker pod of a refused spec may run.
-        stop = functools.partial(
-            delete_owned,
-            context.api_client,
-            "Deployment",
-            worker_deployment(name),
-            namespace,
-            body.metadata.uid,
-        )
-        if await executors.run_in(executors.KUBERNETES, stop):
-            logger.warning("workers deleted: %s", refusal)
-        # Again later: the loop may not be registered yet to show it in Degraded.
-        raise kopf.TemporaryError(refusal, delay=CONFLICT_RETRY_SECONDS)
-    ca_pem = context.tls.ca_pem if context.tls is not None else None
-    ca = children.ca_bundle(name, ca_pem) if ca_pem is not None else None
-    manifests = [
-        children.service_account(name, spec),
-        *([ca] if ca is not None else []),  # the CA before the Deployment: its pods mount it
-        children.deployment(
-            namespace, name, spec, context.config.api_url, context.config.token_audience
-        ),
-        children.disruption_budget(name),
-    ]
-    try:
-        for manifest in manifests:
-            kopf.adopt(manifest, owner=body)
-            apply = functools.partial(
-                apply_owned, context.api_client, manifest, namespace, body.metadata.uid
-            )
-            await executors.run_in(executors.KUBERNETES, apply)
-            if manifest is ca and ca_pem is not None:
-                context.ca_bundles.applied((namespace, name), ca_pem)
-    except (NotOurs, NotApplied) as refused:
-        reason = "ObjectConflict" if isinstance(refused, NotOurs) else "ChildrenRefused"
-        kopf.warn(body, reason=reason, message=str(refused))
-        applied(str(refused))
-        raise kopf.TemporaryError(str(refused), delay=CONFLICT_RETRY_SECONDS) from None
-    except Exception as error:  # passing (kopf tries again), but nothing is known applied
-        context.registry.children_failed(namespace, name, failure(error))
-        raise
-    if (consumer := context.registry.get(namespace, name)) is not None:
-        consumer.coordinator.update_spec(spec)
-    applied(None)
-    context.registry.spec_applied(namespace, name, _generation(body))
-    logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
+    await reconcile.apply_children(context_of(memo), body, name, namespace, logger)
 
 
 # kopf runs one handler per event and then stores the newest state as handled: a spec
@@ -179,8 +92,8 @@ async def catch_up(
     **_: Any,
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    if context_of(memo).registry.behind(namespace, name, _generation(body)):
-        await _reconcile(body, name, namespace, memo, logger)
+    if context_of(memo).registry.behind(namespace, name, reconcile.generation(body)):
+        await reconcile.apply_children(context_of(memo), body, name, namespace, logger)
 
 
 @kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})
@@ -188,18 +101,7 @@ async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) ->
     """A deleted worker pod's tokens are refused at once, not when their cache runs out.
     A pod that does not start (image pull, crash loop, ...) shows in its consumer's
     status (worker_health.py)."""
-    context = context_of(memo)
-    pod = event["object"]
-    metadata = pod.get("metadata") or {}
-    uid = str(metadata.get("uid") or "")
-    consumer = (metadata.get("labels") or {}).get(CONSUMER_LABEL)
-    namespace = metadata.get("namespace")
-    if event["type"] == "DELETED":
-        context.reviewer.forget_pod(uid)
-        if consumer and namespace:
-            context.registry.pod_gone(namespace, consumer, uid)
-    elif consumer and namespace and uid:
-        context.registry.pod_seen(namespace, consumer, uid, worker_health.pod_trouble(pod))
+    reconcile.worker_pod_changed(context_of(memo), event["type"], event["object"])
 
 
 # The Deployment's own word on its pods (a ReplicaSet refused by a quota or an admission
@@ -215,25 +117,7 @@ async def check_workers(
     body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
 ) -> None:
     assert namespace is not None, "StreamConsumer is namespaced"
-    if body.metadata.get("deletionTimestamp"):
-        return  # its workers are going: nothing of it is kept (Registry.forget)
-    context = context_of(memo)
-    read = functools.partial(
-        read_owned,
-        context.api_client,
-        "Deployment",
-        worker_deployment(name),
-        namespace,
-        body.metadata.uid,
-    )
-    try:
-        deployment = await executors.run_in(executors.KUBERNETES, read)
-    except (ApiException, HTTPError, OSError):
-        return  # a passing fault: the last reading stands until the next one
-    if deployment is not None:
-        context.registry.deployment_seen(
-            namespace, name, worker_health.deployment_replicas(deployment)
-        )
+    await reconcile.check_workers(context_of(memo), body, name, namespace)
 
 
 @contextlib.contextmanager
@@ -248,7 +132,7 @@ def _fan_out_failures() -> Iterator[None]:
 
 
 def _fan_out(body: kopf.Body, **_: Any) -> bool:
-    return fanout.uses_fan_out(spec_of(body).source)
+    return fanout.uses_fan_out(reconcile.spec_of(body).source)
 
 
 # Enhanced fan-out: a stream consumer while the resource exists and says fanOut. Every
@@ -267,7 +151,7 @@ async def register_stream_consumer(
     assert namespace is not None, "StreamConsumer is namespaced"
     policy = context_of(memo).config.aws_access
     with _fan_out_failures():
-        arn = await fanout.register(policy, namespace, name, spec_of(body).source)
+        arn = await fanout.register(policy, namespace, name, reconcile.spec_of(body).source)
     logger.info("enhanced fan-out through stream consumer %s", arn)
 
 
@@ -293,7 +177,7 @@ async def deregister_stream_consumer(
     assert namespace is not None, "StreamConsumer is namespaced"
     policy = context_of(memo).config.aws_access
     with _fan_out_failures():
-        await fanout.deregister(policy, namespace, name, spec_of(body).source)
+        await fanout.deregister(policy, namespace, name, reconcile.spec_of(body).source)
     logger.info("stream consumer deregistered")
 
 
