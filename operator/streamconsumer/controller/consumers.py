@@ -147,18 +147,26 @@ def farewell_seconds(spec: StreamConsumerSpec) -> float:
 async def _resumable(
     context: OperatorContext, current: dict[str, Any], namespace: str, name: str
 ) -> KeptTable | None:
-    """The kept table of a deleted consumer of this name, for an object that has never
-    written its status (a new one); None otherwise."""
+    """For an object that has never written its status (a new one): the table kept for a
+    deleted consumer of this name, or for the one `spec.startFrom` names; None otherwise.
+    What `startFrom` names must be there and fit: else this raises (the daemon retries)."""
     if (current.get("status") or {}).get("term") is not None:
         return None
     spec = StreamConsumerSpec.model_validate(current.get("spec") or {})
-    data = await kept.read(context.api_client, namespace, name)
-    table, why_not = kept_table.resumable(data, name, spec, datetime.datetime.now(datetime.UTC))
+    source = spec.start_from.checkpoints_of if spec.start_from is not None else name
+    data = await kept.read(context.api_client, namespace, source)
+    table, why_not = kept_table.resumable(data, source, spec, datetime.datetime.now(datetime.UTC))
+    if table is None and spec.start_from is not None:
+        raise StartFromRefused(f"spec.startFrom.checkpointsOf {source}: {why_not}")
     if table is None and data is not None:
         log.warning("%s/%s starts afresh: %s", namespace, name, why_not)
     elif table is not None:
         log.info("%s/%s resumes from the checkpoints kept at %s", namespace, name, table.taken)
     return table
+
+
+class StartFromRefused(Exception):
+    """The checkpoints `spec.startFrom` names cannot be resumed from."""
 
 
 def _resumed_message(table: KeptTable) -> str:

@@ -36,6 +36,9 @@ from streamconsumer.models.resource import (
     RESET_ANNOTATION,
 )
 
+# A consumer whose spec.startFrom cannot be resumed from yet (the ConfigMap not there)
+# looks again this often.
+START_FROM_RETRY_SECONDS = 30.0
 CATCH_UP_SECONDS = 5.0  # a spec change kopf took as handled is applied within this
 
 
@@ -267,6 +270,9 @@ async def consume(
         await consumers.consume(
             context, body, namespace, name, lambda: bool(stopped), lambda: _deleted(stopped)
         )
+    except consumers.StartFromRefused as refused:
+        kopf.warn(body, reason="CheckpointsNotResumed", message=str(refused))
+        raise kopf.TemporaryError(str(refused), delay=START_FROM_RETRY_SECONDS) from None
     finally:
         # A stopping leader frees the Lease once no consumer loop can write any more,
         # not after kopf has wound down (it waits 5 s for tasks it did not start).

@@ -414,6 +414,20 @@ class CheckpointRetention(Model):
     )
 
 
+class StartFrom(Model):
+    """Checkpoints a new StreamConsumer starts from (docs/checkpoints.md#start-from)."""
+
+    checkpoints_of: str = Field(
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="Start from the checkpoints kept for the StreamConsumer of this name in "
+        "this namespace (the ConfigMap <name>-checkpoints: kept when it was deleted, or "
+        "written by `streamconsumer checkpoints import`). Read once, when this object first "
+        "starts; it must be of the same stream and not expired, or the consumer does not "
+        "start (a CheckpointsNotResumed Event says why) rather than start elsewhere.",
+    )
+
+
 class StreamConsumerSpec(Model):
     model_config = with_rules(
         (
@@ -451,6 +465,7 @@ class StreamConsumerSpec(Model):
     leases: LeaseSettings = Field(default_factory=LeaseSettings)
     reading: Reading = Field(default_factory=Reading)
     checkpoint_retention: CheckpointRetention = Field(default_factory=CheckpointRetention)
+    start_from: StartFrom | None = Field(default=None, json_schema_extra=added_since("0.2.0"))
 
 
 class LeaseState(StrEnum):
