@@ -23,7 +23,7 @@ from streamconsumer.core.leases import (
     WorkerLiveness,
     plan,
 )
-from streamconsumer.core.lineage import Shard
+from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.core.watchdog import Seen, Watchdog
 from streamconsumer.models import (
     CheckpointRequest,
@@ -301,3 +301,17 @@ def test_an_owner_reporting_no_lag_is_probed_from_what_it_processed() -> None:
     assert [s.shard_id for s in coordinator.stuck] == ["s0"]
     assert coordinator.leases["s0"].state is ACTIVE  # withdrawn, waiting for the fence
     assert "s0" in coordinator.withdrawn
+
+
+def test_a_shard_read_to_its_end_is_never_probed() -> None:
+    """Found by the soak: a shard watched while owned, then checkpointed at SHARD_END
+    (finished) before the next step judged it, was probed from "SHARD_END" as if that
+    were a sequence number, and the consumer's loop raised."""
+    coordinator = one_shard()
+    coordinator.set_shards([Shard("s0", closed=True), Shard("s1", parents=("s0",))])
+    beat(coordinator, "a", 1.0, held("s0", 1, behind=0))
+    coordinator.step(1.0)  # watched now, at its position
+    coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id="s0", epoch=1, sequence_number=SHARD_END)
+    )
+    assert coordinator.watch_probes(60.0, 10.0, 32) == []

@@ -327,6 +327,8 @@ class LeaseCoordinator:
             owner = lease.owner
             if owner is None or lease.state not in (ACTIVE, HANDOFF):
                 continue
+            if lease.checkpoint == SHARD_END:
+                continue  # read to its end: nothing can wait there (only its release)
             if shard_id in self.withdrawn:
                 taken = self.withdrawn[shard_id]
                 if taken.worker == owner and taken.epoch == lease.epoch:
@@ -375,7 +377,11 @@ class LeaseCoordinator:
         most `limit`, round robin. Off with the watchdog."""
         if not self.spec.leases.stuck_shard_seconds:
             return []
-        quiet = [s for s in self.watchdog.quiet(now, quiet_for) if s not in self.withdrawn]
+        quiet = [
+            s
+            for s in self.watchdog.quiet(now, quiet_for)
+            if s not in self.withdrawn and self._still_watched(s)
+        ]
         if not quiet:
             return []
         self._probing = {}  # a probe that failed tells nothing
@@ -396,6 +402,20 @@ class LeaseCoordinator:
                 start = self.start_of(shard_id)
             probes.append((shard_id, start))
         return probes
+
+    def _still_watched(self, shard_id: str) -> bool:
+        """Its watch still describes its lease: the watches are judged at a step, and the
+        lease may have finished (SHARD_END) or moved since (found by the soak: a finished
+        shard was probed from "SHARD_END")."""
+        lease = self.leases.get(shard_id)
+        position = self.watchdog.position(shard_id)
+        return (
+            lease is not None
+            and position is not None
+            and lease.state in (ACTIVE, HANDOFF)
+            and lease.checkpoint != SHARD_END
+            and position[:2] == (lease.owner, lease.epoch)
+        )
 
     def watch_probed(self, measured: Mapping[str, int | None], now: float) -> None:
         """The outcome of `watch_probes`: a backlog found means records wait there."""
