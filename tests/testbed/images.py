@@ -46,10 +46,14 @@ class Recipe:
     base_arg: str  # the build argument naming the image it starts FROM
     base: str | None = None  # another recipe's name; None: the bookworm base image
     context_dir: Path = REPO
+    target: str | None = None  # the Dockerfile's stage to build; None: its last
 
 
 _PACKAGE = ("pyproject.toml", "README.md", "requirements/dev.lock", "operator")
 _EXAMPLE = ("examples/clickstream",)
+# The previous release (tests/releases/README.md): its committed wheel and pins.
+RELEASES = REPO / "tests" / "releases"
+_RELEASE = ("dev.lock", *sorted(p.name for p in RELEASES.glob("streamconsumer-*.whl")))
 RECIPES = (
     Recipe("operator", REPO / "operator/Dockerfile", _PACKAGE, "PYTHON"),
     Recipe("worker", REPO / "worker-image/Dockerfile", _PACKAGE, "PYTHON"),
@@ -63,6 +67,30 @@ RECIPES = (
         _EXAMPLE,
         "SPARK_WORKER_IMAGE",
         "worker-spark",
+    ),
+    # Release N-1's images, for the operator upgrade on the real node (docs/upgrades.md).
+    Recipe(
+        "worker-previous",
+        RELEASES / "Dockerfile",
+        _RELEASE,
+        "PYTHON",
+        context_dir=RELEASES,
+        target="worker",
+    ),
+    Recipe(
+        "operator-previous",
+        RELEASES / "Dockerfile",
+        _RELEASE,
+        "PYTHON",
+        context_dir=RELEASES,
+        target="operator",
+    ),
+    Recipe(
+        "clickstream-previous",
+        REPO / "examples/clickstream/Dockerfile",
+        _EXAMPLE,
+        "WORKER_IMAGE",
+        "worker-previous",
     ),
 )
 
@@ -166,7 +194,10 @@ def build(recipe: Recipe, base: str, log: Path, step: str) -> str:
     """Builds the recipe FROM `base` unless an image with its content tag exists."""
     dockerfile = recipe.dockerfile.read_bytes()
     arg = f"{recipe.base_arg}={base}"
-    tag = content_tag(dockerfile, arg.encode(), root=recipe.context_dir, paths=recipe.context)
+    chunks = [dockerfile, arg.encode()]
+    if recipe.target:
+        chunks.append(f"target={recipe.target}".encode())
+    tag = content_tag(*chunks, root=recipe.context_dir, paths=recipe.context)
     reference = f"{PREFIX}/{recipe.name}:{tag}"
     if podman.image_exists(reference):
         return reference
@@ -176,6 +207,7 @@ def build(recipe: Recipe, base: str, log: Path, step: str) -> str:
         "build",
         *_build_flags(),
         f"--build-arg={arg}",
+        *([f"--target={recipe.target}"] if recipe.target else []),
         f"--file={recipe.dockerfile}",
         f"--tag={reference}",
         str(recipe.context_dir),

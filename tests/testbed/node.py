@@ -33,7 +33,15 @@ from testbed.processes import Server, free_port, serve_until_one_exits, stopped_
 
 _BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "node" / "build.sh"
 # What pods run (worker-spark comes inside clickstream-spark, its layers included).
-ON_NODE = ("operator", "worker", "clickstream", "clickstream-spark")
+ON_NODE = (
+    "operator",
+    "worker",
+    "clickstream",
+    "clickstream-spark",
+    # Release N-1 (tests/releases/), for tests/realnode/test_chart_upgrade_previous_images.py
+    "operator-previous",
+    "clickstream-previous",
+)
 
 
 def node_binaries() -> Path:

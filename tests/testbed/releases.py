@@ -71,3 +71,42 @@ def apply_crd(plane: ControlPlane, path: Path, timeout: float = 60.0) -> None:
     while plane.kubectl("get", "streamconsumers", "-A").returncode != 0:
         assert time.monotonic() < deadline, "StreamConsumer storage never became ready"
         time.sleep(0.2)
+
+
+def _digests(files: dict[str, bytes]) -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+
+
+def previous_sources() -> dict[str, str]:
+    """The previous release's Python files (`streamconsumer/...`) -> sha256, from its wheel."""
+    with zipfile.ZipFile(previous_wheel()) as wheel:
+        names = [
+            n for n in wheel.namelist() if n.startswith("streamconsumer/") and n.endswith(".py")
+        ]
+        return _digests({name: wheel.read(name) for name in names})
+
+
+def current_sources() -> dict[str, str]:
+    """This checkout's Python files (`streamconsumer/...`) -> sha256."""
+    package = RELEASES.parents[1] / "operator"
+    files = sorted((package / "streamconsumer").rglob("*.py"))
+    return _digests({str(f.relative_to(package)): f.read_bytes() for f in files})
+
+
+def installed_release(root: Path) -> str:
+    """Which release's package a filesystem holds, installed as pip installs it on Debian
+    (root: a container's, e.g. /proc/PID/root): "previous", "current", or what differs."""
+    found = sorted(root.glob("usr/local/lib/python3*/dist-packages/streamconsumer"))
+    assert len(found) == 1, f"one streamconsumer package expected under {root}, found {found}"
+    site = found[0].parent
+    installed = _digests(
+        {str(f.relative_to(site)): f.read_bytes() for f in sorted(found[0].rglob("*.py"))}
+    )
+    for name, sources in (("previous", previous_sources()), ("current", current_sources())):
+        if installed == sources:
+            return name
+    previous = previous_sources()
+    differing = sorted(
+        n for n in installed.keys() | previous.keys() if installed.get(n) != previous.get(n)
+    )
+    return f"neither release (differs from the previous in {differing[:5]})"

@@ -1,0 +1,317 @@
+"""Operator N serves workers N-1 on the real node (docs/upgrades.md, the version policy):
+the previous release as its users run it — its chart (tests/releases/chart.tgz) with its
+operator image, and the clickstream example built FROM its worker image (both images
+built from its committed wheel and pins, testbed.images) — consuming from the emulator on
+the node; then, with records put every 0.2 s, `helm upgrade` to this checkout's chart
+and operator image: the CRD template and the Deployment change together, and the two
+operator replicas roll one at a time (maxSurge 1, maxUnavailable 0).
+
+It checks: every record processed once, each key (so each shard) in order; the worker
+pods are the same pods, never restarted, their Deployment's pod template the
+same (an operator upgrade must not roll its tenants' workers: rule 2 on
+`added_since`); both workers processed records put after the new release's replica took
+the operators' Lease and after a whole worker lease (20 s) more, so their leases were
+renewed by the new operator alone (the old replicas are gone by then); and what each pod
+runs, read from the files of its running process (/proc/PID/root): the previous
+release's package in the workers throughout and in the first operator replicas, this
+checkout's in the new ones.
+
+Like test_chart_upgrade.py it installs the cluster's CRD (here from the previous
+release's chart), so it runs before the README's install of this tier (files run in name
+order) and removes all it installed, CRD included, when it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from realnode.deliveries import Event, Producer, judge
+from testbed import releases
+from testbed.charts import CHART, CRD, UPGRADE_VALUES_FLAG
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.node import Cluster
+from testbed.podlogs import PodLogs
+from testbed.userpath import (
+    CREDENTIALS,
+    EXAMPLES,
+    OPERATOR,
+    RELEASE_NAMESPACE,
+    Kubectl,
+    edited_example,
+)
+from testbed.waiting import wait_for
+
+pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
+RELEASE = "streamconsumer"
+OPERATOR_PODS = "app.kubernetes.io/name=streamconsumer-operator"
+LEASE_SECONDS = 20  # the example's leases.durationSeconds
+
+
+def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
+    cluster: Cluster,
+    kubectl: Kubectl,
+    helm: Path,
+    emulator: KinesisEmulator,
+    consumer_ns: str,
+    tmp_path: Path,
+) -> None:
+    plane = cluster.plane
+    there = subprocess.run(
+        [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", "get", "crd", CRD],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert there.returncode != 0, (
+        f"{CRD} is installed already: this test installs it from the previous release's "
+        "chart, so it must run before anything else installs the chart (or alone)"
+    )
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(plane.kubeconfig),
+        "HELM_CONFIG_HOME": str(tmp_path / "helm-config"),
+        "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
+        "HELM_DATA_HOME": str(tmp_path / "helm-data"),
+    }
+
+    def helm_run(*args: str | Path) -> str:
+        done = subprocess.run(
+            [str(helm), *map(str, args)], capture_output=True, text=True, env=env, timeout=600
+        )
+        if done.returncode != 0:
+            pods = kubectl("get", "pods", "-A", "-o", "wide")
+            raise AssertionError(f"helm {args[0]} failed:\n{done.stderr}\n{pods}")
+        return done.stdout
+
+    def image_values(name: str) -> list[str]:
+        repository, tag = cluster.images[name].rsplit(":", 1)
+        return ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
+
+    def get(*args: str) -> Any:
+        return json.loads(kubectl("get", *args, "-o", "json"))
+
+    def cleanup(*args: str) -> None:
+        """kubectl, never raising: what is left is for the tier's machine check to see."""
+        subprocess.run(
+            [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
+            capture_output=True,
+            timeout=240,
+            check=False,
+        )
+
+    def runs(pod: dict[str, Any]) -> str:
+        """The release whose package the pod's running container holds."""
+        return _release_in(cluster, pod)
+
+    host = urlsplit(emulator.endpoint_url).hostname
+    stream = f"prevup-{uuid.uuid4().hex[:6]}"
+    create_stream(emulator.client, stream, 4)
+    producer = Producer([f"k{i:02d}" for i in range(16)])
+    lock = threading.Lock()
+    logs = PodLogs(cluster.node.log_dir(), consumer_ns).start()
+
+    def produce(count: int) -> None:
+        with lock:
+            put_records(emulator.client, stream, producer.batch(count))
+
+    def all_processed() -> bool:
+        kubectl.pods(consumer_ns)  # fails at once if a worker keeps crashing
+        with lock:
+            produced = list(producer.produced)
+        return not judge(produced, logs.streams()).lost
+
+    def worker_logs() -> str:
+        return "\n".join(
+            f"--- {s.pod}\n" + "\n".join(lines[-15:]) for s, lines in logs.streams().items()
+        )
+
+    def leader_pod() -> str:
+        lease = get("-n", RELEASE_NAMESPACE, "lease", OPERATOR)
+        return str(lease.get("spec", {}).get("holderIdentity") or "").split("/", 1)[0]
+
+    try:
+        kubectl("create", "namespace", RELEASE_NAMESPACE)
+        literals = [f"--from-literal={key}={value}" for key, value in CREDENTIALS.items()]
+        kubectl(
+            "-n", RELEASE_NAMESPACE, "create", "secret", "generic", "aws-credentials", *literals
+        )
+        allowed = {"default": {"endpoints": [host], "allowHttp": True}}
+        helm_run(
+            "install", RELEASE, releases.verified(releases.PREVIOUS_CHART),
+            "-n", RELEASE_NAMESPACE, *image_values("operator-previous"),
+            "--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]',
+            "--set-json", f"awsAccess={json.dumps(allowed)}",
+            "--wait", "--timeout", "5m",
+        )  # fmt: skip
+        manifest = edited_example(
+            EXAMPLES / "streamconsumer.yaml",
+            cluster.images["clickstream-previous"],
+            stream,
+            emulator,
+            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
+        )
+        assert manifest["spec"]["leases"]["durationSeconds"] == LEASE_SECONDS
+        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
+        kubectl(
+            "-n", consumer_ns, "wait", "streamconsumer/clickstream",
+            "--for=condition=Ready", "--timeout=3m",
+        )  # fmt: skip
+        produce(400)
+        wait_for(all_processed, 180, "the first events processed", poll=0.5, details=worker_logs)
+        wait_for(
+            lambda: len(kubectl.pods(consumer_ns)) == 2 and _owners(get, consumer_ns) == 2,
+            120,
+            "both workers holding shards",
+            poll=0.5,
+            details=worker_logs,
+        )
+
+        # Before: the previous release everywhere.
+        old_operators = _running(kubectl.pods(RELEASE_NAMESPACE, OPERATOR_PODS))
+        assert len(old_operators) == 2, [p["metadata"]["name"] for p in old_operators]
+        assert [runs(p) for p in old_operators] == ["previous"] * 2
+        workers = _running(kubectl.pods(consumer_ns))
+        assert [runs(p) for p in workers] == ["previous"] * 2
+        before = {p["metadata"]["uid"]: _restarts(p) for p in workers}
+        (deployment,) = get("-n", consumer_ns, "deployments")["items"]
+        worker_deployment = deployment["metadata"]["name"]
+        template = deployment["spec"]["template"]
+        old_names = {p["metadata"]["name"] for p in old_operators}
+        assert leader_pod() in old_names
+
+        # The upgrade, with records flowing: this chart (its CRD template and Deployment)
+        # and this checkout's operator image, the release's other values kept.
+        started = time.monotonic()
+        with _flowing(produce, every=0.2, count=4) as flowed:
+            time.sleep(3)
+            helm_run(
+                "upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG,
+                *image_values("operator"), "--wait", "--timeout", "5m",
+            )  # fmt: skip
+            upgraded = time.monotonic() - started
+
+            def only_new_operators_lead() -> bool:
+                pods = kubectl.pods(RELEASE_NAMESPACE, OPERATOR_PODS)
+                names = {p["metadata"]["name"] for p in pods}
+                return not names & old_names and leader_pod() in names
+
+            wait_for(only_new_operators_lead, 180, "the old operator pods gone, a new leader")
+            led = time.monotonic() - started
+            with lock:
+                after_takeover = len(producer.produced)
+            # A whole worker lease more: every lease the workers hold now was renewed by
+            # the new operator, the only one left.
+            time.sleep(LEASE_SECONDS + 5)
+        produce(200)
+        wait_for(all_processed, 180, "the events after the upgrade", poll=0.5, details=worker_logs)
+
+        new_operators = _running(kubectl.pods(RELEASE_NAMESPACE, OPERATOR_PODS))
+        assert len(new_operators) == 2
+        assert [runs(p) for p in new_operators] == ["current"] * 2
+        workers_after = _running(kubectl.pods(consumer_ns))
+        assert {p["metadata"]["uid"]: _restarts(p) for p in workers_after} == before, (
+            "the operator upgrade replaced or restarted worker pods"
+        )
+        assert [runs(p) for p in workers_after] == ["previous"] * 2
+        deployment = get("-n", consumer_ns, "deployment", worker_deployment)
+        assert deployment["spec"]["template"] == template, (
+            "the new operator changed the workers' pod template"
+        )
+    finally:
+        logs.stop()
+        cleanup("-n", consumer_ns, "delete", "streamconsumer", "--all", "--timeout=180s")
+        subprocess.run(
+            [str(helm), "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],
+            capture_output=True,
+            env=env,
+            timeout=300,
+            check=False,
+        )
+        cleanup("delete", "crd", CRD, "--ignore-not-found", "--timeout=120s")
+        cleanup("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--timeout=180s")
+
+    verdict = judge(producer.produced, logs.streams())
+    late: set[Event] = set(producer.produced[after_takeover:])
+    late_by_pod = {
+        s.pod: sum(1 for event in events if event in late)
+        for s, events in verdict.by_stream.items()
+    }
+    print(
+        f"previous release ({releases.previous_commit()[:7]}) -> this checkout under 2 workers "
+        f"of the previous release: {len(producer.produced)} events ({flowed[0]} put during "
+        f"the upgrade), {len(verdict.lost)} lost, {sum(verdict.duplicates.values())} "
+        f"duplicates; helm upgrade --wait {upgraded:.0f} s, new leader alone at {led:.0f} s; "
+        f"events put after that, processed per worker pod: {late_by_pod}"
+    )
+    assert not verdict.lost, verdict.lost[:20]
+    assert not verdict.out_of_order, verdict.out_of_order[:20]
+    assert not verdict.duplicates, sorted(verdict.duplicates)[:20]
+    worker_names = sorted(p["metadata"]["name"] for p in workers)
+    assert sorted(late_by_pod) == worker_names, late_by_pod
+    assert all(late_by_pod[name] > 0 for name in worker_names), (
+        f"a previous worker processed nothing after the new operator took over: {late_by_pod}"
+    )
+
+
+@contextmanager
+def _flowing(produce: Callable[[int], None], every: float, count: int) -> Iterator[list[int]]:
+    """`count` events put every `every` seconds until the block ends; yields [how many]."""
+    stop = threading.Event()
+    put = [0]
+    failures: list[BaseException] = []
+
+    def loop() -> None:
+        while not stop.wait(every):
+            try:
+                produce(count)
+            except Exception as error:  # surfaced when the block ends
+                failures.append(error)
+                return
+            put[0] += count
+
+    thread = threading.Thread(target=loop, name="producer", daemon=True)
+    thread.start()
+    try:
+        yield put
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not failures, failures
+
+
+def _running(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods not being deleted, by name."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return sorted(live, key=lambda p: str(p["metadata"]["name"]))
+
+
+def _restarts(pod: dict[str, Any]) -> int:
+    return sum(s["restartCount"] for s in pod.get("status", {}).get("containerStatuses", []))
+
+
+def _owners(get: Callable[..., Any], namespace: str) -> int:
+    status = get("-n", namespace, "streamconsumer/clickstream").get("status", {})
+    return len({lease.get("owner") for lease in status.get("leases", {}).values()} - {None})
+
+
+def _release_in(cluster: Cluster, pod: dict[str, Any]) -> str:
+    """The release whose streamconsumer package the pod's (one) container holds, read from
+    its running process's root filesystem."""
+    (status,) = pod["status"]["containerStatuses"]
+    container = status["containerID"].split("://", 1)[1]
+    for pid in sorted(cluster.node.container_pids(container)):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"streamconsumer.worker" in cmdline or b"streamconsumer.controller" in cmdline:
+            return releases.installed_release(Path(f"/proc/{pid}/root"))
+    raise AssertionError(f"no streamconsumer process in pod {pod['metadata']['name']}")
