@@ -5,10 +5,8 @@ workers' objects cannot be applied, Ready is False with the apiserver's reason, 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -21,20 +19,6 @@ from testbed.waiting import wait_for
 # A valid StreamConsumer name, but too long for the label that selects its workers
 # (label values stop at 63 characters): the apiserver refuses the workers' objects.
 LONG_NAME = "clicks-" + "x" * 70
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
-    yield process
-    process.stop()
-
-
-def conditions(consumers: StreamConsumers, name: str) -> dict[str, dict[str, str]]:
-    listed = consumers.get(name).get("status", {}).get("conditions", [])
-    return {c["type"]: c for c in listed}
 
 
 def test_workers_objects_the_apiserver_refuses_make_ready_false_with_its_reason(
@@ -57,11 +41,11 @@ def test_workers_objects_the_apiserver_refuses_make_ready_false_with_its_reason(
     )
 
     def refused() -> bool:
-        applied = conditions(consumers, LONG_NAME).get("ChildrenApplied", {})
+        applied = consumers.conditions(LONG_NAME).get("ChildrenApplied", {})
         return applied.get("status") == "False" and applied.get("reason") == "Refused"
 
     wait_for(refused, 60, "ChildrenApplied False")
-    found = conditions(consumers, LONG_NAME)
+    found = consumers.conditions(LONG_NAME)
     assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "ChildrenNotApplied")
     assert "was refused (422)" in found["Ready"]["message"]
     assert "must be no more than 63" in found["Ready"]["message"], "the apiserver's words"
@@ -99,7 +83,7 @@ def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
         }
     )
     wait_for(
-        lambda: conditions(consumers, "clicks").get("ChildrenApplied", {}).get("status") == "True",
+        lambda: consumers.conditions("clicks").get("ChildrenApplied", {}).get("status") == "True",
         60,
         "the workers' objects applied",
     )
@@ -157,7 +141,7 @@ def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
         pod = apps.read_namespaced_deployment("clicks-workers", namespace).spec.template.spec
         assert pod is not None
         assert pod.containers[0].image == "example/clicks:1", "not applied"
-        applied = conditions(consumers, "clicks")["ChildrenApplied"]
+        applied = consumers.conditions("clicks")["ChildrenApplied"]
         assert applied["status"] != "True", applied
         assert "500" in applied["message"], "why, in the apiserver's words"
     finally:
@@ -193,7 +177,7 @@ def test_a_change_made_while_the_operator_handles_the_previous_one_is_not_lost(
         consumers.patch("first", {"spec": {"paused": True}})  # while its creation is handled
 
         def ready_reason(name: str) -> str | None:
-            return conditions(consumers, name).get("Ready", {}).get("reason")
+            return consumers.conditions(name).get("Ready", {}).get("reason")
 
         wait_for(lambda: ready_reason("first") == "Paused", 30, "the loop told of the pause")
 

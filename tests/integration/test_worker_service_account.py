@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,7 +20,6 @@ from kubernetes.client.exceptions import ApiException
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
-from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
 from testbed.waiting import wait_for
@@ -46,15 +43,6 @@ def consumer(name: str, account: str | None, **processor: Any) -> dict[str, Any]
         manifest["spec"]["processor"]["serviceAccountName"] = account
     manifest["spec"]["processor"].update(processor)
     return manifest
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
-    yield process
-    process.stop()
 
 
 def controllers(account: k8s.V1ServiceAccount) -> list[tuple[str, str]]:

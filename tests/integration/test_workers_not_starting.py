@@ -9,10 +9,7 @@ the message, Stalled True (kstatus), a WorkersAvailable condition and a Warning 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from kubernetes import client as k8s
 
 from streamconsumer.models import API_VERSION, KIND
@@ -21,15 +18,6 @@ from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
 from testbed.waiting import wait_for
-
-
-@pytest.fixture
-def operator(
-    control_plane: ControlPlane, namespace: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
-    yield process
-    process.stop()
 
 
 def consumer(name: str, image: str = "example/clicks:1") -> dict[str, object]:
@@ -42,11 +30,6 @@ def consumer(name: str, image: str = "example/clicks:1") -> dict[str, object]:
             "processor": {"image": image, "entrypoint": "clicks:Processor"},
         },
     }
-
-
-def conditions(consumers: StreamConsumers, name: str) -> dict[str, dict[str, str]]:
-    listed = consumers.get(name).get("status", {}).get("conditions", [])
-    return {c["type"]: c for c in listed}
 
 
 def kubectl_ready_and_reason(plane: ControlPlane, namespace: str, name: str) -> tuple[str, str]:
@@ -82,12 +65,10 @@ def test_a_replica_set_refused_by_a_quota_makes_ready_false_with_the_apiservers_
     consumers.create(consumer("clicks"))
 
     def not_starting() -> bool:
-        return (
-            conditions(consumers, "clicks").get("Ready", {}).get("reason") == "WorkersNotStarting"
-        )
+        return consumers.conditions("clicks").get("Ready", {}).get("reason") == "WorkersNotStarting"
 
     wait_for(not_starting, 90, "Ready False, WorkersNotStarting")
-    found = conditions(consumers, "clicks")
+    found = consumers.conditions("clicks")
     assert found["ChildrenApplied"]["status"] == "True", "the Deployment itself applied"
     assert found["Ready"]["status"] == "False"
     assert "ReplicaFailure" in found["Ready"]["message"]
@@ -162,12 +143,10 @@ def test_a_worker_pod_whose_image_cannot_be_pulled_makes_ready_false_with_the_ku
     )
 
     def not_starting() -> bool:
-        return (
-            conditions(consumers, "clicks").get("Ready", {}).get("reason") == "WorkersNotStarting"
-        )
+        return consumers.conditions("clicks").get("Ready", {}).get("reason") == "WorkersNotStarting"
 
     wait_for(not_starting, 60, "Ready False, WorkersNotStarting")
-    found = conditions(consumers, "clicks")
+    found = consumers.conditions("clicks")
     assert found["Ready"]["status"] == "False"
     assert f"ImagePullBackOff (pod {pod_name})" in found["Ready"]["message"]
     assert "does-not-exist:1" in found["Ready"]["message"], "the kubelet's words"
@@ -191,7 +170,7 @@ def test_a_worker_pod_whose_image_cannot_be_pulled_makes_ready_false_with_the_ku
     core.delete_namespaced_pod(pod_name, namespace, grace_period_seconds=0)
     wait_for(
         lambda: (
-            conditions(consumers, "clicks").get("Ready", {}).get("reason") != "WorkersNotStarting"
+            consumers.conditions("clicks").get("Ready", {}).get("reason") != "WorkersNotStarting"
         ),
         60,
         "WorkersNotStarting cleared once the pod is gone",

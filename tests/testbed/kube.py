@@ -35,6 +35,11 @@ class StreamConsumers:
             raise
         return True
 
+    def conditions(self, name: str) -> dict[str, dict[str, str]]:
+        """Its status conditions by type."""
+        listed = self.get(name).get("status", {}).get("conditions", [])
+        return {c["type"]: c for c in listed}
+
     def delete(self, name: str) -> None:
         self._api.delete_namespaced_custom_object(*self._args(), name)
 
