@@ -17,8 +17,6 @@ operator's code."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,6 @@ import pytest
 from realnode.deliveries import Producer, judge
 from testbed.charts import (
     CHART,
-    CRD,
     UPGRADE_VALUES_FLAG,
     adopt_crd,
     documented,
@@ -48,8 +45,9 @@ from testbed.userpath import (
 )
 from testbed.waiting import wait_for
 
+from .own_release import RELEASE, OwnRelease
+
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
-RELEASE = "streamconsumer"
 
 
 def test_the_previous_chart_upgrades_with_records_flowing(
@@ -60,33 +58,7 @@ def test_the_previous_chart_upgrades_with_records_flowing(
     consumer_ns: str,
     tmp_path: Path,
 ) -> None:
-    plane = cluster.plane
-    there = subprocess.run(
-        [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", "get", "crd", CRD],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert there.returncode != 0, (
-        f"{CRD} is installed already: this test installs it from the previous chart, so it "
-        "must run before anything else installs the chart (run it first, or alone)"
-    )
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(plane.kubeconfig),
-        "HELM_CONFIG_HOME": str(tmp_path / "helm-config"),
-        "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
-        "HELM_DATA_HOME": str(tmp_path / "helm-data"),
-    }
-
-    def helm_run(*args: str | Path) -> str:
-        done = subprocess.run(
-            [str(helm), *map(str, args)], capture_output=True, text=True, env=env, timeout=600
-        )
-        if done.returncode != 0:
-            pods = kubectl("get", "pods", "-A", "-o", "wide")
-            raise AssertionError(f"helm {args[0]} failed:\n{done.stderr}\n{pods}")
-        return done.stdout
+    release = OwnRelease(cluster, helm, kubectl, tmp_path)
 
     repository, tag = cluster.images["operator"].rsplit(":", 1)
     host = urlsplit(emulator.endpoint_url).hostname
@@ -110,15 +82,6 @@ def test_the_previous_chart_upgrades_with_records_flowing(
     def get(*args: str) -> Any:
         return json.loads(kubectl("get", *args, "-o", "json"))
 
-    def cleanup(*args: str) -> None:
-        """kubectl, never raising: what is left is for the tier's machine check to see."""
-        subprocess.run(
-            [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
-            capture_output=True,
-            timeout=240,
-            check=False,
-        )
-
     try:
         kubectl("create", "namespace", RELEASE_NAMESPACE)
         literals = [f"--from-literal={key}={value}" for key, value in CREDENTIALS.items()]
@@ -131,7 +94,7 @@ def test_the_previous_chart_upgrades_with_records_flowing(
             *("--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]'),
             *("--set-json", f"awsAccess={json.dumps(allowed)}"),
         ]
-        helm_run(
+        release.helm(
             "install", RELEASE, previous_chart(tmp_path / "previous"), "-n", RELEASE_NAMESPACE,
             *values, "--wait", "--timeout", "5m",
         )  # fmt: skip
@@ -157,7 +120,7 @@ def test_the_previous_chart_upgrades_with_records_flowing(
             assert documented(command), f"docs/upgrades.md no longer says: kubectl {command}"
             kubectl(*command)
         produce(200)
-        helm_run(
+        release.helm(
             "upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG,
             "--wait", "--timeout", "5m",
         )  # fmt: skip
@@ -185,16 +148,7 @@ def test_the_previous_chart_upgrades_with_records_flowing(
     finally:
         logs.stop()
         # All this test installed goes, the CRD too (files after it install the chart anew).
-        cleanup("-n", consumer_ns, "delete", "streamconsumer", "--all", "--timeout=180s")
-        subprocess.run(
-            [str(helm), "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],
-            capture_output=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        cleanup("delete", "crd", CRD, "--ignore-not-found", "--timeout=120s")
-        cleanup("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--timeout=180s")
+        release.remove(consumer_ns)
 
     verdict = judge(producer.produced, logs.streams())
     print(

@@ -23,8 +23,6 @@ order) and removes all it installed, CRD included, when it ends."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import threading
 import time
 import uuid
@@ -38,7 +36,7 @@ import pytest
 
 from realnode.deliveries import Event, Producer, judge
 from testbed import releases
-from testbed.charts import CHART, CRD, UPGRADE_VALUES_FLAG
+from testbed.charts import CHART, UPGRADE_VALUES_FLAG
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
 from testbed.node import Cluster
 from testbed.podlogs import PodLogs
@@ -52,8 +50,9 @@ from testbed.userpath import (
 )
 from testbed.waiting import wait_for
 
+from .own_release import RELEASE, OwnRelease
+
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
-RELEASE = "streamconsumer"
 OPERATOR_PODS = "app.kubernetes.io/name=streamconsumer-operator"
 LEASE_SECONDS = 20  # the example's leases.durationSeconds
 
@@ -66,33 +65,7 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
     consumer_ns: str,
     tmp_path: Path,
 ) -> None:
-    plane = cluster.plane
-    there = subprocess.run(
-        [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", "get", "crd", CRD],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert there.returncode != 0, (
-        f"{CRD} is installed already: this test installs it from the previous release's "
-        "chart, so it must run before anything else installs the chart (or alone)"
-    )
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(plane.kubeconfig),
-        "HELM_CONFIG_HOME": str(tmp_path / "helm-config"),
-        "HELM_CACHE_HOME": str(tmp_path / "helm-cache"),
-        "HELM_DATA_HOME": str(tmp_path / "helm-data"),
-    }
-
-    def helm_run(*args: str | Path) -> str:
-        done = subprocess.run(
-            [str(helm), *map(str, args)], capture_output=True, text=True, env=env, timeout=600
-        )
-        if done.returncode != 0:
-            pods = kubectl("get", "pods", "-A", "-o", "wide")
-            raise AssertionError(f"helm {args[0]} failed:\n{done.stderr}\n{pods}")
-        return done.stdout
+    release = OwnRelease(cluster, helm, kubectl, tmp_path)
 
     def image_values(name: str) -> list[str]:
         repository, tag = cluster.images[name].rsplit(":", 1)
@@ -100,15 +73,6 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
 
     def get(*args: str) -> Any:
         return json.loads(kubectl("get", *args, "-o", "json"))
-
-    def cleanup(*args: str) -> None:
-        """kubectl, never raising: what is left is for the tier's machine check to see."""
-        subprocess.run(
-            [str(plane.bin_dir / "kubectl"), f"--kubeconfig={plane.kubeconfig}", *args],
-            capture_output=True,
-            timeout=240,
-            check=False,
-        )
 
     def runs(pod: dict[str, Any]) -> str:
         """The release whose package the pod's running container holds."""
@@ -147,7 +111,7 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
             "-n", RELEASE_NAMESPACE, "create", "secret", "generic", "aws-credentials", *literals
         )
         allowed = {"default": {"endpoints": [host], "allowHttp": True}}
-        helm_run(
+        release.helm(
             "install", RELEASE, releases.verified(releases.PREVIOUS_CHART),
             "-n", RELEASE_NAMESPACE, *image_values("operator-previous"),
             "--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]',
@@ -195,7 +159,7 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
         started = time.monotonic()
         with _flowing(produce, every=0.2, count=4) as flowed:
             time.sleep(3)
-            helm_run(
+            release.helm(
                 "upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG,
                 *image_values("operator"), "--wait", "--timeout", "5m",
             )  # fmt: skip
@@ -230,16 +194,7 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
         )
     finally:
         logs.stop()
-        cleanup("-n", consumer_ns, "delete", "streamconsumer", "--all", "--timeout=180s")
-        subprocess.run(
-            [str(helm), "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],
-            capture_output=True,
-            env=env,
-            timeout=300,
-            check=False,
-        )
-        cleanup("delete", "crd", CRD, "--ignore-not-found", "--timeout=120s")
-        cleanup("delete", "namespace", RELEASE_NAMESPACE, "--ignore-not-found", "--timeout=180s")
+        release.remove(consumer_ns)
 
     verdict = judge(producer.produced, logs.streams())
     late: set[Event] = set(producer.produced[after_takeover:])
