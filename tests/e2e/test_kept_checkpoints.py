@@ -6,14 +6,29 @@ checkpoints died with the status and TRIM_HORIZON replayed the whole retention."
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from kubernetes import client as k8s
 
-from streamconsumer.models.kept import KEPT_LABEL, TABLE_KEY
+from streamconsumer.core.lineage import expand
+from streamconsumer.models.kept import KEPT_LABEL, STREAM, TABLE_KEY
+from testbed.kinesis import delete_stream, split_shard_in_half
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 
 KEPT = "clicks-checkpoints"
+FIRST = "shardId-000000000000"
+
+
+def kept_table(scenario: Scenario) -> dict[str, Any]:
+    core = k8s.CoreV1Api(scenario.api_client)
+    kept = core.read_namespaced_config_map(KEPT, scenario.namespace)
+    return dict(json.loads((kept.data or {})[TABLE_KEY]))
+
+
+def workers_collected(scenario: Scenario) -> bool:
+    apps = k8s.AppsV1Api(scenario.api_client)
+    return not apps.list_namespaced_deployment(scenario.namespace).items
 
 
 def test_a_pruned_consumer_applied_again_resumes_from_its_kept_checkpoints(
@@ -31,22 +46,51 @@ def test_a_pruned_consumer_applied_again_resumes_from_its_kept_checkpoints(
     assert kept.metadata is not None
     assert (kept.metadata.labels or {})[KEPT_LABEL] == scenario.name
     assert not kept.metadata.owner_references, "it must outlive the object"
-    table = json.loads((kept.data or {})[TABLE_KEY])
+    table = kept_table(scenario)
     assert table["drained"] is True, "every worker handed off before it was kept"
     assert all(not lease.get("owner") for lease in table["status"]["leases"].values())
     assert any(r == "CheckpointsKept" for r, _ in scenario.events())
 
     scenario.produce(100)  # while no consumer exists
-    wait_for(
-        lambda: (
-            not k8s.AppsV1Api(scenario.api_client)
-            .list_namespaced_deployment(scenario.namespace)
-            .items
-        ),
-        90,
-        "the old workers collected",
-    )
+    wait_for(lambda: workers_collected(scenario), 90, "the old workers collected")
     scenario.consumers.create(manifest)  # applied again
     wait_for(scenario.all_processed, 90, "the records put while it was gone")
     scenario.delivered(duplicates_at_most=0)
     assert any(r == "CheckpointsResumed" and "after a hand-off" in m for r, m in scenario.events())
+
+
+def test_checkpoints_of_a_stream_since_deleted_and_created_again_are_not_resumed(
+    scenario: Scenario,
+) -> None:
+    """Kinesis gives a stream created again under its name the same ARN and the same
+    shard ids. Resumed, the old stream's table would take the new shardId-000000000000
+    for its namesake, split and finished long ago, and skip every record put in it."""
+    scenario.start(shards=1, replicas=1)
+    scenario.produce(20)
+    split_shard_in_half(scenario.kinesis.client, scenario.stream, FIRST)
+    scenario.produce(20)
+
+    def first_finished() -> bool:
+        status = scenario.status()
+        lease = status.get("leases", {}).get(FIRST) or {}
+        finished = expand(status.get("finishedShards") or [])
+        return lease.get("state") == "Finished" or FIRST in finished
+
+    wait_for(lambda: scenario.all_processed() and first_finished(), 90, "the split read")
+    manifest = scenario.manifest(replicas=1, lease_seconds=6.0, delay=0.0)
+    scenario.consumers.delete(scenario.name)
+    wait_for(lambda: not scenario.consumers.exists(scenario.name), 90, "the object gone")
+    kept_stream = kept_table(scenario)["status"][STREAM]
+    assert kept_stream.startswith("arn:aws:kinesis:"), kept_stream
+
+    delete_stream(scenario.kinesis.client, scenario.stream)
+    scenario.create_source(1)  # the same name, the same shard id
+    scenario.produce(30)
+    wait_for(lambda: workers_collected(scenario), 90, "the old workers collected")
+    scenario.consumers.create(manifest)
+    wait_for(scenario.all_processed, 90, "the records of the stream created again")
+    scenario.delivered(duplicates_at_most=0)
+    refused = [m for r, m in scenario.events() if r == "CheckpointsNotResumed"]
+    assert refused, scenario.events()
+    assert "deleted and created again" in refused[0]
+    assert kept_stream in refused[0]

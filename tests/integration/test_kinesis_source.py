@@ -15,6 +15,7 @@ from streamconsumer.sources.kinesis import KinesisShardReader, KinesisSource, St
 from testbed.kinesis import (
     KinesisEmulator,
     create_stream,
+    delete_stream,
     merge_shards,
     put_records,
     split_shard_in_half,
@@ -60,6 +61,24 @@ def test_listing_is_paginated_and_carries_lineage(
     assert low is not None
     assert high is not None
     assert low[1] + 1 == high[0], "the children cover the parent's hash range"
+
+
+def test_a_stream_created_again_under_its_name_is_another_incarnation(
+    kinesis: KinesisEmulator, stream_name: str
+) -> None:
+    client = kinesis.client
+    create_stream(client, stream_name, shards=1)
+    by_name = KinesisSource(client, StreamRef(name=stream_name))
+    first = by_name.incarnation()
+    assert first.startswith(f"arn:aws:kinesis:us-east-1:000000000000:stream/{stream_name} ")
+    arn = first.split(" ")[0]
+    assert KinesisSource(client, StreamRef(arn=arn)).incarnation() == first, "name or ARN"
+    time.sleep(0.01)  # creation times in milliseconds
+    delete_stream(client, stream_name)
+    create_stream(client, stream_name, shards=1)
+    again = by_name.incarnation()
+    assert again.split(" ")[0] == arn, "Kinesis gives it the same ARN"
+    assert again != first
 
 
 def test_start_positions_and_resume_from_checkpoint(

@@ -135,6 +135,16 @@ def create_stream(client: KinesisClient, stream: str, shards: int) -> None:
     wait_active(client, stream)
 
 
+def delete_stream(client: KinesisClient, stream: str, timeout: float = 30.0) -> None:
+    """Deletes the stream and waits until its name is free again."""
+    client.delete_stream(StreamName=stream, EnforceConsumerDeletion=True)
+    deadline = time.monotonic() + timeout
+    while stream in client.list_streams()["StreamNames"]:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"stream {stream} not deleted after {timeout}s")
+        time.sleep(0.05)
+
+
 def list_all_shards(client: KinesisClient, stream: str) -> list[ShardTypeDef]:
     shards: list[ShardTypeDef] = []
     response = client.list_shards(StreamName=stream)

@@ -69,6 +69,28 @@ def test_a_new_object_resumes_only_its_own_streams_unexpired_table() -> None:
     assert kept.resumable(None, "clicks", spec, NOW) == (None, "no checkpoints kept")
 
 
+STREAM = "arn:aws:kinesis:us-east-1:000000000000:stream/s created 2026-11-01T00:00:00+00:00"
+AGAIN = "arn:aws:kinesis:us-east-1:000000000000:stream/s created 2026-11-20T09:00:00+00:00"
+
+
+def test_the_table_names_the_stream_incarnation_it_is_of() -> None:
+    table = kept.table("ns", "clicks", consumer_spec(), BODY, NOW, True, stream=STREAM)
+    assert kept.kept_stream(table) == STREAM
+    assert kept.another_incarnation(table, STREAM) == ""
+    why = kept.another_incarnation(table, AGAIN)
+    assert "deleted and created again" in why
+    assert (STREAM in why, AGAIN in why) == (True, True)
+    # Kept again (an export of a kept table, a resume then a delete): it stays said.
+    again = kept.table("ns", "clicks", consumer_spec(), {**BODY, "status": table.status}, NOW, True)
+    assert kept.kept_stream(again) == STREAM
+
+
+def test_a_table_that_does_not_name_its_stream_is_not_refused_for_it() -> None:
+    table = kept.table("ns", "clicks", consumer_spec(), BODY, NOW, True)
+    assert kept.kept_stream(table) is None
+    assert kept.another_incarnation(table, AGAIN) == ""
+
+
 def test_the_farewell_pauses_until_no_shard_is_held_and_that_is_saved() -> None:
     coordinator = LeaseCoordinator(
         consumer_spec(lease_seconds=6), DurableState(), 0.0, created=CREATED

@@ -31,6 +31,7 @@ from streamconsumer.controller.status import KubeStatusApi, StatusUnavailable, S
 from streamconsumer.models import kept as kept_table
 from streamconsumer.models.kept import KeptTable
 from streamconsumer.models.resource import OnDelete, StreamConsumerSpec
+from streamconsumer.sources.aws import summary
 from streamconsumer.sources.factory import make_source
 
 AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
@@ -47,11 +48,12 @@ async def consume(
 ) -> None:
     config, registry = context.config, context.registry
     registry.loading(namespace, name)
+    stream: asyncio.Future[str | None] | None = None
     try:
         status_api = KubeStatusApi(context.api_client, namespace, name)
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
         writer = StatusWriter(status_api, namespace, name, holder=context.holder)
-        resumed = await _resumable(context, current, namespace, name)
+        resumed, not_resumed = await _resumable(context, current, namespace, name)
         loop = load(
             current,
             writer,
@@ -88,9 +90,15 @@ async def consume(
         newest = StreamConsumerSpec.model_validate(body.get("spec") or {})
         if newest != loop.coordinator.spec:
             loop.coordinator.update_spec(newest)
+        spec = loop.coordinator.spec
         if resumed is not None:
             _emit(body, Event("Normal", "CheckpointsResumed", _resumed_message(resumed)))
-        spec = loop.coordinator.spec
+        elif not_resumed:
+            afresh = f"starts at its initialPosition ({spec.initial_position}): {not_resumed}"
+            _emit(body, Event("Warning", "CheckpointsNotResumed", afresh))
+        # Which stream these checkpoints are of, learnt now: by the time they are kept,
+        # the stream may be gone, or deleted and created again (docs/checkpoints.md).
+        stream = asyncio.ensure_future(_stream_or_none(context, namespace, name, spec))
         keeping = spec.checkpoint_retention.on_delete is OnDelete.KEEP
         farewell = kept.Farewell(loop, farewell_seconds(spec))
 
@@ -109,12 +117,15 @@ async def consume(
         elif deleted() and context.leading():
             where = "discarded (checkpointRetention.onDelete: Discard)"
             if keeping:
-                where = await _keep(context, status_api, body, namespace, name, spec, farewell)
+                of = await stream or await _stream_or_none(context, namespace, name, spec)
+                where = await _keep(context, status_api, body, namespace, name, spec, farewell, of)
             # Said on the object too, once this daemon is over: that change is also what
             # has kopf look at it again and let it go, not after the backoff. Made while
             # the daemon still runs, kopf could look at it first and wait out the backoff.
             _after_this_daemon(kept.mark(context.api_client, namespace, name, where))
     finally:
+        if stream is not None:
+            stream.cancel()
         registry.remove(namespace, name)
         if deleted():
             registry.forget(namespace, name)
@@ -139,6 +150,12 @@ def _after_this_daemon(call: Coroutine[Any, Any, None]) -> None:
 FAREWELL_SECONDS = 60.0  # at most: kopf's daemon cancellation timeout must exceed it
 
 
+STREAM_LOOKUP_SECONDS = 15.0  # describing the stream, before its table is resumed or kept
+# How long a deleted consumer's daemon may take at most: the farewell, its stream
+# described (again, if it could not be at load), its status read and its table kept.
+KEEPING_SECONDS = FAREWELL_SECONDS + 2 * STREAM_LOOKUP_SECONDS + 3 * KUBERNETES_TIMEOUT_SECONDS
+
+
 def farewell_seconds(spec: StreamConsumerSpec) -> float:
     """Long enough for every worker to finish its batch and release (a lease, twice)."""
     return min(FAREWELL_SECONDS, 2 * spec.leases.duration_seconds)
@@ -146,27 +163,63 @@ def farewell_seconds(spec: StreamConsumerSpec) -> float:
 
 async def _resumable(
     context: OperatorContext, current: dict[str, Any], namespace: str, name: str
-) -> KeptTable | None:
+) -> tuple[KeptTable | None, str]:
     """For an object that has never written its status (a new one): the table kept for a
-    deleted consumer of this name, or for the one `spec.startFrom` names; None otherwise.
-    What `startFrom` names must be there and fit: else this raises (the daemon retries)."""
+    deleted consumer of this name, or for the one `spec.startFrom` names, if it fits (the
+    same stream, not deleted and created again since, not expired); else None, and why
+    where a table is there. What `startFrom` names must be there and fit, and a table
+    that names its stream is resumed only once the stream is seen to be that one: else
+    this raises ResumeRefused (the daemon retries)."""
     if (current.get("status") or {}).get("term") is not None:
-        return None
+        return None, ""
     spec = StreamConsumerSpec.model_validate(current.get("spec") or {})
     source = spec.start_from.checkpoints_of if spec.start_from is not None else name
     data = await kept.read(context.api_client, namespace, source)
     table, why_not = kept_table.resumable(data, source, spec, datetime.datetime.now(datetime.UTC))
+    if table is not None and kept_table.kept_stream(table) is not None:
+        try:
+            now_is = await _stream(context, namespace, spec)
+        except Exception as error:  # AWS, the access policy, the timeout: told and retried
+            raise ResumeRefused(
+                f"the checkpoints kept of {source} name their stream, which could not be "
+                f"described to check they are of the one there now: {_said(error)}"
+            ) from None
+        why_not = kept_table.another_incarnation(table, now_is) if now_is is not None else ""
+        table = None if why_not else table
     if table is None and spec.start_from is not None:
-        raise StartFromRefused(f"spec.startFrom.checkpointsOf {source}: {why_not}")
-    if table is None and data is not None:
-        log.warning("%s/%s starts afresh: %s", namespace, name, why_not)
-    elif table is not None:
-        log.info("%s/%s resumes from the checkpoints kept at %s", namespace, name, table.taken)
-    return table
+        raise ResumeRefused(f"spec.startFrom.checkpointsOf {source}: {why_not}")
+    if table is None:
+        if data is not None:
+            log.warning("%s/%s starts afresh: %s", namespace, name, why_not)
+        return None, why_not if data is not None else ""
+    log.info("%s/%s resumes from the checkpoints kept at %s", namespace, name, table.taken)
+    return table, ""
 
 
-class StartFromRefused(Exception):
-    """The checkpoints `spec.startFrom` names cannot be resumed from."""
+class ResumeRefused(Exception):
+    """Kept checkpoints a new object must resume from cannot be resumed from now."""
+
+
+def _said(error: BaseException) -> str:
+    return summary(f"{type(error).__name__}: {error}")
+
+
+async def _stream(context: OperatorContext, namespace: str, spec: StreamConsumerSpec) -> str | None:
+    """The incarnation of the consumer's stream (`StreamKind.incarnation`)."""
+    policy = context.config.aws_access
+    return await kept.incarnation(policy, namespace, spec.source, STREAM_LOOKUP_SECONDS)
+
+
+async def _stream_or_none(
+    context: OperatorContext, namespace: str, name: str, spec: StreamConsumerSpec
+) -> str | None:
+    """The incarnation of the consumer's stream, or None where it cannot be read: its
+    table is then kept without it (and resumed without that check)."""
+    try:
+        return await _stream(context, namespace, spec)
+    except Exception as error:  # AWS, the access policy, the timeout: never fatal here
+        log.warning("%s/%s: its stream could not be described: %s", namespace, name, _said(error))
+        return None
 
 
 def _resumed_message(table: KeptTable) -> str:
@@ -185,12 +238,14 @@ async def _keep(
     name: str,
     spec: StreamConsumerSpec,
     farewell: kept.Farewell,
+    stream: str | None,
 ) -> str:
-    """Keeps the lease table as the status last holds it; where it went, in words."""
+    """Keeps the lease table as the status last holds it, with the incarnation of the
+    stream it is of (`stream`, where known); where it went, in words."""
     try:
         last = await executors.run_in(executors.KUBERNETES, status_api.get)
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        table = kept_table.table(namespace, name, spec, last, now, farewell.drained)
+        table = kept_table.table(namespace, name, spec, last, now, farewell.drained, stream)
         await kept.keep(context.api_client, namespace, table)
     except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:
         message = f"the checkpoints could not be kept: {error}"

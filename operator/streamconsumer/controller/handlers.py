@@ -38,7 +38,7 @@ from streamconsumer.models.resource import (
 
 # A consumer whose spec.startFrom cannot be resumed from yet (the ConfigMap not there)
 # looks again this often.
-START_FROM_RETRY_SECONDS = 30.0
+RESUME_RETRY_SECONDS = 30.0
 CATCH_UP_SECONDS = 5.0  # a spec change kopf took as handled is applied within this
 
 
@@ -246,13 +246,13 @@ def _deleted(stopped: kopf.DaemonStopped) -> bool:
 # that returns by itself is not restarted by kopf: it returns only when this replica's
 # term is over, and then the process ends (docs/design.md#operator-lifecycle).
 # Stopped, the loop returns within a tick; a deleted consumer's runs on while its workers
-# hand off (consumers.FAREWELL_SECONDS) and its checkpoints are kept. kopf cancels it
-# only after the backoff (by default at once).
+# hand off (consumers.FAREWELL_SECONDS) and its checkpoints are kept (all of it within
+# consumers.KEEPING_SECONDS). kopf cancels it only after the backoff (by default at once).
 @kopf.daemon(
     GROUP,
     VERSION,
     PLURAL,
-    cancellation_backoff=consumers.FAREWELL_SECONDS + 30.0,
+    cancellation_backoff=consumers.KEEPING_SECONDS + 10.0,
     cancellation_timeout=5.0,
     backoff=2.0,
 )
@@ -270,9 +270,9 @@ async def consume(
         await consumers.consume(
             context, body, namespace, name, lambda: bool(stopped), lambda: _deleted(stopped)
         )
-    except consumers.StartFromRefused as refused:
+    except consumers.ResumeRefused as refused:
         kopf.warn(body, reason="CheckpointsNotResumed", message=str(refused))
-        raise kopf.TemporaryError(str(refused), delay=START_FROM_RETRY_SECONDS) from None
+        raise kopf.TemporaryError(str(refused), delay=RESUME_RETRY_SECONDS) from None
     finally:
         # A stopping leader frees the Lease once no consumer loop can write any more,
         # not after kopf has wound down (it waits 5 s for tasks it did not start).

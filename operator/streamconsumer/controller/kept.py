@@ -7,6 +7,7 @@ that name without it is not ours and is left untouched (`owned.NotOurs`)."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Mapping
 from typing import Any
@@ -15,11 +16,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller import executors
+from streamconsumer.controller.access import AccessPolicy, AccessRefused
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.owned import FIELD_MANAGER, KUBERNETES_TIMEOUT_SECONDS, NotOurs
 from streamconsumer.models.kept import KeptTable, config_map, kept_for
-from streamconsumer.models.resource import GROUP, PLURAL, VERSION
+from streamconsumer.models.resource import GROUP, PLURAL, VERSION, Source
+from streamconsumer.sources.factory import stream_incarnation
 
 KEPT_ANNOTATION = f"checkpoints.{GROUP}/kept"
 
@@ -63,6 +66,19 @@ async def keep(api_client: k8s.ApiClient, namespace: str, kept: KeptTable) -> No
         _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
     )
     await executors.run_in(executors.KUBERNETES, apply)
+
+
+async def incarnation(
+    policy: AccessPolicy, namespace: str, source: Source, within_seconds: float
+) -> str | None:
+    """The incarnation of the stream `source` names (`StreamKind.incarnation`), read as
+    the namespace may (its access policy and identity); raises what AWS or the policy
+    raised, or TimeoutError after `within_seconds` (its thread then ends by itself)."""
+    reason = policy.refusal(namespace, source)
+    if reason is not None:
+        raise AccessRefused(reason)
+    call = functools.partial(stream_incarnation, source, policy.identity(namespace, source))
+    return await asyncio.wait_for(executors.run_in(executors.CONSUMERS, call), within_seconds)
 
 
 class Farewell:

@@ -34,8 +34,15 @@ class KeptTable(Model):
         "processed past these checkpoints."
     )
     status: dict[str, Any] = Field(
-        description="The status' durable part: leases (no owners), finishedShards, lastReset."
+        description="The status' durable part: leases (no owners), finishedShards, "
+        "lastReset, and the stream they are of (`STREAM`) where the operator could tell."
     )
+
+
+# The status key naming the stream the checkpoints are of (`StreamKind.incarnation`). In
+# the free-form status, not a field of its own: a table kept by this operator stays
+# readable by the previous one (it forbids unknown fields), which ignores the key.
+STREAM = "stream"
 
 
 def ownerless(status: dict[str, Any]) -> dict[str, Any]:
@@ -43,19 +50,20 @@ def ownerless(status: dict[str, Any]) -> dict[str, Any]:
     new object's workers start from the checkpoints (epochs go on growing)."""
     leases = {}
     for shard_id, lease in (status.get("leases") or {}).items():
-        kept = {
-            k: v for k, v in lease.items() if k not in ("owner", "handoffTo", "millisBehindLatest")
-        }
+        kept = {k: v for k, v in lease.items() if k not in _HELD}
         if kept.get("state") != LeaseState.FINISHED:
             kept["state"] = LeaseState.RELEASED.value
         if kept.pop("resetting", False):  # a reset waiting for its owner: nobody owns it now
             kept.pop("checkpoint", None)
         leases[shard_id] = kept
-    return {
+    durable = {
         "leases": leases,
         "finishedShards": status.get("finishedShards") or [],
         "lastReset": status.get("lastReset"),
     }
+    if status.get(STREAM) is not None:
+        durable[STREAM] = status[STREAM]
+    return durable
 
 
 KEPT_LABEL = f"{GROUP}/checkpoints-of"
@@ -76,8 +84,13 @@ def table(
     body: Mapping[str, Any],
     now: datetime.datetime,
     drained: bool,
+    stream: str | None = None,
 ) -> KeptTable:
-    """What to keep of `body` (the object as last written) at `now`."""
+    """What to keep of `body` (the object as last written) at `now`; `stream`: the
+    incarnation of the stream its checkpoints are of, where known."""
+    status = ownerless(dict(body.get("status") or {}))
+    if stream is not None:
+        status[STREAM] = stream
     return KeptTable(
         namespace=namespace,
         consumer=name,
@@ -86,7 +99,7 @@ def table(
         taken=now,
         expires=now + datetime.timedelta(days=spec.checkpoint_retention.days),
         drained=drained,
-        status=ownerless(dict(body.get("status") or {})),
+        status=status,
     )
 
 
@@ -129,3 +142,22 @@ def resumable(
     if kept.expires < now:
         return None, f"the kept checkpoints expired at {kept.expires.isoformat()}"
     return kept, ""
+
+
+def kept_stream(kept: KeptTable) -> str | None:
+    """The incarnation of the stream `kept` is of; None where the table does not say (an
+    export of a running consumer, or a stream the operator could not describe)."""
+    stream = kept.status.get(STREAM)
+    return stream if isinstance(stream, str) else None
+
+
+def another_incarnation(kept: KeptTable, current: str) -> str:
+    """Why `kept` is not of the stream now behind its name (deleted and created again
+    since: the same name and shard ids, none of the records); "" when it is."""
+    was = kept_stream(kept)
+    if was is None or was == current:
+        return ""
+    return (
+        f"the stream was deleted and created again since they were kept: they are of "
+        f"{was}, the stream now is {current}"
+    )

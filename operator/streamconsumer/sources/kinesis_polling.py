@@ -13,6 +13,7 @@ import base64
 import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 import aws_kinesis_agg
@@ -205,6 +206,14 @@ class KinesisSource:
 
     def open_reader(self, shard_id: str, start: StartPosition) -> KinesisShardReader:
         return KinesisShardReader(self.client, self.stream, shard_id, start, self.max_records)
+
+    def incarnation(self) -> str:
+        """The stream's ARN and creation time: a stream deleted and created again under
+        its name has the same ARN and shard ids, and none of its records."""
+        summary = self.client.describe_stream_summary(**self.stream.params())
+        described = summary["StreamDescriptionSummary"]
+        created = described["StreamCreationTimestamp"].astimezone(UTC).isoformat()
+        return f"{described['StreamARN']} created {created}"
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         """How far behind the tip a reader starting at `start` would be (milliseconds),
