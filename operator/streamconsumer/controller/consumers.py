@@ -96,10 +96,10 @@ async def consume(
         elif not_resumed:
             afresh = f"starts at its initialPosition ({spec.initial_position}): {not_resumed}"
             _emit(body, Event("Warning", "CheckpointsNotResumed", afresh))
-        # Which stream these checkpoints are of, learnt now: by the time they are kept,
-        # the stream may be gone, or deleted and created again (docs/checkpoints.md).
-        stream = asyncio.ensure_future(_stream_or_none(context, namespace, name, spec))
         keeping = spec.checkpoint_retention.on_delete is OnDelete.KEEP
+        if keeping:  # which stream these checkpoints are of, learnt now: by the time they
+            # are kept, it may be gone, or deleted and created again (docs/checkpoints.md)
+            stream = asyncio.ensure_future(_stream_or_none(context, namespace, name, spec))
         farewell = kept.Farewell(loop, farewell_seconds(spec))
 
         def over() -> bool:
@@ -117,7 +117,8 @@ async def consume(
         elif deleted() and context.leading():
             where = "discarded (checkpointRetention.onDelete: Discard)"
             if keeping:
-                of = await stream or await _stream_or_none(context, namespace, name, spec)
+                known = await stream if stream is not None else None
+                of = known or await _stream_or_none(context, namespace, name, spec)
                 where = await _keep(context, status_api, body, namespace, name, spec, farewell, of)
             # Said on the object too, once this daemon is over: that change is also what
             # has kopf look at it again and let it go, not after the backoff. Made while

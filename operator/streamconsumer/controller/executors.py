@@ -19,6 +19,9 @@ AUTH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="
 CONSUMER_THREADS = 16  # listings, probes, status writes, scaling of every consumer
 CONSUMERS = concurrent.futures.ThreadPoolExecutor(CONSUMER_THREADS, thread_name_prefix="consumer")
 KUBERNETES = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubernetes")
+# Describing streams whose checkpoints are resumed or kept: a leader that takes over loads
+# every consumer at once, and an unreachable AWS must not hold the consumers' threads.
+STREAMS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="describe")
 
 
 async def run_in(executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:

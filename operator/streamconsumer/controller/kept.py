@@ -78,7 +78,7 @@ async def incarnation(
     if reason is not None:
         raise AccessRefused(reason)
     call = functools.partial(stream_incarnation, source, policy.identity(namespace, source))
-    return await asyncio.wait_for(executors.run_in(executors.CONSUMERS, call), within_seconds)
+    return await asyncio.wait_for(executors.run_in(executors.STREAMS, call), within_seconds)
 
 
 class Farewell:
