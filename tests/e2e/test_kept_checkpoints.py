@@ -94,3 +94,42 @@ def test_checkpoints_of_a_stream_since_deleted_and_created_again_are_not_resumed
     assert refused, scenario.events()
     assert "deleted and created again" in refused[0]
     assert kept_stream in refused[0]
+
+
+def test_a_stream_created_again_under_a_running_consumer_stops_it_until_created_anew(
+    scenario: Scenario,
+) -> None:
+    """The same stream created again while its consumer runs: before, its listing was
+    applied to the old table and the new shardId-000000000000, taken for the finished
+    parent of the split, was never read. Now the consumer stops and says so; deleted and
+    applied again, it starts the new stream at its initialPosition: nothing lost."""
+    scenario.start(shards=1, replicas=1)
+    scenario.produce(20)
+    split_shard_in_half(scenario.kinesis.client, scenario.stream, FIRST)
+    scenario.produce(20)
+    wait_for(scenario.all_processed, 90, "the split read")
+    old_stream = scenario.status().get("stream")
+    assert old_stream is not None
+    assert old_stream.startswith("arn:aws:kinesis:")
+
+    delete_stream(scenario.kinesis.client, scenario.stream)
+    scenario.create_source(1)
+    scenario.produce(30)
+
+    def stopped() -> bool:
+        ready = {c["type"]: c for c in scenario.status().get("conditions", [])}.get("Ready", {})
+        return bool(ready.get("reason") == "StreamRecreated")
+
+    wait_for(stopped, 90, "Ready=False, StreamRecreated")
+    assert any(r == "StreamRecreated" for r, _ in scenario.events())
+    assert scenario.status()["stream"] == old_stream, "the table stays the old stream's"
+
+    manifest = scenario.manifest(replicas=1, lease_seconds=6.0, delay=0.0)
+    scenario.consumers.delete(scenario.name)
+    wait_for(lambda: not scenario.consumers.exists(scenario.name), 90, "the object gone")
+    assert kept_table(scenario)["status"][STREAM] == old_stream
+    wait_for(lambda: workers_collected(scenario), 90, "the old workers collected")
+    scenario.consumers.create(manifest)
+    wait_for(scenario.all_processed, 90, "the records of the stream created again")
+    scenario.delivered(duplicates_at_most=0)
+    assert scenario.status()["stream"] != old_stream

@@ -195,6 +195,9 @@ class FlakySource:
     def backlog(self, shard_id: str, start: Any) -> int | None:
         return self._source.backlog(shard_id, start)
 
+    def incarnation(self) -> None:
+        return None  # the simulated stream is never deleted and created again
+
 
 Respond = Callable[[Reply], None]
 

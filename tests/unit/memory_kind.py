@@ -67,6 +67,9 @@ class MemorySource:
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         return 1 if self.open_reader(shard_id, start).read().records else None
 
+    def incarnation(self) -> None:
+        return None
+
 
 def settings(spec: MemorySpec) -> Settings:
     return {"stream_name": spec.stream_name}

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.driver import ConsumerDriver, SourceFactory, Timeouts
+from streamconsumer.controller.driver import ConsumerDriver, SourceFactory, Timeouts, list_stream
 from streamconsumer.controller.jobs import ThreadJobs
 from streamconsumer.controller.lease_coordinator import (
     DurableState,
@@ -206,6 +206,9 @@ class HungSource:
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         return None
+
+    def incarnation(self) -> str:
+        return "s created 2026-11-01T00:00:00+00:00"
 
 
 class FlakyApi:
@@ -641,3 +644,71 @@ def test_a_failed_apply_after_an_applied_one_is_not_shown_applied() -> None:
     registry.add(ManagedConsumer("ns", "c", again))
     assert not again.children.known
     assert again.children.failed == "HTTP 500: failed calling webhook"
+
+
+OLD = "arn:aws:kinesis:us-east-1:000000000000:stream/s created 2026-11-01T00:00:00+00:00"
+NEW = "arn:aws:kinesis:us-east-1:000000000000:stream/s created 2026-11-20T09:00:00+00:00"
+
+
+def test_a_stream_created_again_under_its_name_never_gets_the_table() -> None:
+    """Kinesis gives a stream deleted and created again the same name, ARN and shard ids.
+    Taken for the old one, its shardId-000000000000 was the finished parent of a split,
+    so its records were never read (seen on kinesis-local): the listing of another
+    stream must not be applied, every worker must hand off, and the status must say so."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    assert loop.sync_started(0.0), "the first listing says which stream it lists"
+    loop.sync_succeeded([Shard("s0", closed=True), Shard("s1", ("s0",))], 0.0, OLD)
+    assert coordinator.stream == OLD
+    first = loop.write_due(0.0)
+    assert first is not None
+    assert durable_from_status(first.body).stream == OLD, "saved with the table"
+    loop.write_succeeded(first, 0.0)
+    coordinator.finished.add("s0")
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    coordinator.step(0.0)
+    held = [HeldShard(shard_id="s1", epoch=coordinator.leases["s1"].epoch)]
+    coordinator.heartbeat(HeartbeatRequest(worker="a", held=held), 0.1)
+
+    assert not loop.sync_started(10.0), "then only a listing that changed says it"
+    loop.sync_succeeded([Shard("s0", closed=True), Shard("s1", ("s0",))], 10.0)
+    loop.sync_started(30.0)
+    loop.sync_succeeded([Shard("s0")], 30.0, NEW)
+    assert [s.id for s in coordinator.shards] == ["s0", "s1"], "the listing is not applied"
+    assert "s0" in coordinator.finished
+    assert [e.reason for e in loop.events].count("StreamRecreated") == 1
+    coordinator.heartbeat(HeartbeatRequest(worker="a", held=held), 30.2)
+    coordinator.step(30.5)
+    assert coordinator.leases["s1"].state.value == "HandOff", "its worker hands off"
+    write = loop.write_due(31.0)
+    assert write is not None
+    assert condition(loop, "Ready") == ("False", coordinator.replaced_stream())
+    assert durable_from_status(write.body).stream == OLD, "the table stays the old one's"
+    assert loop.sync_started(40.0), "while another stream is seen, every listing says"
+    loop.sync_succeeded([Shard("s0")], 40.0, NEW)
+    assert [e.reason for e in loop.events].count("StreamRecreated") == 1, "told once"
+
+
+class DescribedSource(HungSource):
+    def __init__(self, shards: list[Shard]) -> None:
+        super().__init__()
+        self.shards = shards
+        self.described = 0
+
+    def list_shards(self) -> list[Shard]:
+        return self.shards
+
+    def incarnation(self) -> str:
+        self.described += 1
+        return OLD
+
+
+def test_a_listing_says_which_stream_it_is_when_asked_or_when_the_shards_changed() -> None:
+    same = [Shard("s0", sequence_range=("100", None))]
+    source = DescribedSource(same)
+    assert list_stream(source, False, tuple(same)) == (same, None)
+    assert list_stream(source, True, tuple(same)) == (same, OLD)
+    # A stream created again: the same ids, another starting sequence number.
+    again = (Shard("s0", sequence_range=("900", None)),)
+    assert list_stream(source, False, again) == (same, OLD)
+    assert source.described == 2

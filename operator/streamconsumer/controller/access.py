@@ -180,6 +180,9 @@ class RefusedSource:
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         raise AccessRefused(self.reason)
 
+    def incarnation(self) -> str | None:
+        raise AccessRefused(self.reason)
+
 
 def guarded(
     policy: AccessPolicy,

@@ -48,7 +48,6 @@ async def consume(
 ) -> None:
     config, registry = context.config, context.registry
     registry.loading(namespace, name)
-    stream: asyncio.Future[str | None] | None = None
     try:
         status_api = KubeStatusApi(context.api_client, namespace, name)
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
@@ -97,9 +96,6 @@ async def consume(
             afresh = f"starts at its initialPosition ({spec.initial_position}): {not_resumed}"
             _emit(body, Event("Warning", "CheckpointsNotResumed", afresh))
         keeping = spec.checkpoint_retention.on_delete is OnDelete.KEEP
-        if keeping:  # which stream these checkpoints are of, learnt now: by the time they
-            # are kept, it may be gone, or deleted and created again (docs/checkpoints.md)
-            stream = asyncio.ensure_future(_stream_or_none(context, namespace, name, spec))
         farewell = kept.Farewell(loop, farewell_seconds(spec))
 
         def over() -> bool:
@@ -117,16 +113,12 @@ async def consume(
         elif deleted() and context.leading():
             where = "discarded (checkpointRetention.onDelete: Discard)"
             if keeping:
-                known = await stream if stream is not None else None
-                of = known or await _stream_or_none(context, namespace, name, spec)
-                where = await _keep(context, status_api, body, namespace, name, spec, farewell, of)
+                where = await _keep(context, status_api, body, namespace, name, spec, farewell)
             # Said on the object too, once this daemon is over: that change is also what
             # has kopf look at it again and let it go, not after the backoff. Made while
             # the daemon still runs, kopf could look at it first and wait out the backoff.
             _after_this_daemon(kept.mark(context.api_client, namespace, name, where))
     finally:
-        if stream is not None:
-            stream.cancel()
         registry.remove(namespace, name)
         if deleted():
             registry.forget(namespace, name)
@@ -239,13 +231,15 @@ async def _keep(
     name: str,
     spec: StreamConsumerSpec,
     farewell: kept.Farewell,
-    stream: str | None,
 ) -> str:
-    """Keeps the lease table as the status last holds it, with the incarnation of the
-    stream it is of (`stream`, where known); where it went, in words."""
+    """Keeps the lease table as the status last holds it, with the stream it is of (the
+    status says, but for a consumer that never listed: the stream as it is now)."""
     try:
         last = await executors.run_in(executors.KUBERNETES, status_api.get)
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        stream = (last.get("status") or {}).get(kept_table.STREAM)
+        if stream is None:
+            stream = await _stream_or_none(context, namespace, name, spec)
         table = kept_table.table(namespace, name, spec, last, now, farewell.drained, stream)
         await kept.keep(context.api_client, namespace, table)
     except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:

@@ -120,10 +120,9 @@ class ConsumerDriver:
             self._source = self._make_source(self._source_spec)
             self._advice = selected(self._source_spec)[0].errors
         if "listing" not in self._busy and loop.sync_due(now):
-            loop.sync_started(now)
-            self._start(
-                Job("listing", self._source.list_shards, self._timeouts.listing, self._listed)
-            )
+            known = tuple(coordinator.shards)
+            listing = functools.partial(list_stream, self._source, loop.sync_started(now), known)
+            self._start(Job("listing", listing, self._timeouts.listing, self._listed))
         if "probe" not in self._busy and (probes := loop.probes_due(now)):
             call = functools.partial(_measure, self._source, probes)
             self._start(Job("probe", call, self._timeouts.listing, self._probed))
@@ -166,16 +165,16 @@ class ConsumerDriver:
 
         self._jobs.start(dataclasses.replace(job, done=finished))
 
-    def _listed(self, outcome: Outcome[list[Shard]]) -> None:
+    def _listed(self, outcome: Outcome[tuple[list[Shard], str | None]]) -> None:
         try:
-            shards = outcome.result()
+            shards, stream = outcome.result()
         except Exception as error:  # every failure is shown, none stops us
             self.loop.sync_failed(
                 failure(error, "listing shards", self._timeouts.listing, self._advice),
                 self._clock(),
             )
         else:
-            self.loop.sync_succeeded(shards, self._clock())
+            self.loop.sync_succeeded(shards, self._clock(), stream)
 
     def _probed(self, outcome: Outcome[dict[str, int | None]]) -> None:
         try:
@@ -266,6 +265,17 @@ def load(
         autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
         paused_by=audit.pause_requester(body) if spec.paused else None,
     )
+
+
+def list_stream(
+    source: StreamSource, described: bool, known: tuple[Shard, ...]
+) -> tuple[list[Shard], str | None]:
+    """The stream's shards and, if `described` or they differ from the `known` ones,
+    which stream it is (docs/checkpoints.md#the-same-stream): asked after the listing,
+    so a stream created again in between shows as the other one it is."""
+    shards = source.list_shards()
+    changed = described or tuple(shards) != known
+    return shards, source.incarnation() if changed else None
 
 
 def _measure(

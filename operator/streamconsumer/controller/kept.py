@@ -16,13 +16,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.access import AccessPolicy, AccessRefused
+from streamconsumer.controller.access import AccessPolicy, guarded
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.owned import FIELD_MANAGER, KUBERNETES_TIMEOUT_SECONDS, NotOurs
 from streamconsumer.models.kept import KeptTable, config_map, kept_for
 from streamconsumer.models.resource import GROUP, PLURAL, VERSION, Source
-from streamconsumer.sources.factory import stream_incarnation
+from streamconsumer.sources.factory import make_source
 
 KEPT_ANNOTATION = f"checkpoints.{GROUP}/kept"
 
@@ -71,14 +71,14 @@ async def keep(api_client: k8s.ApiClient, namespace: str, kept: KeptTable) -> No
 async def incarnation(
     policy: AccessPolicy, namespace: str, source: Source, within_seconds: float
 ) -> str | None:
-    """The incarnation of the stream `source` names (`StreamKind.incarnation`), read as
+    """The incarnation of the stream `source` names (`StreamSource.incarnation`), read as
     the namespace may (its access policy and identity); raises what AWS or the policy
     raised, or TimeoutError after `within_seconds` (its thread then ends by itself)."""
-    reason = policy.refusal(namespace, source)
-    if reason is not None:
-        raise AccessRefused(reason)
-    call = functools.partial(stream_incarnation, source, policy.identity(namespace, source))
-    return await asyncio.wait_for(executors.run_in(executors.STREAMS, call), within_seconds)
+
+    def described() -> str | None:  # the client made in the thread too: it takes time
+        return guarded(policy, namespace, make_source)(source).incarnation()
+
+    return await asyncio.wait_for(executors.run_in(executors.STREAMS, described), within_seconds)
 
 
 class Farewell:

@@ -80,6 +80,7 @@ class DurableState:
     finished: frozenset[str] = frozenset()
     promised_lease_seconds: float | None = None
     last_reset: ResetRecord | None = None
+    stream: str | None = None  # the incarnation of the stream the leases are of, once told
 
 
 @dataclass
@@ -150,6 +151,11 @@ class LeaseCoordinator:
         self.backlog: dict[str, int] = {}  # measured lag of shards nobody live owns
         self.passed_over: list[PassedOverNote] = []  # reported, not yet told as Events
         self.last_reset = durable.last_reset
+        # The stream the table is of (`StreamSource.incarnation`), and another one seen
+        # under its name since: the table is then never applied to it; every worker hands
+        # off as if paused until the object is created anew (docs/checkpoints.md).
+        self.stream = durable.stream
+        self.stream_replaced: str | None = None
         self._reset_waiting: ResetRequest | None = None  # until the first listing
         self._reset_asked: ResetRequest | None = None  # the last one asked, saved or not
         self.version = 0
@@ -233,6 +239,28 @@ class LeaseCoordinator:
         """A SHARD_END waits for a listing started after it, and none has started yet."""
         return any(c >= self._listings_started for c in self._shard_end_claims.values())
 
+    def listed_stream(self, incarnation: str) -> bool:
+        """The stream listed is `incarnation`: may its listing be applied to this table?
+        The first one told is recorded (saved with the table); another one never is."""
+        if self.stream is None:
+            self.stream = incarnation
+            self._changed()
+        elif incarnation != self.stream and incarnation != self.stream_replaced:
+            self.stream_replaced = incarnation
+            self._changed()
+        return incarnation == self.stream
+
+    def replaced_stream(self) -> str | None:
+        """What to tell while another stream is listed under the name, in words."""
+        if self.stream_replaced is None:
+            return None
+        return (
+            f"the stream was deleted and created again: the checkpoints are of {self.stream}, "
+            f"the stream now is {self.stream_replaced}; every worker hands its shards off "
+            "and none is read until the StreamConsumer is created anew (delete it and apply "
+            "it again: it then starts at its initialPosition)"
+        )
+
     def set_shards(self, shards: Sequence[Shard], listing: int | None = None) -> ShardChanges:
         """Takes a complete listing of the stream: the one numbered `listing` by
         `listing_started` (None: one started just now)."""
@@ -265,7 +293,7 @@ class LeaseCoordinator:
         shards = self.shards if self.shards_known else self._started_shards()
         # Paused: every worker is treated as leaving, so each hands its shards off at
         # their positions (a planned move to nobody) and none is granted.
-        paused = self.spec.paused
+        paused = self.spec.paused or self.stream_replaced is not None
         liveness = [
             WorkerLiveness(name, progress.expires_at, progress.draining or paused)
             for name, progress in self.workers.items()
@@ -677,6 +705,7 @@ class LeaseCoordinator:
             finished=frozenset(self.finished),
             promised_lease_seconds=self.promised_lease_seconds(now),
             last_reset=self.last_reset,
+            stream=self.stream,
         )
 
     def persisted(self, snapshot: DurableState, version: int) -> None:
@@ -693,6 +722,7 @@ class LeaseCoordinator:
         fresh = LeaseCoordinator(self.spec, durable, now, created=self.created)
         self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
         self.last_reset = durable.last_reset
+        self.stream = durable.stream or self.stream  # another writer's table, same object
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
         self._reset_waiting = None
@@ -808,6 +838,7 @@ def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
         finished=frozenset(expand(status.get("finishedShards") or [])),
         promised_lease_seconds=float(promised) if promised is not None else None,
         last_reset=ResetRecord.model_validate(last_reset) if last_reset else None,
+        stream=stream if isinstance(stream := status.get("stream"), str) else None,
     )
 
 
@@ -817,4 +848,5 @@ def durable_fields(snapshot: DurableState) -> dict[str, Any]:
         "finishedShards": compact(snapshot.finished),
         "promisedLeaseSeconds": snapshot.promised_lease_seconds,
         "lastReset": snapshot.last_reset.wire() if snapshot.last_reset else None,
+        "stream": snapshot.stream,
     }

@@ -219,16 +219,31 @@ class ConsumerLoop:
             for shard_id, lease in coordinator.leases.items()
         )
 
-    def sync_started(self, now: float) -> None:
+    def sync_started(self, now: float) -> bool:
+        """A listing starts; True: it must tell which stream it lists whatever it finds
+        (the table does not know yet, or another stream was seen). Otherwise it tells
+        only if the shards changed (`driver._listing`): a stream deleted and created
+        again under its name lists other starting sequence numbers at least."""
         self._syncing, self._last_sync = True, now
         self._listing = self.coordinator.listing_started()
+        return self.coordinator.stream is None or self.coordinator.stream_replaced is not None
 
-    def sync_succeeded(self, shards: Sequence[Shard], now: float) -> None:
+    def sync_succeeded(
+        self, shards: Sequence[Shard], now: float, stream: str | None = None
+    ) -> None:
+        """A listing, and the stream it is of where it was asked (`sync_started`)."""
         self._syncing = False
         if self.source_error is not None:
             self.source_error = None
             self.events.append(Event("Normal", "StreamAvailable", "listing shards again"))
             self.coordinator.status_changed()  # the condition changes
+        if stream is not None:
+            coordinator, replaced = self.coordinator, self.coordinator.stream_replaced
+            if not coordinator.listed_stream(stream):  # never applied to this table
+                if coordinator.stream_replaced != replaced:
+                    message = coordinator.replaced_stream() or ""
+                    self.events.append(Event("Warning", "StreamRecreated", message))
+                return
         changes: ShardChanges = self.coordinator.set_shards(shards, self._listing)
         if changes.new:
             self.events.append(

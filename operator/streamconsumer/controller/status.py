@@ -109,7 +109,9 @@ def render(
     unassigned = len(ready) - owned
     # Stalled (kstatus): what needs someone to act; Reconciling: work under way.
     stalled: tuple[str, str] | None = None
-    if children.error is not None:
+    if (replaced := coordinator.replaced_stream()) is not None:
+        stalled = ("StreamRecreated", replaced)
+    elif children.error is not None:
         stalled = ("ChildrenNotApplied", children.error)
     elif not_starting is not None:
         stalled = (WORKERS_NOT_STARTING, not_starting)

@@ -39,9 +39,9 @@ class KeptTable(Model):
     )
 
 
-# The status key naming the stream the checkpoints are of (`StreamKind.incarnation`). In
-# the free-form status, not a field of its own: a table kept by this operator stays
-# readable by the previous one (it forbids unknown fields), which ignores the key.
+# The status field naming the stream the checkpoints are of (`status.stream`: its
+# incarnation, `StreamSource.incarnation`). Kept in the table's free-form status, not as
+# a field of its own: the previous release forbids unknown fields there and ignores this.
 STREAM = "stream"
 
 

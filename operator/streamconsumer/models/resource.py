@@ -587,6 +587,13 @@ class StreamConsumerStatus(Model):
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
     leases: dict[str, Lease] = Field(default_factory=dict)
     last_reset: ResetRecord | None = None
+    stream: str | None = Field(
+        default=None,
+        max_length=2400,
+        description="The stream the checkpoints are of (Kinesis: its ARN and creation "
+        "time). A stream deleted and created again under the same name is never read from "
+        "them: the consumer stops with reason StreamRecreated (docs/checkpoints.md).",
+    )
     paused_by: str | None = Field(
         default=None,
         max_length=300,

@@ -57,6 +57,13 @@ class StreamSource(Protocol):
         A closed shard at its end reports its children's backlog (at least 1 ms)."""
         ...
 
+    def incarnation(self) -> str | None:
+        """What tells the stream from one deleted and created again under its name (its
+        ARN and creation time), for a kind whose shard ids repeat across such streams:
+        checkpoints of one are never applied to another (docs/checkpoints.md#the-same-stream).
+        None where ids never repeat: checkpoints of another stream name no shard it lists."""
+        ...
+
 
 # --- a kind of stream ------------------------------------------------------------------
 
@@ -124,8 +131,3 @@ class StreamKind(Generic[Spec]):
     spec_from_settings: Callable[[Mapping[str, Any]], Spec]
     fan_out: FanOutSupport[Spec] | None = None
     errors: Mapping[str, str] = field(default_factory=dict)  # AWS error code -> advice
-    # What tells the stream from one of the same name deleted and created again (its ARN
-    # and creation time), for a kind whose shard ids repeat across such streams: kept
-    # checkpoints are never resumed on another one (docs/checkpoints.md#the-same-stream).
-    # None where ids never repeat: checkpoints of another stream name no shard it lists.
-    incarnation: Callable[[Spec, Identity], str] | None = None

@@ -388,6 +388,11 @@ class DynamoDBStreamsSource:
             )
         return arn
 
+    def incarnation(self) -> None:
+        """None: shard ids carry their creation time and never repeat, so checkpoints of
+        a table deleted and created again name no shard its new stream lists."""
+        return None
+
     def open_reader(self, shard_id: str, start: StartPosition) -> DynamoDBStreamsShardReader:
         return DynamoDBStreamsShardReader(
             self.client,

@@ -42,10 +42,3 @@ def spec_from_settings(settings: Mapping[str, Any]) -> tuple[StreamKind[Any], Ba
     """The inverse of `source_settings`: the kind and its spec, from a worker's settings."""
     kind = kind_named(str(settings.get("source")))
     return kind, kind.spec_from_settings(settings)
-
-
-def stream_incarnation(source: BaseModel, identity: Identity = None) -> str | None:
-    """What tells the stream from one deleted and created again under its name
-    (`StreamKind.incarnation`); None for a kind whose shard ids never repeat."""
-    kind, spec = selected(source)
-    return kind.incarnation(spec, identity) if kind.incarnation is not None else None

@@ -109,5 +109,4 @@ KIND = StreamKind(
         consumer_name=consumer_name,
     ),
     errors=ERRORS,
-    incarnation=lambda spec, identity: lister(spec, identity).incarnation(),
 )

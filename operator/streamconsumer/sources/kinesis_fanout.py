@@ -368,6 +368,9 @@ class FanOutKinesisSource:
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         return self.polling.backlog(shard_id, start)
 
+    def incarnation(self) -> str:
+        return self.polling.incarnation()
+
     def open_reader(self, shard_id: str, start: StartPosition) -> FanOutShardReader:
         return FanOutShardReader(
             self.polling.client,
