@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import os
 import threading
 import time
@@ -20,6 +21,7 @@ from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, 
 
 _lock = threading.Lock()
 _serial = threading.Lock()
+log = logging.getLogger(__name__)  # a processor's own logger (spec.processor.logLevel)
 
 
 def change_token(record: Record) -> str:
@@ -38,6 +40,7 @@ class RecordingProcessor(BaseRecordProcessor):
         directory.mkdir(parents=True, exist_ok=True)
         self.worker = os.environ.get("STREAMCONSUMER_WORKER_NAME", "worker")
         self.path = directory / f"{self.worker}.jsonl"
+        log.info("recording %s to %s", shard.shard_id, self.path)
         # Which streamconsumer package runs this worker (another release's, in the
         # upgrade test): $RECORD_DIR/<worker>.package.
         (directory / f"{self.worker}.package").write_text(

@@ -192,6 +192,13 @@ class EnvVar(Model):
     )
 
 
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
 class Processor(Model):
     """The user's record processor and the image it runs in."""
 
@@ -245,6 +252,13 @@ class Processor(Model):
     on_failure: FailurePolicy = Field(
         default_factory=FailurePolicy,
         description="What happens to a batch whose processing keeps raising.",
+    )
+    log_level: LogLevel = Field(
+        default=LogLevel.INFO,
+        description="The level of the processor's own loggers in the worker's output "
+        "(default INFO: its logger.info lines show). The worker's own and the AWS SDK's "
+        "stay at WARNING (STREAMCONSUMER_LOG_LEVEL in env sets the worker's).",
+        json_schema_extra=added_since("0.2.0"),
     )
 
 

@@ -17,13 +17,29 @@ from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import EXIT_CALL_STUCK, Worker
 from streamconsumer.worker.source import worker_source
 
+# Libraries whose INFO lines would drown the processor's (credentials found, each
+# connection opened): they log at WARNING whatever the processor's level.
+QUIET_LIBRARIES = ("botocore", "boto3", "s3transfer", "urllib3", "httpx", "httpcore", "py4j")
+
+
+def configure_logging(worker_level: str, processor_level: str) -> None:
+    """The processor's own loggers (any outside ours) at `spec.processor.logLevel`; the
+    worker's (`streamconsumer`) at STREAMCONSUMER_LOG_LEVEL; the SDKs' at WARNING."""
+    logging.basicConfig(
+        level=processor_level,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
+        force=True,
+    )
+    logging.getLogger("streamconsumer").setLevel(worker_level.upper())
+    for library in QUIET_LIBRARIES:
+        logging.getLogger(library).setLevel(logging.WARNING)
+
 
 def main() -> None:
-    logging.basicConfig(
-        level=os.environ.get(LOG_LEVEL_ENV, "WARNING").upper(),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
+    worker_level = os.environ.get(LOG_LEVEL_ENV, "WARNING")
+    configure_logging(worker_level, "WARNING")  # until the settings are read
     config = WorkerConfig.from_env()
+    configure_logging(worker_level, config.processor_log_level)
     metrics.serve(config.metrics_port)
     try:
         factory = load_processor(config.entrypoint)

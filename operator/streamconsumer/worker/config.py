@@ -8,7 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.models.base import ADDED_SINCE, added_since
 from streamconsumer.models.failure import FailurePolicy
-from streamconsumer.models.resource import KinesisConsumer
+from streamconsumer.models.resource import KinesisConsumer, LogLevel
 from streamconsumer.sources.registry import kind_named
 
 PREFIX = "STREAMCONSUMER_"
@@ -49,6 +49,9 @@ class WorkerConfig(BaseSettings):
     # was deleted, or its StreamConsumer is gone.
     give_up_seconds: float = Field(default=30.0, gt=0)
     on_failure: FailurePolicy = Field(default_factory=FailurePolicy)  # JSON in the env
+    processor_log_level: LogLevel = Field(
+        default=LogLevel.INFO, json_schema_extra=added_since("0.2.0")
+    )
 
     @field_validator("source")
     @classmethod
