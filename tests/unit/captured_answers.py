@@ -82,6 +82,13 @@ KINESIS_ANSWERS: dict[str, dict[str, Any]] = {
         ],
     },
     "empty": {"Records": [], "NextShardIterator": "AAAAAAAAAAFcgJx3", "MillisBehindLatest": 0},
+    # kinesis-mock's way: members without a value sent as null (botocore leaves them out).
+    "nulls": {
+        "Records": [kinesis_record(1, b"a", EncryptionType=None)],
+        "NextShardIterator": "AAAAAAAAAAFcgJx4",
+        "MillisBehindLatest": 0,
+        "ChildShards": None,
+    },
 }
 
 # One of every attribute type, nested in maps and lists.

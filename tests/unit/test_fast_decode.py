@@ -139,7 +139,16 @@ UNEXPECTED: dict[str, dict[str, dict[str, Any]]] = {
             "Records": [kinesis_record(1, b"a", NewField="?")],
             "NextShardIterator": "it",
         },
-        "a null": {"Records": [kinesis_record(1, b"a")], "NextShardIterator": None},
+        "a null in a list": {
+            "Records": [],
+            "ChildShards": [
+                {
+                    "ShardId": "shardId-000000000001",
+                    "ParentShards": [None],
+                    "HashKeyRange": {"StartingHashKey": "0", "EndingHashKey": "1"},
+                }
+            ],
+        },
         "a number as a string": {"Records": [], "MillisBehindLatest": "5"},
         "not base64": {"Records": [kinesis_record(1, b"a") | {"Data": "abc"}]},
     },

@@ -11,9 +11,10 @@ result, and botocore is left the empty body `{}` to parse (it still adds the res
 metadata). Signing, endpoints, retries and errors stay botocore's: an answer of any
 other status is never touched, so throttling is retried as before.
 
-Anything not exactly of the declared shape (a field we do not know, a null, a value of
-another type, a body orjson refuses) leaves the answer untouched and botocore parses it
-as it always did: a new field AWS adds costs speed, never a record."""
+Anything not exactly of the declared shape (a field we do not know, a value of another
+type, a null where botocore would keep it, a body orjson refuses) leaves the answer
+untouched and botocore parses it as it always did: a new field AWS adds costs speed,
+never a record."""
 
 from __future__ import annotations
 
@@ -84,17 +85,20 @@ def timestamp(value: Any) -> datetime:
 
 
 def structure(members: Mapping[str, Decode]) -> Decode:
-    """A JSON object of some of `members` (botocore leaves an absent one absent)."""
+    """A JSON object of some of `members`; botocore leaves an absent one absent, and a
+    null one too (emulators send `"ChildShards": null`)."""
 
     def decode(value: Any) -> dict[str, Any]:
         if type(value) is not dict:
             raise Unexpected(f"not an object: {type(value).__name__}")
-        for name, member in value.items():  # in place: the loaded JSON is ours
+        decoded = {}
+        for name, member in value.items():
             field = members.get(name)
             if field is None:
                 raise Unexpected(f"unknown field {name!r}")
-            value[name] = field(member)
-        return value
+            if member is not None:
+                decoded[name] = field(member)
+        return decoded
 
     return decode
 
