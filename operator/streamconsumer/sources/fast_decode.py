@@ -18,7 +18,6 @@ never a record."""
 
 from __future__ import annotations
 
-import base64
 import binascii
 import logging
 import threading
@@ -64,11 +63,12 @@ def boolean(value: Any) -> bool:
 
 
 def blob(value: Any) -> bytes:
-    """base64.b64decode, as botocore's blob parser (lenient, as it is)."""
+    """What botocore's base64.b64decode does with a str, without its wrapper (a third of
+    the cost): lenient, as it is."""
     if type(value) is not str:
         raise Unexpected(f"not a base64 string: {type(value).__name__}")
     try:
-        return base64.b64decode(value)
+        return binascii.a2b_base64(value)
     except (binascii.Error, ValueError) as error:
         raise Unexpected("not base64") from error
 
@@ -153,10 +153,17 @@ KINESIS_PAGE = structure(
 )
 
 
+# The commonest values, whose JSON form is botocore's: checked, and kept as loaded.
+_AS_LOADED = {"S": str, "N": str, "BOOL": bool, "NULL": bool}
+
+
 def attribute_value(value: Any) -> Any:
     """One typed DynamoDB value ({"S": "a"}): DynamoDB sets exactly one member."""
     if type(value) is not dict or len(value) != 1:
         raise Unexpected("not an attribute value of one member")
+    for kind, inner in value.items():
+        if type(inner) is _AS_LOADED.get(kind):
+            return value
     return _ATTRIBUTE_VALUE(value)
 
 
