@@ -58,6 +58,8 @@ KINESIS_ANSWERS: dict[str, dict[str, Any]] = {
             kinesis_record(2, bytes(range(256)), "binary"),  # not UTF-8
             kinesis_record(3, b"", "empty", EncryptionType="KMS"),
             {**kinesis_record(4, b"x"), "ApproximateArrivalTimestamp": 1_795_953_600},
+            # base64 with a line break: botocore's decoding is lenient, so is ours
+            {**kinesis_record(5, b""), "Data": "aGVs\nbG8="},
         ],
         "NextShardIterator": "AAAAAAAAAAFcgJx1",
         "MillisBehindLatest": 86_400_000,

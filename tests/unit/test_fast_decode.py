@@ -66,20 +66,35 @@ def streams_reader(client: Any) -> ShardReader:
     return DynamoDBStreamsShardReader(client, lambda: ARN, S1, TRIM_HORIZON, now=NOW.timestamp)
 
 
+def page(client: Any) -> dict[str, Any]:
+    """GetRecords' answer as the client returns it, less the HTTP metadata."""
+    answer: dict[str, Any] = client.get_records(ShardIterator="it-1")
+    del answer["ResponseMetadata"]
+    return answer
+
+
 def read_both(service: str, answer: dict[str, Any]) -> tuple[ReadResult, ReadResult]:
-    """One read of `answer` through botocore's parser, one through ours (which must have
-    decoded it fast); botocore's first."""
+    """`answer` read through botocore's parser and through ours (which must have decoded
+    it fast), as a ReadResult each (botocore's first); their pages must be equal too."""
     body = json.dumps(answer).encode()
     reader = kinesis_reader if service == "kinesis" else streams_reader
     slow, fast = botocore_client(service), fast_client(service)
     fast_get_records(fast)  # once more: still one handler
-    Canned(slow, (200, body))
-    Canned(fast, (200, body))
+    Canned(slow, (200, body), (200, body))
+    Canned(fast, (200, body), (200, body))
+    # What botocore's parser is left with, seen by a handler that runs after ours.
+    parsed: list[bytes] = []
+    event = f"before-parse.{fast.meta.service_model.service_id.hyphenize()}.GetRecords"
+    fast.meta.events.register(
+        event, lambda response_dict, **_: parsed.append(response_dict["body"])
+    )
     decodes = DECODES[service]
     before = decodes.fast, decodes.fallbacks
     expected = reader(slow).read()
     got = reader(fast).read()
-    assert (decodes.fast, decodes.fallbacks) == (before[0] + 1, before[1]), "decoded fast, once"
+    assert page(fast) == page(slow)
+    assert (decodes.fast, decodes.fallbacks) == (before[0] + 2, before[1]), "decoded fast, once"
+    assert parsed == [b"{}", b"{}"], "botocore's parser walked no records"
     return expected, got
 
 
