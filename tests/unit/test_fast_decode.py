@@ -19,7 +19,7 @@ import pytest
 from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult, ShardReader
 from streamconsumer.sources.dynamodb_streams import DynamoDBStreamsShardReader
-from streamconsumer.sources.fast_decode import DECODES, fast_get_records
+from streamconsumer.sources.fast_decode import DECODES, PAGES, fast_get_records
 from streamconsumer.sources.kinesis import KinesisShardReader, StreamRef
 
 from .captured_answers import (
@@ -226,3 +226,17 @@ def test_a_throttled_read_is_still_retried_by_botocore(throttling: ThrottlingEnd
     assert [r.sequence_number for r in reader.read().records] == [kind.sequence(1)]
     assert throttling.calls == ["GetShardIterator"] + ["GetRecords"] * 3
     assert (decodes.fast, decodes.fallbacks) == (before[0] + 1, before[1])
+
+
+def test_a_fault_of_the_fast_path_costs_speed_not_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    def faulty(_: Any) -> Any:
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setitem(PAGES, "kinesis", faulty)
+    body = json.dumps(KINESIS_ANSWERS["plain"]).encode()
+    slow, fast = botocore_client("kinesis"), fast_client("kinesis")
+    Canned(slow, (200, body))
+    Canned(fast, (200, body))
+    fallbacks = DECODES["kinesis"].fallbacks
+    assert every_field(kinesis_reader(fast).read()) == every_field(kinesis_reader(slow).read())
+    assert DECODES["kinesis"].fallbacks == fallbacks + 1

@@ -12,9 +12,9 @@ metadata). Signing, endpoints, retries and errors stay botocore's: an answer of 
 other status is never touched, so throttling is retried as before.
 
 Anything not exactly of the declared shape (a field we do not know, a value of another
-type, a null where botocore would keep it, a body orjson refuses) leaves the answer
-untouched and botocore parses it as it always did: a new field AWS adds costs speed,
-never a record."""
+type, a null where botocore would keep it, a body orjson refuses; any error of the
+decoding itself) leaves the answer untouched and botocore parses it as it always did: a
+new field AWS adds costs speed, never a record."""
 
 from __future__ import annotations
 
@@ -212,7 +212,7 @@ STREAMS_PAGE = structure(
     }
 )
 
-PAGES: Mapping[str, Decode] = {"kinesis": KINESIS_PAGE, "dynamodbstreams": STREAMS_PAGE}
+PAGES: dict[str, Decode] = {"kinesis": KINESIS_PAGE, "dynamodbstreams": STREAMS_PAGE}
 """botocore's service name -> its GetRecords answer."""
 
 
@@ -257,7 +257,8 @@ class FastGetRecords:
             return  # errors are botocore's to parse, and to retry
         try:
             page = self._page(orjson.loads(body))
-        except (orjson.JSONDecodeError, Unexpected) as error:
+        except Exception as error:  # Unexpected, orjson's refusal, or a fault of ours
+            # costs this answer its speed, never its records: botocore parses it.
             if self._decodes.count(fast=False) == 0:  # once: the next are alike
                 log.warning(
                     "%s GetRecords: an answer botocore parses itself (%s); "
