@@ -102,6 +102,7 @@ crds: venv  ## regenerate crds/streamconsumer.yaml and the chart's admission pol
 bench: venv emulators controlplane node-packages node-binaries node-images  ## benchmarks; figures also go to bench/results.json
 	@rm -f bench/results.json
 	$(BIN)/python -m bench.lease_engine
+	$(BIN)/python -m bench.decode
 	PYTHONPATH=tests $(BIN)/python -m bench.system
 	PYTHONPATH=tests $(BIN)/python -m bench.fanout
 	PYTHONPATH=tests $(BIN)/python -m bench.spark

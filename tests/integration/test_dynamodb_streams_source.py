@@ -5,18 +5,23 @@ tests/unit/test_dynamodb_streams.py; docs/emulators.md says what else it lacks.)
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 
 from streamconsumer.core.lineage import assignable_shards
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import Source
 from streamconsumer.processor import Record
-from streamconsumer.sources.dynamodb_streams import DynamoDBStreamsSource
+from streamconsumer.sources.aws import client_options
+from streamconsumer.sources.dynamodb_streams import DynamoDBStreamsSource, TableStream
 from streamconsumer.sources.factory import make_source
+from streamconsumer.sources.fast_decode import DECODES
 from testbed.dynamodb import REGION, DynamoDBLocal, create_table
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
@@ -241,3 +246,43 @@ def test_a_re_enabled_stream_is_read_after_the_old_streams_tail(
     assert len(new) == 1, "the new stream's shard is listed"
     assert first_seen_ready == [old.id, *new], "the new stream waits for the old one"
     assert read == ["a0", "a1", "a2", "b0", "b1"]
+
+
+def test_dynamodb_locals_answers_are_decoded_fast_into_botocores_records(
+    dynamodb_local: DynamoDBLocal, table_name: str
+) -> None:
+    """Real answers over HTTP, every attribute type: the worker's client decodes every
+    one fast (none falls back), into what botocore's parser gives."""
+    client = dynamodb_local.client
+    create_table(client, table_name, sort_key=True)
+    key = {"pk": {"S": "order-1"}, "sk": {"N": "7"}}
+    every_type: dict[str, Any] = {
+        "s": {"S": "naïve ☃"},
+        "n": {"N": "-12.50"},
+        "b": {"B": b"\x00\xff"},
+        "ss": {"SS": ["a", "b"]},
+        "ns": {"NS": ["1", "2.5"]},
+        "bs": {"BS": [b"\x01", b"\x02"]},
+        "m": {"M": {"l": {"L": [{"S": "x"}, {"M": {"deep": {"BOOL": False}}}]}}},
+        "null": {"NULL": True},
+        "bool": {"BOOL": True},
+    }
+    client.put_item(TableName=table_name, Item={**key, **every_type})
+    client.put_item(TableName=table_name, Item={**key, "s": {"S": "changed"}})
+    client.delete_item(TableName=table_name, Key=key)
+
+    def read(source: DynamoDBStreamsSource) -> list[tuple[object, ...]]:
+        (shard,) = source.list_shards()
+        records = read_all(source, shard.id, TRIM_HORIZON)
+        return [tuple(getattr(r, f.name) for f in dataclasses.fields(Record)) for r in records]
+
+    decodes = DECODES["dynamodbstreams"]
+    before = decodes.fast, decodes.fallbacks
+    fast = read(source_for(dynamodb_local, tableName=table_name))
+    assert decodes.fast >= before[0] + 2, "the page of records and the empty one after it"
+    assert decodes.fallbacks == before[1], "none left to botocore's parser"
+    assert len(fast) == 3
+    botocore_parsed = boto3.client(
+        "dynamodbstreams", **client_options(REGION, dynamodb_local.endpoint_url)
+    )
+    assert fast == read(DynamoDBStreamsSource(botocore_parsed, TableStream(table_name=table_name)))

@@ -3,16 +3,28 @@ every start position, shard end with children, and KPL de-aggregation."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
+from typing import TYPE_CHECKING
 
+import boto3
+import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
 
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
+from streamconsumer.sources.aws import client_options
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.sources.kinesis import KinesisShardReader, KinesisSource, StreamRef
+from streamconsumer.sources.fast_decode import DECODES
+from streamconsumer.sources.kinesis import (
+    KinesisShardReader,
+    KinesisSource,
+    StreamRef,
+    kinesis_client,
+)
 from testbed.kinesis import (
+    REGION,
     KinesisEmulator,
     create_stream,
     delete_stream,
@@ -20,6 +32,9 @@ from testbed.kinesis import (
     put_records,
     split_shard_in_half,
 )
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis import KinesisClient
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
 
@@ -176,3 +191,34 @@ def test_a_timestamp_ahead_of_the_stream_clock_reads_from_the_tip(
     assert reader.read().records == []
     put_records(client, stream_name, [("k", b"after")])
     assert [r.data for r in reader.read().records] == [b"after"]
+
+
+def test_the_emulators_answers_are_decoded_fast_into_botocores_records(
+    kinesis: KinesisEmulator, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real answers over HTTP, plain and KPL-aggregated records: the worker's client
+    decodes every one fast (none falls back), into what botocore's parser gives."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    create_stream(kinesis.client, stream_name, shards=1)
+    aggregator = RecordAggregator()
+    for i in range(3):
+        aggregator.add_user_record(f"user-{i}", b"part-%d" % i)
+    partition_key, _, data = aggregator.clear_and_get().get_contents()
+    put_records(kinesis.client, stream_name, [("plain", b"\x00\xff"), ("plain", b"")])
+    kinesis.client.put_record(StreamName=stream_name, PartitionKey=partition_key, Data=data)
+    shard = KinesisSource(kinesis.client, StreamRef(name=stream_name)).list_shards()[0].id
+
+    def read(client: KinesisClient) -> list[tuple[object, ...]]:
+        records, _ = drain(
+            KinesisShardReader(client, StreamRef(name=stream_name), shard, TRIM_HORIZON)
+        )
+        return [tuple(getattr(r, f.name) for f in dataclasses.fields(Record)) for r in records]
+
+    decodes = DECODES["kinesis"]
+    before = decodes.fast, decodes.fallbacks
+    fast = read(kinesis_client(REGION, kinesis.endpoint_url))
+    assert decodes.fast >= before[0] + 2, "the page of records and the empty one after it"
+    assert decodes.fallbacks == before[1], "none left to botocore's parser"
+    assert len(fast) == 5
+    assert fast == read(boto3.client("kinesis", **client_options(REGION, kinesis.endpoint_url)))

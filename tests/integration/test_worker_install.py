@@ -17,10 +17,10 @@ WORKER = "import streamconsumer.worker.__main__, streamconsumer.worker.runtime"
 @pytest.mark.parametrize(
     ("extra", "present", "absent", "probe"),
     [
-        ("worker", {"boto3", "httpx", "pydantic"}, {"kopf", "kubernetes"}, WORKER),
+        ("worker", {"boto3", "httpx", "pydantic", "orjson"}, {"kopf", "kubernetes"}, WORKER),
         (
             "bronze",
-            {"boto3", "pyarrow"},
+            {"boto3", "pyarrow", "orjson"},
             {"kopf", "kubernetes", "pyspark"},
             f"{WORKER}; from streamconsumer.spark import BronzeProcessor",
         ),

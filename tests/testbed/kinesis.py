@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import boto3
 from botocore.config import Config
 
+from streamconsumer.sources.fast_decode import fast_get_records
 from testbed.processes import LoopbackService, Server, free_port, stopped_on_failure
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ REGION = "us-east-1"
 
 
 def kinesis_client(endpoint_url: str, **config: Any) -> KinesisClient:
-    return boto3.client(
+    """A client that decodes GetRecords as the worker's do (`fast_get_records`)."""
+    client = boto3.client(
         "kinesis",
         endpoint_url=endpoint_url,
         region_name=REGION,
@@ -42,6 +44,8 @@ def kinesis_client(endpoint_url: str, **config: Any) -> KinesisClient:
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+    fast_get_records(client)
+    return client
 
 
 @dataclass(kw_only=True)

@@ -213,10 +213,12 @@ def test_without_a_role_the_operator_calls_as_itself(monkeypatch: pytest.MonkeyP
     assert made == [(kinesis(), None)]
 
     clients: list[str] = []
+    real = boto3.client
 
     def client(service: str, **options: object) -> object:
         clients.append(service)
-        return object()
+        # A real client (it calls out only when asked to): the factory hooks it further.
+        return real(service, region_name="us-east-1")  # type: ignore[call-overload]
 
     monkeypatch.setattr(boto3, "client", client)
     guarded(AccessPolicy(), "team-a", make_source)(kinesis())

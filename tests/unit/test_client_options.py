@@ -4,6 +4,7 @@ goes where its spec says: the source clients and every dead-letter target's."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import boto3
@@ -25,12 +26,15 @@ REGION = "eu-west-1"
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
-    """boto3.client's calls: (service, keywords)."""
+    """boto3.client's calls: (service, keywords). The clients are real (they call out
+    only when asked to): the source clients' factories set them up further."""
     calls: list[tuple[str, dict[str, Any]]] = []
+    real = boto3.client
 
     def client(service: str, **options: Any) -> object:
         calls.append((service, options))
-        return object()
+        # A copy: botocore rewrites the retries of the Config it is given.
+        return real(service, **copy.deepcopy(options))  # type: ignore[call-overload]
 
     monkeypatch.setattr(boto3, "client", client)
     return calls

@@ -27,6 +27,7 @@ from streamconsumer.processor import Record
 from streamconsumer.sources.aws import aws_error, client_options
 from streamconsumer.sources.base import Identity, ReadResult
 from streamconsumer.sources.cursor import ShardCursor
+from streamconsumer.sources.fast_decode import fast_get_records
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -43,11 +44,15 @@ def kinesis_client(
     read_timeout: float = 10.0,
     identity: Identity = None,
 ) -> KinesisClient:
-    """A client whose calls end in seconds (`client_options`), made as `identity`."""
+    """A client whose calls end in seconds (`client_options`), made as `identity`, that
+    decodes its GetRecords answers fast (`fast_get_records`)."""
     options = client_options(region, endpoint_url, max_attempts, read_timeout)
     if identity is None:
-        return boto3.client("kinesis", **options)
-    return identity.client("kinesis", **options)
+        client: KinesisClient = boto3.client("kinesis", **options)
+    else:
+        client = identity.client("kinesis", **options)
+    fast_get_records(client)
+    return client
 
 
 @dataclass(frozen=True)
