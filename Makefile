@@ -26,6 +26,18 @@ lock:  ## re-resolve the dev dependencies into requirements/dev.lock
 	@{ sed -n 1,2p requirements/dev.lock; .lockenv/bin/pip freeze --exclude-editable; } > requirements/dev.lock.new
 	@mv requirements/dev.lock.new requirements/dev.lock && rm -rf .lockenv
 
+$(STAMPS)/distenv: requirements/dist.lock
+	@mkdir -p $(STAMPS)
+	@test -x .distenv/bin/python || $(PYTHON) -m venv .distenv
+	@.distenv/bin/pip install --quiet -r requirements/dist.lock
+	@touch $@
+
+.PHONY: dist
+dist: $(STAMPS)/distenv  ## the wheel and sdist in dist/, checked by twine
+	@rm -rf dist
+	@.distenv/bin/python -m build --outdir dist . > /dev/null
+	@.distenv/bin/twine check --strict dist/*
+
 $(STAMPS)/emulators: tests/kinesis/package.json tests/kinesis/package-lock.json
 	@mkdir -p $(STAMPS)
 	@echo "==> Kinesis emulators (npm: kinesis-local, kinesalite)"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-CLI_DEPENDENCIES = frozenset({"kubernetes", "rich", "urllib3"})  # the `cli` extra's
+CLI_DEPENDENCIES = frozenset({"kubernetes", "rich", "urllib3", "pydantic"})  # the cli extra
 
 
 def main(argv: list[str] | None = None) -> None:
