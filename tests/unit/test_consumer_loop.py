@@ -712,3 +712,52 @@ def test_a_listing_says_which_stream_it_is_when_asked_or_when_the_shards_changed
     again = (Shard("s0", sequence_range=("900", None)),)
     assert list_stream(source, False, again) == (same, OLD)
     assert source.described == 2
+
+
+def test_a_stalled_consumer_stays_stalled_when_another_term_takes_it_over() -> None:
+    """Found by the adversarial review: the other stream was known only in memory, so
+    an operator restart or a new leader served the old table again until its first
+    listing, and for as long as its listings failed (DescribeStreamSummary throttled):
+    the worker got its shard at the old stream's checkpoint, on the new stream."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0, OLD)
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    coordinator.step(0.0)
+    epoch = coordinator.leases["s0"].epoch
+    coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id="s0", epoch=epoch, sequence_number="42")
+    )
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0")], 10.0, NEW)
+    coordinator.step(10.5)
+    coordinator.checkpoint(CheckpointRequest(worker="a", shard_id="s0", epoch=epoch, release=True))
+    coordinator.step(11.0)
+    assert coordinator.leases["s0"].owner is None
+    write = loop.write_due(12.0)
+    assert write is not None
+    stored = durable_from_status(write.body)
+    assert stored.stream == OLD, "the table stays the old one's"
+
+    again = LeaseCoordinator(spec(), stored, now=100.0, created=CREATED)
+    taken = ConsumerLoop("c", again, LoopSettings(shard_sync_seconds=10.0), lambda: 1)
+    fence = taken.write_due(100.0)
+    assert fence is not None
+    taken.write_succeeded(fence, 100.0)
+    assert taken.sync_started(100.0), "every listing says which stream it lists"
+    taken.sync_failed("LimitExceededException: Rate exceeded", 101.0)
+    for now in range(101, 160, 2):
+        answer = again.heartbeat(HeartbeatRequest(worker="b"), float(now))
+        assert answer.assignments == [], "nothing is read from the old table"
+        taken.step(now + 0.5)
+        if (write := taken.write_due(now + 1.0)) is not None:
+            taken.write_succeeded(write, now + 1.0)
+    assert again.leases["s0"].owner is None
+    assert condition(taken, "Ready") == ("False", again.replaced_stream())
+
+    adopting = make_loop()
+    adopting.sync_started(0.0)
+    adopting.sync_succeeded([Shard("s0")], 0.0, OLD)
+    adopting.write_stale(stored, 1.0)
+    assert adopting.coordinator.stream_replaced == NEW, "another writer's stall is adopted"
