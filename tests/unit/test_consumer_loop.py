@@ -761,3 +761,16 @@ def test_a_stalled_consumer_stays_stalled_when_another_term_takes_it_over() -> N
     adopting.sync_succeeded([Shard("s0")], 0.0, OLD)
     adopting.write_stale(stored, 1.0)
     assert adopting.coordinator.stream_replaced == NEW, "another writer's stall is adopted"
+
+
+def test_a_stalled_consumer_is_not_scaled_up_for_a_backlog_nobody_may_read() -> None:
+    """Found by the adversarial review: stopped for a stream created again, the consumer
+    is as if paused, but the lag autoscaler went on scaling it up to maxReplicas for the
+    backlog it measures there: pods started that can be given nothing."""
+    loop = make_loop(autoscaling={"minReplicas": 0, "maxReplicas": 4, "targetLagSeconds": 10})
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0, OLD)
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 10.0, NEW)
+    loop.coordinator.set_backlog({"s0": 50_000, "s1": 30_000}, 20.0)
+    assert loop.autoscale(21.0) is None

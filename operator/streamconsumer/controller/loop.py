@@ -315,7 +315,8 @@ class ConsumerLoop:
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
         """(from, to, lag seconds) when the lag autoscaler wants another worker count."""
         coordinator = self.coordinator
-        if self.autoscaler is None or not coordinator.shards_known or coordinator.spec.paused:
+        stopped = coordinator.spec.paused or coordinator.stream_replaced is not None
+        if self.autoscaler is None or not coordinator.shards_known or stopped:
             return None  # paused: the backlog grows by design, workers stay as they are
         lag = max(self.coordinator.lag_millis().values(), default=0) / 1000
         decided = self.autoscaler.decide(
