@@ -774,3 +774,26 @@ def test_a_stalled_consumer_is_not_scaled_up_for_a_backlog_nobody_may_read() -> 
     loop.sync_succeeded([Shard("s0"), Shard("s1")], 10.0, NEW)
     loop.coordinator.set_backlog({"s0": 50_000, "s1": 30_000}, 20.0)
     assert loop.autoscale(21.0) is None
+
+
+def test_a_stalled_consumer_is_not_shown_reconciling_towards_owning_its_shards() -> None:
+    """Found by the adversarial review: stopped for a stream created again, its shards are
+    unowned on purpose (as a paused one's), yet Reconciling said ShardsUnassigned: kstatus
+    reads Reconciling first, so Flux or Argo showed it in progress for ever, not failed."""
+    registry = Registry(clock=lambda: 0.0)
+    loop = make_loop()
+    registry.add(ManagedConsumer("ns", "c", loop))
+    registry.children_applied("ns", "c", None)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0, OLD)
+    first = loop.write_due(0.0)
+    assert first is not None
+    loop.write_succeeded(first, 0.0)
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 10.0, NEW)
+    loop.coordinator.heartbeat(HeartbeatRequest(worker="a"), 11.0)
+    loop.step(11.5)
+    write = loop.write_due(60.0)
+    assert write is not None
+    assert reasons(loop)["Stalled"] == ("True", "StreamRecreated")
+    assert reasons(loop)["Reconciling"] == ("False", "Done")
