@@ -797,3 +797,26 @@ def test_a_stalled_consumer_is_not_shown_reconciling_towards_owning_its_shards()
     assert write is not None
     assert reasons(loop)["Stalled"] == ("True", "StreamRecreated")
     assert reasons(loop)["Reconciling"] == ("False", "Done")
+
+
+def test_a_stalled_consumer_lists_its_stream_no_more_often_than_a_healthy_one() -> None:
+    """Found by the adversarial review: stopped for a stream created again after a
+    restart (no listing applied since), a finished shard whose children it never listed
+    made it list and describe the stream every second for ever: DescribeStreamSummary
+    allows 20 calls a second per account, shared with every other consumer's."""
+    status = {
+        "leases": {"s0": {"epoch": 3, "state": "Finished", "checkpoint": SHARD_END}},
+        "finishedShards": ["s0"],
+        "stream": OLD,
+        "streamReplaced": NEW,
+    }
+    coordinator = LeaseCoordinator(spec(), durable_from_status(status), 0.0, created=CREATED)
+    loop = ConsumerLoop("c", coordinator, LoopSettings(shard_sync_seconds=10.0), lambda: 1)
+    listings = 0
+    for tick in range(240):
+        now = tick / 4
+        if loop.sync_due(now):
+            listings += 1
+            assert loop.sync_started(now)
+            loop.sync_succeeded([Shard("s0"), Shard("s1")], now + 0.1, NEW)
+    assert listings <= 6

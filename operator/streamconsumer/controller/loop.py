@@ -207,6 +207,8 @@ class ConsumerLoop:
             return False
         if now - self._last_sync >= self.settings.shard_sync_seconds:
             return True
+        if self.coordinator.stream_replaced is not None:
+            return False  # stopped: no listing is applied, no child is waited for
         if self.coordinator.relist_wanted:  # a SHARD_END waits for a fresher listing
             return now - self._last_sync >= self.settings.relist_seconds
         return self._children_unknown() and now - self._last_sync >= self._relist_wait
