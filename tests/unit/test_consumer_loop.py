@@ -820,3 +820,24 @@ def test_a_stalled_consumer_lists_its_stream_no_more_often_than_a_healthy_one() 
             assert loop.sync_started(now)
             loop.sync_succeeded([Shard("s0"), Shard("s1")], now + 0.1, NEW)
     assert listings <= 6
+
+
+def test_a_stalled_consumer_assigns_nothing_before_its_first_step() -> None:
+    """Found by the adversarial review: a new term of a stopped consumer, its fence just
+    landed, answered a restarted owner's heartbeat with its lease at the old stream's
+    checkpoint; the hand-off came only at the next step, after a batch of the new
+    stream's records was read from there."""
+    status = {
+        "leases": {"s1": {"owner": "b", "epoch": 2, "state": "Active", "checkpoint": "7"}},
+        "stream": OLD,
+        "streamReplaced": NEW,
+    }
+    coordinator = LeaseCoordinator(spec(), durable_from_status(status), 0.0, created=CREATED)
+    loop = ConsumerLoop("c", coordinator, LoopSettings(), lambda: 1)
+    fence = loop.write_due(0.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
+    assert coordinator.heartbeat(HeartbeatRequest(worker="b"), 0.5).assignments == []
+    loop.step(1.0)
+    answer = coordinator.heartbeat(HeartbeatRequest(worker="b"), 1.5)
+    assert (answer.assignments, [r.reason.value for r in answer.revocations]) == ([], ["handoff"])

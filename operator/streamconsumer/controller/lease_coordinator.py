@@ -523,6 +523,8 @@ class LeaseCoordinator:
             elif lease.state is ACTIVE and (
                 owned_claim is None or owned_claim.epoch != lease.epoch
             ):
+                if self.stream_replaced is not None:
+                    continue  # stopped: the next step hands it off, nobody starts it
                 if self._saved(lease):
                     assignments.append(self._assignment(lease))
                 else:
