@@ -712,3 +712,132 @@ def test_a_listing_says_which_stream_it_is_when_asked_or_when_the_shards_changed
     again = (Shard("s0", sequence_range=("900", None)),)
     assert list_stream(source, False, again) == (same, OLD)
     assert source.described == 2
+
+
+def test_a_stalled_consumer_stays_stalled_when_another_term_takes_it_over() -> None:
+    """Found by the adversarial review: the other stream was known only in memory, so
+    an operator restart or a new leader served the old table again until its first
+    listing, and for as long as its listings failed (DescribeStreamSummary throttled):
+    the worker got its shard at the old stream's checkpoint, on the new stream."""
+    loop = make_loop()
+    coordinator = loop.coordinator
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0, OLD)
+    coordinator.heartbeat(HeartbeatRequest(worker="a"), 0.0)
+    coordinator.step(0.0)
+    epoch = coordinator.leases["s0"].epoch
+    coordinator.checkpoint(
+        CheckpointRequest(worker="a", shard_id="s0", epoch=epoch, sequence_number="42")
+    )
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0")], 10.0, NEW)
+    coordinator.step(10.5)
+    coordinator.checkpoint(CheckpointRequest(worker="a", shard_id="s0", epoch=epoch, release=True))
+    coordinator.step(11.0)
+    assert coordinator.leases["s0"].owner is None
+    write = loop.write_due(12.0)
+    assert write is not None
+    stored = durable_from_status(write.body)
+    assert stored.stream == OLD, "the table stays the old one's"
+
+    again = LeaseCoordinator(spec(), stored, now=100.0, created=CREATED)
+    taken = ConsumerLoop("c", again, LoopSettings(shard_sync_seconds=10.0), lambda: 1)
+    fence = taken.write_due(100.0)
+    assert fence is not None
+    taken.write_succeeded(fence, 100.0)
+    assert taken.sync_started(100.0), "every listing says which stream it lists"
+    taken.sync_failed("LimitExceededException: Rate exceeded", 101.0)
+    for now in range(101, 160, 2):
+        answer = again.heartbeat(HeartbeatRequest(worker="b"), float(now))
+        assert answer.assignments == [], "nothing is read from the old table"
+        taken.step(now + 0.5)
+        if (write := taken.write_due(now + 1.0)) is not None:
+            taken.write_succeeded(write, now + 1.0)
+    assert again.leases["s0"].owner is None
+    assert condition(taken, "Ready") == ("False", again.replaced_stream())
+
+    adopting = make_loop()
+    adopting.sync_started(0.0)
+    adopting.sync_succeeded([Shard("s0")], 0.0, OLD)
+    adopting.write_stale(stored, 1.0)
+    assert adopting.coordinator.stream_replaced == NEW, "another writer's stall is adopted"
+
+
+def test_a_stalled_consumer_is_not_scaled_up_for_a_backlog_nobody_may_read() -> None:
+    """Found by the adversarial review: stopped for a stream created again, the consumer
+    is as if paused, but the lag autoscaler went on scaling it up to maxReplicas for the
+    backlog it measures there: pods started that can be given nothing."""
+    loop = make_loop(autoscaling={"minReplicas": 0, "maxReplicas": 4, "targetLagSeconds": 10})
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0, OLD)
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 10.0, NEW)
+    loop.coordinator.set_backlog({"s0": 50_000, "s1": 30_000}, 20.0)
+    assert loop.autoscale(21.0) is None
+
+
+def test_a_stalled_consumer_is_not_shown_reconciling_towards_owning_its_shards() -> None:
+    """Found by the adversarial review: stopped for a stream created again, its shards are
+    unowned on purpose (as a paused one's), yet Reconciling said ShardsUnassigned: kstatus
+    reads Reconciling first, so Flux or Argo showed it in progress for ever, not failed."""
+    registry = Registry(clock=lambda: 0.0)
+    loop = make_loop()
+    registry.add(ManagedConsumer("ns", "c", loop))
+    registry.children_applied("ns", "c", None)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 0.0, OLD)
+    first = loop.write_due(0.0)
+    assert first is not None
+    loop.write_succeeded(first, 0.0)
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0"), Shard("s1")], 10.0, NEW)
+    loop.coordinator.heartbeat(HeartbeatRequest(worker="a"), 11.0)
+    loop.step(11.5)
+    write = loop.write_due(60.0)
+    assert write is not None
+    assert reasons(loop)["Stalled"] == ("True", "StreamRecreated")
+    assert reasons(loop)["Reconciling"] == ("False", "Done")
+
+
+def test_a_stalled_consumer_lists_its_stream_no_more_often_than_a_healthy_one() -> None:
+    """Found by the adversarial review: stopped for a stream created again after a
+    restart (no listing applied since), a finished shard whose children it never listed
+    made it list and describe the stream every second for ever: DescribeStreamSummary
+    allows 20 calls a second per account, shared with every other consumer's."""
+    status = {
+        "leases": {"s0": {"epoch": 3, "state": "Finished", "checkpoint": SHARD_END}},
+        "finishedShards": ["s0"],
+        "stream": OLD,
+        "streamReplaced": NEW,
+    }
+    coordinator = LeaseCoordinator(spec(), durable_from_status(status), 0.0, created=CREATED)
+    loop = ConsumerLoop("c", coordinator, LoopSettings(shard_sync_seconds=10.0), lambda: 1)
+    listings = 0
+    for tick in range(240):
+        now = tick / 4
+        if loop.sync_due(now):
+            listings += 1
+            assert loop.sync_started(now)
+            loop.sync_succeeded([Shard("s0"), Shard("s1")], now + 0.1, NEW)
+    assert listings <= 6
+
+
+def test_a_stalled_consumer_assigns_nothing_before_its_first_step() -> None:
+    """Found by the adversarial review: a new term of a stopped consumer, its fence just
+    landed, answered a restarted owner's heartbeat with its lease at the old stream's
+    checkpoint; the hand-off came only at the next step, after a batch of the new
+    stream's records was read from there."""
+    status = {
+        "leases": {"s1": {"owner": "b", "epoch": 2, "state": "Active", "checkpoint": "7"}},
+        "stream": OLD,
+        "streamReplaced": NEW,
+    }
+    coordinator = LeaseCoordinator(spec(), durable_from_status(status), 0.0, created=CREATED)
+    loop = ConsumerLoop("c", coordinator, LoopSettings(), lambda: 1)
+    fence = loop.write_due(0.0)
+    assert fence is not None
+    loop.write_succeeded(fence, 0.0)
+    assert coordinator.heartbeat(HeartbeatRequest(worker="b"), 0.5).assignments == []
+    loop.step(1.0)
+    answer = coordinator.heartbeat(HeartbeatRequest(worker="b"), 1.5)
+    assert (answer.assignments, [r.reason.value for r in answer.revocations]) == ([], ["handoff"])

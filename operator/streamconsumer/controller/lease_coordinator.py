@@ -81,6 +81,7 @@ class DurableState:
     promised_lease_seconds: float | None = None
     last_reset: ResetRecord | None = None
     stream: str | None = None  # the incarnation of the stream the leases are of, once told
+    stream_replaced: str | None = None  # another one listed under its name since
 
 
 @dataclass
@@ -154,8 +155,9 @@ class LeaseCoordinator:
         # The stream the table is of (`StreamSource.incarnation`), and another one seen
         # under its name since: the table is then never applied to it; every worker hands
         # off as if paused until the object is created anew (docs/checkpoints.md).
+        # Saved too: a restart or a new leader must not serve the table again.
         self.stream = durable.stream
-        self.stream_replaced: str | None = None
+        self.stream_replaced = durable.stream_replaced
         self._reset_waiting: ResetRequest | None = None  # until the first listing
         self._reset_asked: ResetRequest | None = None  # the last one asked, saved or not
         self.version = 0
@@ -521,6 +523,8 @@ class LeaseCoordinator:
             elif lease.state is ACTIVE and (
                 owned_claim is None or owned_claim.epoch != lease.epoch
             ):
+                if self.stream_replaced is not None:
+                    continue  # stopped: the next step hands it off, nobody starts it
                 if self._saved(lease):
                     assignments.append(self._assignment(lease))
                 else:
@@ -706,6 +710,7 @@ class LeaseCoordinator:
             promised_lease_seconds=self.promised_lease_seconds(now),
             last_reset=self.last_reset,
             stream=self.stream,
+            stream_replaced=self.stream_replaced,
         )
 
     def persisted(self, snapshot: DurableState, version: int) -> None:
@@ -723,6 +728,7 @@ class LeaseCoordinator:
         self.durable, self.leases, self.finished = durable, fresh.leases, fresh.finished
         self.last_reset = durable.last_reset
         self.stream = durable.stream or self.stream  # another writer's table, same object
+        self.stream_replaced = durable.stream_replaced or self.stream_replaced
         self.workers, self._promises = fresh.workers, fresh._promises
         self.backlog = {}
         self._reset_waiting = None
@@ -839,6 +845,7 @@ def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
         promised_lease_seconds=float(promised) if promised is not None else None,
         last_reset=ResetRecord.model_validate(last_reset) if last_reset else None,
         stream=stream if isinstance(stream := status.get("stream"), str) else None,
+        stream_replaced=other if isinstance(other := status.get("streamReplaced"), str) else None,
     )
 
 
@@ -849,4 +856,5 @@ def durable_fields(snapshot: DurableState) -> dict[str, Any]:
         "promisedLeaseSeconds": snapshot.promised_lease_seconds,
         "lastReset": snapshot.last_reset.wire() if snapshot.last_reset else None,
         "stream": snapshot.stream,
+        "streamReplaced": snapshot.stream_replaced,
     }

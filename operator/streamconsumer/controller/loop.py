@@ -207,6 +207,8 @@ class ConsumerLoop:
             return False
         if now - self._last_sync >= self.settings.shard_sync_seconds:
             return True
+        if self.coordinator.stream_replaced is not None:
+            return False  # stopped: no listing is applied, no child is waited for
         if self.coordinator.relist_wanted:  # a SHARD_END waits for a fresher listing
             return now - self._last_sync >= self.settings.relist_seconds
         return self._children_unknown() and now - self._last_sync >= self._relist_wait
@@ -315,7 +317,8 @@ class ConsumerLoop:
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
         """(from, to, lag seconds) when the lag autoscaler wants another worker count."""
         coordinator = self.coordinator
-        if self.autoscaler is None or not coordinator.shards_known or coordinator.spec.paused:
+        stopped = coordinator.spec.paused or coordinator.stream_replaced is not None
+        if self.autoscaler is None or not coordinator.shards_known or stopped:
             return None  # paused: the backlog grows by design, workers stay as they are
         lag = max(self.coordinator.lag_millis().values(), default=0) / 1000
         decided = self.autoscaler.decide(

@@ -123,6 +123,8 @@ def render(
         stalled = ("ShardStuck", stuck[0] + more)
     elif not coordinator.shards_known and problems:
         stalled = ("StreamUnavailable", problems[0])
+    # Paused, or stopped for a stream created again: no shard is to be owned.
+    stopped = coordinator.spec.paused or replaced is not None
     reconciling: tuple[str, str] | None = None
     if not children.known:
         reconciling = ("ApplyingChildren", f"applying the workers' objects: {children.pending()}")
@@ -132,9 +134,9 @@ def render(
         reconciling = ("Pausing", f"{still_held} shards still held")
     elif moving:
         reconciling = ("HandingOff", f"{moving} shards being handed off")
-    elif unassigned and not coordinator.spec.paused and (workers or coordinator.spec.replicas):
+    elif unassigned and not stopped and (workers or coordinator.spec.replicas):
         reconciling = ("ShardsUnassigned", f"{owned}/{len(ready)} assignable shards have an owner")
-    elif starting is not None and not coordinator.spec.paused:
+    elif starting is not None and not stopped:
         reconciling = ("StartingWorkers", starting)
 
     if coordinator.spec.paused:

@@ -608,6 +608,13 @@ class StreamConsumerStatus(Model):
         "time). A stream deleted and created again under the same name is never read from "
         "them: the consumer stops with reason StreamRecreated (docs/checkpoints.md).",
     )
+    stream_replaced: str | None = Field(
+        default=None,
+        max_length=2400,
+        description="Another stream listed under the name since (deleted and created again): "
+        "kept so that no operator serves the checkpoints again until the StreamConsumer is "
+        "created anew (reason StreamRecreated).",
+    )
     paused_by: str | None = Field(
         default=None,
         max_length=300,
