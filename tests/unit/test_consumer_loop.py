@@ -841,3 +841,16 @@ def test_a_stalled_consumer_assigns_nothing_before_its_first_step() -> None:
     loop.step(1.0)
     answer = coordinator.heartbeat(HeartbeatRequest(worker="b"), 1.5)
     assert (answer.assignments, [r.reason.value for r in answer.revocations]) == ([], ["handoff"])
+
+
+def test_a_paused_consumer_whose_stream_was_created_again_is_not_ready() -> None:
+    """Paused reads Ready=True; a paused consumer stopped for good must not."""
+    loop = make_loop(paused=True)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0, OLD)
+    loop.sync_started(10.0)
+    loop.sync_succeeded([Shard("s0")], 10.0, NEW)
+    assert loop.write_due(10.0) is not None
+    status, _ = condition(loop, "Ready")
+    by_type = {c.type: c for c in loop.conditions}
+    assert (status, by_type["Ready"].reason) == ("False", "StreamRecreated")

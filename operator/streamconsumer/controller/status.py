@@ -139,7 +139,7 @@ def render(
     elif starting is not None and not stopped:
         reconciling = ("StartingWorkers", starting)
 
-    if coordinator.spec.paused:
+    if coordinator.spec.paused and replaced is None:  # stopped for good says so first
         ready_condition = (
             _condition(
                 by_type, "Ready", False, "Pausing", f"{still_held} shards still held", generation

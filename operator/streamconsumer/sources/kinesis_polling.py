@@ -217,7 +217,9 @@ class KinesisSource:
         its name has the same ARN and shard ids, and none of its records."""
         summary = self.client.describe_stream_summary(**self.stream.params())
         described = summary["StreamDescriptionSummary"]
-        created = described["StreamCreationTimestamp"].astimezone(UTC).isoformat()
+        # Milliseconds, in UTC: what the API carries, whatever a parser makes of it.
+        when = described["StreamCreationTimestamp"].astimezone(UTC)
+        created = when.isoformat(timespec="milliseconds")
         return f"{described['StreamARN']} created {created}"
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
