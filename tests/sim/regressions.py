@@ -217,6 +217,28 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.passed_over_at_the_first_failure,
         "passed over after 1 failures",
     ),
+    "29 partial batch responses: the records before the first failed one are done": Regression(
+        Run(seed=29, shards=2, replicas=2, faults=(F(5.0, "partial", 0, 20.0),), duration=50),
+        reverts.partial_responses_fail_whole_batches,
+        "duplicates although every fault was planned",
+    ),
+    "29 partial batch responses: the failed records are delivered again": Regression(
+        Run(seed=29, shards=2, replicas=2, faults=(F(5.0, "partial", 0, 20.0),), duration=50),
+        reverts.partial_responses_read_as_success,
+        r"done first, before|not done|never processed",
+    ),
+    "29 partial batch responses under skip, scaling and a poison record": Regression(
+        Run(
+            seed=30,
+            shards=2,
+            replicas=2,
+            on_failure="skip",
+            faults=(F(5.0, "partial", 0, 30.0), F(6.0, "poison", 1, 20.0), F(12.0, "scale", 3)),
+            duration=60,
+        ),
+        reverts.partial_responses_fail_whole_batches,
+        "duplicates although every fault was planned",
+    ),
     "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
         Run(
             seed=4,

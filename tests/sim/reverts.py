@@ -495,3 +495,22 @@ def withdrawn_leases_released_at_once(patch: pytest.MonkeyPatch) -> None:
         self.withdrawn = {s: replace(w, closes_at=-1.0) for s, w in self.withdrawn.items()}
 
     patch.setattr(LeaseCoordinator, "_watch", hasty)
+
+
+def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
+    """29: a partial batch response counts as the whole batch failing: the records it
+    reported done are delivered again."""
+
+    def whole(self: ShardMachine, now: float, done: int, error: str) -> None:
+        self.raised(now, error)
+
+    patch.setattr(ShardMachine, "partly_failed", whole)
+
+
+def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
+    """29: the records a partial batch response reports failed count as done."""
+
+    def success(self: ShardMachine, now: float, done: int, error: str) -> None:
+        self.returned(now)
+
+    patch.setattr(ShardMachine, "partly_failed", success)

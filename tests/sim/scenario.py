@@ -64,6 +64,7 @@ PLANNED = {
     "listing_slow",
     "flaky",
     "poison",
+    "partial",
     "sink_errors",
     "slow_calls",
     "hang",
@@ -334,6 +335,9 @@ class Simulation:
                 self.operator.faults.listing_slow_until = until
             case "flaky":
                 self.trouble.flaky_until = until
+            case "partial":  # flaky, and failures told as partial batch responses
+                self.trouble.flaky_until = max(self.trouble.flaky_until, until)
+                self.trouble.partial_until = until
             case "poison":  # the shard's first record not yet done, or its next one
                 open_shards = self.stream.open_shards()
                 if open_shards:

@@ -17,7 +17,7 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.calls import call_processor
+from streamconsumer.worker.calls import PartlyFailed, call_processor
 from streamconsumer.worker.shard import (
     Answer,
     DeadLetter,
@@ -98,6 +98,8 @@ class Drive:
             else:
                 try:
                     self.call_processor(step)
+                except PartlyFailed as partly:
+                    machine.partly_failed(self.now, partly.done, str(partly))
                 except Exception as error:
                     machine.raised(self.now, str(error))
                 else:

@@ -20,7 +20,9 @@ PROCESS_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
 )
 PROCESS_FAILURES = Counter(
-    "streamconsumer_worker_process_failures", "Processor calls that raised.", ["shard"]
+    "streamconsumer_worker_process_failures",
+    "Processor calls that raised, or reported some of their records failed.",
+    ["shard"],
 )
 DEAD_LETTERED = Counter(
     "streamconsumer_worker_dead_lettered_records",
@@ -54,6 +56,12 @@ def batch_processed(shard: str, records: Sequence[Record], started: float) -> No
     PROCESS_SECONDS.observe(time.perf_counter() - started)
     RECORDS.labels(shard).inc(len(records))
     BYTES.labels(shard).inc(sum(len(r.data) for r in records))
+
+
+def batch_partly_failed(shard: str, done: Sequence[Record], started: float) -> None:
+    """A partial batch response: `done` are processed, the call counts as a failure."""
+    batch_processed(shard, done, started)
+    PROCESS_FAILURES.labels(shard).inc()
 
 
 def batch_failed(shard: str, started: float) -> None:

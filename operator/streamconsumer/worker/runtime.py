@@ -19,7 +19,7 @@ from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
-from streamconsumer.worker.calls import call_processor
+from streamconsumer.worker.calls import PartlyFailed, call_processor
 from streamconsumer.worker.client import (
     OperatorClient,
     OperatorRefused,
@@ -273,6 +273,13 @@ class Worker:
                 processor = call_processor(step, machine, processor, self._factory)
                 if isinstance(step, Deliver):
                     metrics.batch_processed(shard, step.batch.records, started)
+            except PartlyFailed as partly:
+                assert isinstance(step, Deliver)
+                metrics.batch_partly_failed(shard, step.batch.records[: partly.done], started)
+                log.warning("%s: %s; retried from there after a back-off", shard, partly)
+                with changed:
+                    machine.partly_failed(time.monotonic(), partly.done, str(partly))
+                continue
             except Exception as error:
                 metrics.batch_failed(shard, started)
                 log.exception(

@@ -10,6 +10,9 @@ The rules it keeps:
 - Checkpoint only what returned: see `processor.Progress`
   (docs/design.md#only-what-returned-is-checkpointed).
 - A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
+- A call that reports some of its records failed (a partial batch response) leaves the
+  records before the first failed one done and the rest as the head batch, failed once:
+  retried from there, never re-running what is done, never skipping what is not.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
   (`models.failure`): block (retry on, reported), skip, or dead-letter it first. A
   dead letter its target can never hold blocks the shard as `block` does: a write that
@@ -32,7 +35,7 @@ from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
 from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
-from streamconsumer.processor import SHARD_END, Checkpointer, Progress
+from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress
 from streamconsumer.sources.base import ReadResult
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
@@ -525,11 +528,36 @@ class ShardMachine:
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
         else:  # retried after a back-off, unless a hand-off or a loss comes first
-            self._retry_call_at = now + self._retry.delay(self._call_failures)
-            self._call_failures += 1
-            self._error = error
-            if self._failing_since is None:
-                self._failing_since = now
+            self._failed(now, error)
+
+    def partly_failed(self, now: float, done: int, error: str) -> None:
+        """The Deliver call from the last step returned, reporting its batch's records
+        from index `done` on failed (a partial batch response). The records before are
+        done; the rest become the head batch, failed once, retried after a back-off and
+        then given to the failure policy as a batch that raised (as Lambda retries from
+        the first failed record). A call that asked to checkpoint past the first failed
+        record counts as failed whole."""
+        call = self._call
+        assert isinstance(call, Deliver), "only process_records reports failed records"
+        records = call.batch.records
+        assert 0 <= done < len(records), f"{done} records done of {len(records)}"
+        self._call, self._call_started = None, None
+        try:
+            self.progress.partly_returned(records[done - 1] if done else None)
+        except CheckpointError as refused:
+            self._failed(now, f"{error}, yet {refused}")
+            return
+        if done:  # progress: what is left is a new head, failed once (its count starts over)
+            self._batches[0] = replace(self._batches[0], records=records[done:])
+            self._recovered()
+        self._failed(now, error)
+
+    def _failed(self, now: float, error: str) -> None:
+        self._retry_call_at = now + self._retry.delay(self._call_failures)
+        self._call_failures += 1
+        self._error = error
+        if self._failing_since is None:
+            self._failing_since = now
 
     def cannot_dead_letter(self, now: float, reason: str) -> None:
         """The DeadLetter call found a letter its target can never hold (`reason` names
