@@ -74,6 +74,7 @@ class Ledger:
     deliveries: int = 0
     from_latest: bool = False  # initialPosition LATEST: the history is not owed
     retries: int | None = None  # the failure policy's, when it may pass records over
+    max_record_age: float | None = None  # onFailure.maxRecordAgeSeconds
     raised_times: Counter[int] = field(default_factory=Counter)
     passed: set[int] = field(default_factory=set)  # skipped, dead-lettered or reset past
     ended_early: set[str] = field(default_factory=set)  # shards a buggy reader ended early
@@ -196,7 +197,7 @@ class Ledger:
         if self.retries is None:
             raise Violation(f"{shard_id}: records passed over under policy block")
         for sequence in sequences:
-            if self.raised_times[sequence] <= self.retries:
+            if self.raised_times[sequence] <= self.retries and not self._too_old(sequence):
                 raise Violation(
                     f"{shard_id}: {sequence} passed over after "
                     f"{self.raised_times[sequence]} failures (retries: {self.retries})"
@@ -205,6 +206,12 @@ class Ledger:
         shard = self._shard(shard_id)
         pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
         self._next_undone[shard_id] = self._past_passed(shard, pointer)
+
+    def _too_old(self, sequence: int) -> bool:
+        """Failed, and past maxRecordAgeSeconds now: passed over without its retries."""
+        limit = self.max_record_age
+        age = self.stream.world.now - self.stream.arrived[sequence]
+        return limit is not None and self.raised_times[sequence] > 0 and age >= limit
 
     # --- checkpoints -------------------------------------------------------------------
 

@@ -239,6 +239,19 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.partial_responses_fail_whole_batches,
         "duplicates although every fault was planned",
     ),
+    "29 maxRecordAgeSeconds: only the records past it skip their retries": Regression(
+        Run(
+            seed=31,
+            shards=2,
+            replicas=2,
+            on_failure="deadLetter",
+            max_record_age=2.0,
+            faults=(F(5.0, "poison", 0, 20.0), F(6.0, "partial", 0, 10.0), F(12.0, "scale", 3)),
+            duration=60,
+        ),
+        reverts.young_records_given_up_with_old_ones,
+        r"passed over after [01] failures",
+    ),
     "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
         Run(
             seed=4,

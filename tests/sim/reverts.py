@@ -501,8 +501,10 @@ def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
     """29: a partial batch response counts as the whole batch failing: the records it
     reported done are delivered again."""
 
-    def whole(self: ShardMachine, now: float, done: int, error: str) -> None:
-        self.raised(now, error)
+    def whole(
+        self: ShardMachine, now: float, done: int, error: str, wall: float | None = None
+    ) -> None:
+        self.raised(now, error, wall)
 
     patch.setattr(ShardMachine, "partly_failed", whole)
 
@@ -510,7 +512,20 @@ def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
 def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
     """29: the records a partial batch response reports failed count as done."""
 
-    def success(self: ShardMachine, now: float, done: int, error: str) -> None:
+    def success(
+        self: ShardMachine, now: float, done: int, error: str, wall: float | None = None
+    ) -> None:
         self.returned(now)
 
     patch.setattr(ShardMachine, "partly_failed", success)
+
+
+def young_records_given_up_with_old_ones(patch: pytest.MonkeyPatch) -> None:
+    """29: a failing batch whose first record is past maxRecordAgeSeconds is given up
+    whole, its younger records with it."""
+    too_old = ShardMachine._records_too_old
+
+    def whole(self: ShardMachine, wall: float) -> int:
+        return len(self._batches[0].records) if too_old(self, wall) else 0
+
+    patch.setattr(ShardMachine, "_records_too_old", whole)

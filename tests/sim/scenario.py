@@ -114,6 +114,7 @@ class Run:
     autoscale: bool = False
     initial_position: str = "TRIM_HORIZON"  # TRIM_HORIZON | LATEST
     on_failure: str = "block"  # block | skip | deadLetter, after POLICY_RETRIES
+    max_record_age: float | None = None  # onFailure.maxRecordAgeSeconds (not with block)
     history: int = 0  # records in the stream before the consumer is created
     operators: int = 1  # operator replicas, one leading at a time
     newer_peers: bool = False  # each side's messages carry fields of a newer release
@@ -197,6 +198,8 @@ class Simulation:
             "then": run.on_failure,
             "timeoutSeconds": CALL_TIMEOUT,
         }
+        if run.max_record_age is not None and run.on_failure != "block":
+            on_failure["maxRecordAgeSeconds"] = self.ledger.max_record_age = run.max_record_age
         if run.on_failure == "deadLetter":
             on_failure["deadLetter"] = {"sqs": {"queueURL": "http://sim/dead-letters"}}
         spec = {

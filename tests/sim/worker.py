@@ -16,7 +16,7 @@ from dataclasses import InitVar, dataclass, field
 from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
-from sim.world import Network, World, run_in_process
+from sim.world import Network, World, run_in_process, wall
 from streamconsumer.controller.answers import CHECKPOINT as CHECKPOINT_ROUTE
 from streamconsumer.controller.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
@@ -253,6 +253,10 @@ class SimWorker:
     def clock(self) -> float:
         return self.world.now + self.offset
 
+    def _wall(self) -> float:
+        """The wall clock, for records' ages: exact (a skewed one is not simulated)."""
+        return wall(self.world.now).timestamp()
+
     # --- scheduling, with pauses and death -----------------------------------------------
 
     def schedule(self, delay: float, callback: Callable[[], None]) -> None:
@@ -473,11 +477,11 @@ class SimWorker:
             assert isinstance(step, Deliver)
             failed = step.batch.records[partly.done :]
             self.ledger.raised([int(r.sequence_number) for r in failed])
-            machine.partly_failed(self.clock(), partly.done, str(partly))
+            machine.partly_failed(self.clock(), partly.done, str(partly), self._wall())
         except Exception as error:
             if isinstance(step, Deliver):
                 self.ledger.raised([int(r.sequence_number) for r in step.batch.records])
-            machine.raised(self.clock(), str(error))
+            machine.raised(self.clock(), str(error), self._wall())
         else:
             machine.returned(self.clock())
             if not isinstance(step, (Skip, DeadLetter)):

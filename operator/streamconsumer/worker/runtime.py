@@ -278,7 +278,7 @@ class Worker:
                 metrics.batch_partly_failed(shard, step.batch.records[: partly.done], started)
                 log.warning("%s: %s; retried from there after a back-off", shard, partly)
                 with changed:
-                    machine.partly_failed(time.monotonic(), partly.done, str(partly))
+                    machine.partly_failed(time.monotonic(), partly.done, str(partly), time.time())
                 continue
             except Exception as error:
                 metrics.batch_failed(shard, started)
@@ -289,7 +289,8 @@ class Worker:
                     CALL_NAMES[type(step)],
                 )
                 with changed:
-                    machine.raised(time.monotonic(), f"{type(error).__name__}: {error}")
+                    error_text = f"{type(error).__name__}: {error}"
+                    machine.raised(time.monotonic(), error_text, wall=time.time())
                 continue
             with changed:
                 machine.returned(time.monotonic())

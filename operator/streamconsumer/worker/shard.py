@@ -13,6 +13,9 @@ The rules it keeps:
 - A call that reports some of its records failed (a partial batch response) leaves the
   records before the first failed one done and the rest as the head batch, failed once:
   retried from there, never re-running what is done, never skipping what is not.
+- A failing batch's records older than `maxRecordAgeSeconds` (by their arrival, on the
+  wall clock the driver passes with the failure) are not retried: they go to skip or
+  dead-letter at once, the younger rest of the batch stays and is retried.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
   (`models.failure`): block (retry on, reported), skip, or dead-letter it first. A
   dead letter its target can never hold blocks the shard as `block` does: a write that
@@ -201,6 +204,7 @@ class ShardMachine:
         self._dead_letter_failures = 0
         self._unwritable = ""  # why the head batch's dead letters never can be written
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
+        self._too_old = 0  # the head batch's first n records are past maxRecordAgeSeconds
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
         self.outcome: Outcome | None = None
@@ -352,6 +356,8 @@ class ShardMachine:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
+            if self._too_old and batch.records and not self._unwritable:
+                return self._begin(self._give_up_old(batch))
             if batch.records and not self._unwritable and self._exhausted(now, batch):
                 then = self._policy.then
                 if then is not AfterRetries.BLOCK and len(batch.records) > 1:
@@ -400,6 +406,26 @@ class ShardMachine:
         self._pieces_ahead = max(self._pieces_ahead - 1, 0) + 2
         self._call_failures, self._failing_since = 0, None
 
+    def _give_up_old(self, batch: ReadResult) -> Skip | DeadLetter:
+        """The head batch's records past maxRecordAgeSeconds go to the policy's last
+        resort now, without bisecting (retrying is what they are too old for); the
+        younger rest stays behind them, retried as usual."""
+        count = self._too_old
+        if count < len(batch.records):
+            old = ReadResult(batch.records[:count], batch.millis_behind_latest)
+            rest = replace(batch, records=batch.records[count:])
+            self._batches.popleft()
+            self._batches.extendleft((rest, old))
+            if self._pieces_ahead:
+                self._pieces_ahead += 1
+            self._too_old = count
+            batch = old
+        limit = self._policy.max_record_age_seconds
+        error = f"{self._error} (older than maxRecordAgeSeconds {limit:g}: not retried)"
+        if self._policy.then is AfterRetries.SKIP:
+            return Skip(batch, error, self._call_failures)
+        return DeadLetter(batch, error, self._call_failures)
+
     def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
         records = batch.records
         self.progress.passed_over(records)
@@ -428,6 +454,7 @@ class ShardMachine:
         self._call_failures = self._dead_letter_failures = 0
         self._failing_since = None
         self._error = self._unwritable = ""
+        self._too_old = 0
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
         self._in_flight = request
@@ -514,8 +541,9 @@ class ShardMachine:
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
 
-    def raised(self, now: float, error: str = "") -> None:
-        """The call from the last step raised `error`: nothing it did counts."""
+    def raised(self, now: float, error: str = "", wall: float | None = None) -> None:
+        """The call from the last step raised `error`: nothing it did counts. `wall`: the
+        time (seconds since the epoch) for the records' age (maxRecordAgeSeconds)."""
         call, self._call, self._call_started = self._call, None, None
         if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
             self._error = f"{call.error} (dead-letter target: {error})"
@@ -528,9 +556,9 @@ class ShardMachine:
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
         else:  # retried after a back-off, unless a hand-off or a loss comes first
-            self._failed(now, error)
+            self._failed(now, error, wall if isinstance(call, Deliver) else None)
 
-    def partly_failed(self, now: float, done: int, error: str) -> None:
+    def partly_failed(self, now: float, done: int, error: str, wall: float | None = None) -> None:
         """The Deliver call from the last step returned, reporting its batch's records
         from index `done` on failed (a partial batch response). The records before are
         done; the rest become the head batch, failed once, retried after a back-off and
@@ -545,19 +573,36 @@ class ShardMachine:
         try:
             self.progress.partly_returned(records[done - 1] if done else None)
         except CheckpointError as refused:
-            self._failed(now, f"{error}, yet {refused}")
+            self._failed(now, f"{error}, yet {refused}", wall)
             return
         if done:  # progress: what is left is a new head, failed once (its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
             self._recovered()
-        self._failed(now, error)
+        self._failed(now, error, wall)
 
-    def _failed(self, now: float, error: str) -> None:
+    def _failed(self, now: float, error: str, wall: float | None = None) -> None:
         self._retry_call_at = now + self._retry.delay(self._call_failures)
         self._call_failures += 1
         self._error = error
         if self._failing_since is None:
             self._failing_since = now
+        if wall is not None:
+            self._too_old = self._records_too_old(wall)
+
+    def _records_too_old(self, wall: float) -> int:
+        """How many of the head batch's first records arrived more than
+        maxRecordAgeSeconds before `wall` (arrivals grow along a shard, so they lead;
+        block passes nothing over, and a record without an arrival time is never old)."""
+        limit = self._policy.max_record_age_seconds
+        if limit is None or self._policy.then is AfterRetries.BLOCK or not self._batches:
+            return 0
+        count = 0
+        for record in self._batches[0].records:
+            arrived = record.approximate_arrival_timestamp
+            if arrived is None or wall - arrived.timestamp() < limit:
+                break
+            count += 1
+        return count
 
     def cannot_dead_letter(self, now: float, reason: str) -> None:
         """The DeadLetter call found a letter its target can never hold (`reason` names
