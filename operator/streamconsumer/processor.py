@@ -32,6 +32,9 @@ other type) is an error: the whole batch counts as failed, as if the call had ra
 A checkpoint asked for in that call must not cover the first failed record (the call
 then counts as failed as a whole too).
 
+Records that `spec.processor.filter` drops never reach the processor: a checkpoint at a
+later record covers them, and the worker checkpoints past those at the end of a read.
+
 Checkpoints are forward-only and never pass a record that was not delivered to you:
 checkpoint() records that every record delivered so far is done; checkpoint(record)
 that everything up to and including `record` is done. The worker stores a checkpoint
@@ -219,15 +222,17 @@ class Progress:
         self._delivered = self._done
 
     def passed_over(self, records: Sequence[Record]) -> None:
-        """The failure policy skipped or dead-lettered these delivered records: they count
-        as done. The checkpoint moves past them only if the processor had checkpointed
-        everything done before them: records a batching processor has not flushed yet
-        are never passed by a checkpoint it did not ask for."""
+        """The failure policy skipped or dead-lettered these delivered records, or the
+        filter dropped these (never delivered): they count as done. The checkpoint moves
+        past them only if the processor had checkpointed everything done before them:
+        records a batching processor has not flushed yet are never passed by a
+        checkpoint it did not ask for."""
         done = self._done.checkpoint_sequence if self._done else self.stored
         caught_up = self.requested == done
         self._delivered = self._done = records[-1]
-        if caught_up:
-            self.requested = records[-1].checkpoint_sequence
+        position = records[-1].checkpoint_sequence
+        if caught_up and position is not None:  # None: inside a first KPL aggregate
+            self.requested = position
 
     def shard_ended(self) -> None:
         """Every record of the closed shard is done: a bare checkpoint() is SHARD_END."""

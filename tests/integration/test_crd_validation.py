@@ -163,6 +163,40 @@ REFUSED = [
         id="record-age-zero",
     ),
     pytest.param(
+        variant(
+            processor__filter={
+                "patterns": [{"data": [{"path": "a", "equals": "x", "prefix": "y"}]}]
+            }
+        ),
+        "set exactly one of equals, equalsAny, prefix and exists",
+        id="filter-two-tests",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{"partitionKey": {}}]}),
+        "set exactly one of equals, equalsAny, prefix and exists",
+        id="filter-no-test",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{}]}),
+        "a filter pattern needs partitionKey or data conditions",
+        id="filter-empty-pattern",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": []}),
+        "spec.processor.filter.patterns: Invalid value",
+        id="filter-no-patterns",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{"data": [{"path": "a..b", "exists": True}]}]}),
+        "spec.processor.filter.patterns[0].data[0].path",
+        id="filter-bad-path",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{"data": [{"path": "a", "equals": 5}]}]}),
+        "spec.processor.filter.patterns[0].data[0].equals",
+        id="filter-not-a-string",
+    ),
+    pytest.param(
         variant(processor__onFailure={"then": "retry"}),
         'supported values: "block", "skip", "deadLetter"',
         id="bad-policy",
@@ -429,7 +463,21 @@ def test_cdc_example_applies(control_plane: ControlPlane, namespace: str) -> Non
 
 
 # Issue 29's fields: new since 0.2.0, kept (not pruned) as written.
-BATCH_CONTROLS = variant(processor__onFailure={"then": "skip", "maxRecordAgeSeconds": 3600})
+FILTER = {
+    "patterns": [
+        {"partitionKey": {"prefix": "eu-"}},
+        {
+            "data": [
+                {"path": "detail.type", "equalsAny": ["order", "refund"]},
+                {"path": "total", "equals": "500"},
+                {"path": "test", "exists": False},
+            ]
+        },
+    ]
+}
+BATCH_CONTROLS = variant(
+    processor__onFailure={"then": "skip", "maxRecordAgeSeconds": 3600}, processor__filter=FILTER
+)
 
 
 def test_batch_controls_are_stored_as_written(control_plane: ControlPlane, namespace: str) -> None:
@@ -439,3 +487,4 @@ def test_batch_controls_are_stored_as_written(control_plane: ControlPlane, names
     assert stored.returncode == 0, stored.stderr
     processor = json.loads(stored.stdout)["spec"]["processor"]
     assert processor["onFailure"]["maxRecordAgeSeconds"] == 3600
+    assert processor["filter"] == FILTER

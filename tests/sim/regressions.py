@@ -252,6 +252,24 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.young_records_given_up_with_old_ones,
         r"passed over after [01] failures",
     ),
+    "29 processor.filter: dropped records are never delivered": Regression(
+        Run(seed=32, shards=2, replicas=2, filtered=True, faults=(F(10.0, "scale", 3),)),
+        reverts.filter_ignored,
+        "which the filter drops",
+    ),
+    "29 processor.filter: dropped records do not pass a sink's unflushed ones": Regression(
+        Run(
+            seed=33,
+            shards=2,
+            replicas=2,
+            processor="sink",
+            checkpoint_every=0,
+            filtered=True,
+            faults=(F(10.0, "scale", 3), F(20.0, "split", 0)),
+        ),
+        reverts.passing_over_checkpoints_unflushed_records,
+        r"passes \d+, not done",
+    ),
     "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
         Run(
             seed=4,

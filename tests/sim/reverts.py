@@ -19,7 +19,7 @@ from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker.core import WorkerCore
-from streamconsumer.worker.shard import Answer, ShardMachine, Step, Stop
+from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
 
 Revert = Callable[[pytest.MonkeyPatch], None]
 
@@ -529,3 +529,8 @@ def young_records_given_up_with_old_ones(patch: pytest.MonkeyPatch) -> None:
         return len(self._batches[0].records) if too_old(self, wall) else 0
 
     patch.setattr(ShardMachine, "_records_too_old", whole)
+
+
+def filter_ignored(patch: pytest.MonkeyPatch) -> None:
+    """29: processor.filter not applied: every record is delivered."""
+    patch.setattr(ShardMachine, "sift", lambda self, batch: Sifted([batch], 0))

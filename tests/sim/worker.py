@@ -25,6 +25,7 @@ from streamconsumer.models import CheckpointResponse, HeartbeatRequest
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.models.record_filter import RecordFilter
 from streamconsumer.processor import (
     BaseRecordProcessor,
     BatchResult,
@@ -45,6 +46,7 @@ from streamconsumer.worker.client import (
     request_headers,
 )
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.filtering import keeper
 from streamconsumer.worker.shard import (
     Call,
     DeadLetter,
@@ -218,8 +220,11 @@ class SimWorker:
     wants_empty: InitVar[bool]
     on_exit: Callable[[SimWorker], None]
     policy: InitVar[FailurePolicy | None] = None
+    record_filter: InitVar[RecordFilter | None] = None
 
-    def __post_init__(self, wants_empty: bool, policy: FailurePolicy | None) -> None:
+    def __post_init__(
+        self, wants_empty: bool, policy: FailurePolicy | None, record_filter: RecordFilter | None
+    ) -> None:
         world = self.world
         self.core = WorkerCore(
             self.name,
@@ -231,6 +236,7 @@ class SimWorker:
             # No read budget: the examples were found with reads as fast as room allows, and
             # a budget only spreads the same events out (tests/unit/test_shard_machine.py).
             max_reads_per_second=1e9,
+            keep=keeper(record_filter),
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.dead_letters = DeadLetters(

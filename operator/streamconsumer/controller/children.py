@@ -127,6 +127,7 @@ def deployment(
             "metrics_port": WORKER_METRICS_PORT,
             "drain_seconds": pod.termination_grace_period_seconds - DRAIN_MARGIN_SECONDS,
             "on_failure": spec.processor.on_failure,
+            "filter": spec.processor.filter,
         }
     )
     # The worker's own settings come last: of two entries of one name the last wins,

@@ -8,6 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.models.base import ADDED_SINCE, added_since
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.models.record_filter import RecordFilter
 from streamconsumer.models.resource import KinesisConsumer
 from streamconsumer.sources.registry import kind_named
 
@@ -49,6 +50,8 @@ class WorkerConfig(BaseSettings):
     # was deleted, or its StreamConsumer is gone.
     give_up_seconds: float = Field(default=30.0, gt=0)
     on_failure: FailurePolicy = Field(default_factory=FailurePolicy)  # JSON in the env
+    # processor.filter, JSON in the env (a worker of 0.1 ignores it: it processes all).
+    filter: RecordFilter | None = Field(default=None, json_schema_extra=added_since("0.2.0"))
 
     @field_validator("source")
     @classmethod

@@ -32,6 +32,11 @@ DEAD_LETTERED = Counter(
 SKIPPED = Counter(
     "streamconsumer_worker_skipped_records", "Records the failure policy skipped.", ["shard"]
 )
+FILTERED = Counter(
+    "streamconsumer_worker_filtered_records",
+    "Records processor.filter kept from the processor (checkpointed past without a call).",
+    ["shard"],
+)
 SECONDS_BEHIND = Gauge(
     "streamconsumer_worker_seconds_behind_latest",
     "How far a held shard is behind the stream's tip (MillisBehindLatest / 1000).",
@@ -49,7 +54,7 @@ _THROTTLED = {
     "ThrottlingException",
     "RequestLimitExceeded",
 }
-_COUNTERS = (RECORDS, BYTES, PROCESS_FAILURES, DEAD_LETTERED, SKIPPED)
+_COUNTERS = (RECORDS, BYTES, PROCESS_FAILURES, DEAD_LETTERED, SKIPPED, FILTERED)
 
 
 def batch_processed(shard: str, records: Sequence[Record], started: float) -> None:
@@ -67,6 +72,11 @@ def batch_partly_failed(shard: str, done: Sequence[Record], started: float) -> N
 def batch_failed(shard: str, started: float) -> None:
     PROCESS_SECONDS.observe(time.perf_counter() - started)
     PROCESS_FAILURES.labels(shard).inc()
+
+
+def filtered(shard: str, count: int) -> None:
+    if count:
+        FILTERED.labels(shard).inc(count)
 
 
 def behind(shard: str, millis: int) -> None:

@@ -29,6 +29,7 @@ from streamconsumer.worker.client import (
 )
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.filtering import keeper
 from streamconsumer.worker.shard import (
     CALL_NAMES,
     Answer,
@@ -71,6 +72,7 @@ class Worker:
             policy=config.on_failure,
             drain_seconds=config.drain_seconds,
             max_reads_per_second=config.max_reads_per_second,
+            keep=keeper(config.filter),
         )
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -224,8 +226,10 @@ class Worker:
                 failures += 1
                 continue
             failures = 0
+            sifted = machine.sift(result)  # outside the lock: it may parse every record
+            metrics.filtered(machine.shard_id, sifted.dropped)
             with changed:
-                machine.read(result)
+                machine.read(result, sifted)
                 changed.notify_all()
                 if not result.records and not result.shard_end and idle_seconds:
                     _sleep_until(machine, changed, time.monotonic() + idle_seconds)

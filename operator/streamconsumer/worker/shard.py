@@ -16,6 +16,10 @@ The rules it keeps:
 - A failing batch's records older than `maxRecordAgeSeconds` (by their arrival, on the
   wall clock the driver passes with the failure) are not retried: they go to skip or
   dead-letter at once, the younger rest of the batch stays and is retried.
+- Records the filter (`processor.filter`) drops are never delivered: a checkpoint at a
+  later record covers them, and those after a read's last kept record (or a whole read
+  of them) are passed over as the failure policy passes records over, so the checkpoint
+  moves past them without passing a batching processor's unflushed records.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
   (`models.failure`): block (retry on, reported), skip, or dead-letter it first. A
   dead letter its target can never hold blocks the shard as `block` does: a write that
@@ -30,6 +34,7 @@ The rules it keeps:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal
@@ -38,7 +43,7 @@ from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
 from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
-from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress
+from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
@@ -64,6 +69,20 @@ class Answer(Enum):
     LOST = "lost"  # 409: the lease is not ours under this epoch
     INVALID = "invalid"  # 400: refused as malformed (unknown shard, backwards)
     UNREACHABLE = "unreachable"  # no answer, or 5xx: try again later
+
+
+@dataclass(frozen=True)
+class FilteredOut(ReadResult):
+    """Records the filter dropped after a read's last kept record: passed over without
+    a processor call once every batch before them is done."""
+
+
+@dataclass(frozen=True)
+class Sifted:
+    """A read after the filter: what to deliver or pass over, and how many it dropped."""
+
+    batches: list[ReadResult]
+    dropped: int
 
 
 # --- steps: what the driver does next ----------------------------------------------------
@@ -169,8 +188,10 @@ class ShardMachine:
         retry: Backoff | None = None,
         policy: FailurePolicy | None = None,
         read_interval: float = 0.0,
+        keep: Callable[[Record], bool] | None = None,
     ) -> None:
         self.worker = worker
+        self._keep = keep  # processor.filter: None keeps every record
         self.assignment = assignment
         self.shard_id = assignment.shard_id
         self.epoch = assignment.epoch
@@ -269,9 +290,30 @@ class ShardMachine:
         """A read starts now: the next waits its turn."""
         self._last_read_at = now
 
-    def read(self, batch: ReadResult) -> None:
-        self._batches.append(batch)
+    def sift(self, batch: ReadResult) -> Sifted:
+        """The batch as the filter leaves it: the kept records, then a FilteredOut of the
+        dropped ones after the last kept record. Touches no state: a driver may call it
+        outside its lock (the filter parses JSON)."""
+        records, keep = batch.records, self._keep
+        kept = [i for i, record in enumerate(records) if keep(record)] if keep else None
+        if kept is None or len(kept) == len(records):
+            return Sifted([batch], 0)
+        pieces: list[ReadResult] = []
+        if kept or self._wants_empty:  # a batching processor's clock ticks on (its flush)
+            pieces.append(replace(batch, records=[records[i] for i in kept]))
+        tail = records[kept[-1] + 1 :] if kept else records
+        if tail:
+            end = (batch.millis_behind_latest, batch.shard_end, batch.child_shards)
+            pieces.append(FilteredOut(tail, *end))
+        return Sifted(pieces, len(records) - len(kept))
+
+    def read(self, batch: ReadResult, sifted: Sifted | None = None) -> int:
+        """A read's batch, to deliver in turn (`sifted`: `sift(batch)`, if made already);
+        returns how many records the filter dropped from it."""
         self._end_read = self._end_read or batch.shard_end
+        sifted = sifted or self.sift(batch)
+        self._batches.extend(sifted.batches)
+        return sifted.dropped
 
     def held(self, now: float) -> HeldShard:
         done = self.progress.done
@@ -356,6 +398,10 @@ class ShardMachine:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
+            if isinstance(batch, FilteredOut):
+                self.progress.passed_over(batch.records)
+                self._took(self._batches.popleft())
+                return self._next(now)  # its checkpoint first: nothing else may come soon
             if self._too_old and batch.records and not self._unwritable:
                 return self._begin(self._give_up_old(batch))
             if batch.records and not self._unwritable and self._exhausted(now, batch):
