@@ -107,8 +107,9 @@ class BatchResult:
     failed: Collection[Record | str] = ()
 
 
-# What process_records may return: None (all done), a BatchResult, or the failed records.
-ProcessResult = BatchResult | list[Record | str] | tuple[Record | str, ...] | None
+# What process_records may return: None (all done), a BatchResult, or the failed records
+# as a list (a tuple or set is taken too).
+ProcessResult = BatchResult | list[Record] | list[str] | list[Record | str] | None
 
 
 class BatchResultError(TypeError):
@@ -335,7 +336,7 @@ class FunctionProcessor(BaseRecordProcessor):
         self.handle = handle
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
-        result = self.handle(records)
+        result = self.handle(list(records))  # its own copy: ours names what failed
         failed = first_failed(records, result)
         if failed == len(records):
             checkpointer.checkpoint()

@@ -6,6 +6,7 @@ A result that does not fit its batch fails the whole batch, never skips a record
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import pytest
 
@@ -24,6 +25,7 @@ from streamconsumer.testing import ProcessorHarness
 from streamconsumer.worker.shard import Stop
 
 from .shard_drive import Drive, batch
+from .test_shard_machine import run_threaded
 
 Answer = Callable[[list[Record], int], object]
 
@@ -202,3 +204,29 @@ def test_the_harness_reads_a_batch_result_as_the_worker_does() -> None:
     assert harness.checkpoints == ["1", "3"]
     with pytest.raises(BatchResultError):
         ProcessorHarness(Reporting(lambda records, call: ["9"])).process(records)
+
+
+class ReportsOnce(BaseRecordProcessor):
+    """The threaded runtime's processor: reports each batch's second record failed the
+    first time it sees it; records what it finished."""
+
+    done: ClassVar[list[str]] = []
+    reported: ClassVar[set[str]] = set()
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
+        if len(records) > 1 and records[1].sequence_number not in ReportsOnce.reported:
+            ReportsOnce.reported.add(records[1].sequence_number)
+            ReportsOnce.done.append(records[0].sequence_number)
+            checkpointer.checkpoint(records[0])
+            return BatchResult(failed=[records[1]])
+        ReportsOnce.done.extend(r.sequence_number for r in records)
+        checkpointer.checkpoint()
+        return None
+
+
+def test_the_threaded_runtime_redelivers_only_what_was_reported_failed() -> None:
+    ReportsOnce.done, ReportsOnce.reported = [], set()
+    operator = run_threaded(ReportsOnce, lambda _: len(ReportsOnce.done) >= 5)
+    assert ReportsOnce.done == ["1", "2", "3", "4", "5"], "in order, each once"
+    assert ReportsOnce.reported == {"2", "5"}
+    assert operator.coordinator.leases["child"].checkpoint == "5"

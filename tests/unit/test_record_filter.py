@@ -18,6 +18,7 @@ from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.filtering import keeper
 
 from .shard_drive import Drive
+from .test_shard_machine import InProcessOperator, run_threaded
 
 
 def record(sequence: int, data: object, key: str = "k") -> Record:
@@ -193,3 +194,32 @@ def test_the_filter_reaches_the_worker_and_stays_out_of_the_pod_when_unset(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert WorkerConfig.from_env().filter == ODD
+
+
+class Never(BaseRecordProcessor):
+    calls = 0
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        Never.calls += 1
+
+
+def test_the_threaded_runtime_checkpoints_a_stream_of_only_dropped_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every record dropped (b"d" is no JSON object): no call, yet the parent ends and
+    the child's checkpoint reaches its last record; the worker counts them (a shard's
+    series go when it leaves, so the counts are watched as they are made)."""
+    Never.calls = 0
+    counted: list[tuple[str, int]] = []
+    monkeypatch.setattr(metrics, "filtered", lambda shard, count: counted.append((shard, count)))
+    drop_all = spec({"data": [{"path": "x", "exists": True}]})
+
+    def finished(operator: InProcessOperator) -> bool:
+        child = operator.coordinator.leases.get("child")
+        return child is not None and child.checkpoint == "5"
+
+    operator = run_threaded(Never, finished, filter=drop_all)
+    assert finished(operator)
+    assert Never.calls == 0
+    assert sum(count for _, count in counted) == 5
+    assert {shard for shard, count in counted if count} == {"parent", "child"}

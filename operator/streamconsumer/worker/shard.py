@@ -464,7 +464,6 @@ class ShardMachine:
             self._batches.extendleft((rest, old))
             if self._pieces_ahead:
                 self._pieces_ahead += 1
-            self._too_old = count
             batch = old
         limit = self._policy.max_record_age_seconds
         error = f"{self._error} (older than maxRecordAgeSeconds {limit:g}: not retried)"
