@@ -107,9 +107,10 @@ class BatchResult:
     failed: Collection[Record | str] = ()
 
 
-# What process_records may return: None (all done), a BatchResult, or the failed records
-# as a list (a tuple or set is taken too).
-ProcessResult = BatchResult | list[Record] | list[str] | list[Record | str] | None
+# What process_records may return: None (all done) or a BatchResult. Only a BatchResult
+# reports failures: any other value means all done, as it did before partial responses
+# existed, so a processor that returns a count or its transformed records keeps working.
+ProcessResult = BatchResult | None
 
 
 class BatchResultError(TypeError):
@@ -121,17 +122,9 @@ def first_failed(records: Sequence[Record], result: object) -> int:
     """The index in `records` of the first record `result` reports failed; len(records)
     when none did. Raises BatchResultError when `result` does not fit the batch: a failure
     is never read as a success, and an unknown name never as a skip."""
-    if result is None:
-        return len(records)
-    if isinstance(result, BatchResult):
-        failed: object = result.failed
-    elif isinstance(result, (list, tuple, set, frozenset)):
-        failed = result
-    else:
-        raise BatchResultError(
-            f"process_records returned a {type(result).__name__}; expected None, a "
-            "BatchResult or a list of the failed records (or their sequence numbers)"
-        )
+    if not isinstance(result, BatchResult):
+        return len(records)  # None, or a value that reports nothing (see ProcessResult)
+    failed: object = result.failed
     if isinstance(failed, (str, bytes)) or not isinstance(failed, Collection):
         raise BatchResultError(
             f"BatchResult.failed is a {type(failed).__name__}; expected a list of records "

@@ -137,7 +137,7 @@ class Recorder(BaseRecordProcessor):
         if failed is not None and not (records and self.trouble.reports_partly()):
             raise RuntimeError("injected processor failure")
         if failed is not None and self.trouble.world.rng.random() < 0.1:
-            return ["0"]  # a result that does not fit: the whole batch failed
+            return BatchResult(failed=["0"])  # does not fit: the whole batch failed
         done = records if failed is None else records[:failed]
         self.ledger.done(self.shard.shard_id, [int(r.sequence_number) for r in done])
         self.batches += 1
@@ -152,7 +152,7 @@ class Recorder(BaseRecordProcessor):
         rest = records[failed:]
         if self.batches % 2:
             return BatchResult(failed=[r.sequence_number for r in rest])
-        return [rest[0]]  # the first failed is enough
+        return BatchResult(failed=[rest[0]])  # the first failed is enough
 
 
 class Sink(BatchingProcessor):

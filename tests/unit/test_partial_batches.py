@@ -77,14 +77,18 @@ def test_the_records_before_the_first_failed_one_are_done_and_never_delivered_ag
 
 
 def test_a_plain_list_of_records_or_sequence_numbers_is_a_batch_result() -> None:
-    processor = Reporting(lambda records, call: [records[3], "5"] if call == 1 else [])
+    processor = Reporting(
+        lambda records, call: BatchResult(failed=[records[3], "5"]) if call == 1 else None
+    )
     drive = run(processor, 1, 2, 3, 4, 5)
     assert processor.calls == [["1", "2", "3", "4", "5"], ["4", "5"]]
     assert drive.stored() == ["3", "5"]
 
 
 def test_the_whole_batch_reported_failed_is_retried_as_if_it_raised() -> None:
-    processor = Reporting(lambda records, call: [r.sequence_number for r in records])
+    processor = Reporting(
+        lambda records, call: BatchResult(failed=[r.sequence_number for r in records])
+    )
     drive = run(processor, 1, 2, 3)
     assert all(call == ["1", "2", "3"] for call in processor.calls)
     failing = drive.machine.held(drive.now).failing
@@ -113,14 +117,11 @@ def test_duplicates_name_the_same_record_once() -> None:
     ("result", "says"),
     [
         (BatchResult(failed=["99"]), "record 99 failed, which is not in its batch"),
-        (["2", "99"], "record 99 failed, which is not in its batch"),
-        ([2], "reported a failed int"),
+        (BatchResult(failed=["2", "99"]), "record 99 failed, which is not in its batch"),
+        (BatchResult(failed=[2]), "reported a failed int"),  # type: ignore[list-item]
         (BatchResult(failed="2"), "BatchResult.failed is a str"),
-        ("2", "returned a str"),
-        (True, "returned a bool"),
-        ({"2": "x"}, "returned a dict"),
-        (iter(["2"]), "returned a list_iterator"),
-        ([None], "reported a failed NoneType"),
+        (BatchResult(failed=iter(["2"])), "BatchResult.failed is a list_iterator"),  # type: ignore[arg-type]
+        (BatchResult(failed=[None]), "reported a failed NoneType"),  # type: ignore[list-item]
     ],
 )
 def test_a_result_that_does_not_fit_fails_the_whole_batch(result: object, says: str) -> None:
@@ -146,7 +147,11 @@ def test_skip_passes_over_only_the_record_that_keeps_failing() -> None:
     """A poison record reported failed on every call: retried from it, then bisected
     down to it alone; the records before it were done at the first call."""
     processor = Reporting(
-        lambda records, call: [r for r in records if r.sequence_number == "3"] or None
+        lambda records, call: (
+            BatchResult(failed=[r for r in records if r.sequence_number == "3"])
+            if any(r.sequence_number == "3" for r in records)
+            else None
+        )
     )
     drive = run(processor, 1, 2, 3, 4, 5, then="skip")
     assert processor.calls[0] == ["1", "2", "3", "4", "5"]
@@ -159,7 +164,9 @@ def test_skip_passes_over_only_the_record_that_keeps_failing() -> None:
 
 def test_dead_letters_take_only_the_records_that_fail() -> None:
     processor = Reporting(
-        lambda records, call: [r for r in records if r.sequence_number in ("2", "4")]
+        lambda records, call: BatchResult(
+            failed=[r for r in records if r.sequence_number in ("2", "4")]
+        )
     )
     drive = run(processor, 1, 2, 3, 4, 5, then="deadLetter")
     written = [[r.sequence_number for r in d.batch.records] for d in drive.dead_letters]
@@ -169,7 +176,9 @@ def test_dead_letters_take_only_the_records_that_fail() -> None:
 
 def test_progress_starts_the_retry_count_over() -> None:
     """Each call gets one more record done: never blocked, never passed over."""
-    processor = Reporting(lambda records, call: records[1:] if len(records) > 1 else None)
+    processor = Reporting(
+        lambda records, call: BatchResult(failed=records[1:]) if len(records) > 1 else None
+    )
     drive = run(processor, *range(1, 11), then="skip")
     assert [call[0] for call in processor.calls] == [str(i) for i in range(1, 11)]
     assert drive.skipped == []
@@ -178,7 +187,9 @@ def test_progress_starts_the_retry_count_over() -> None:
 
 def test_a_plain_function_returns_its_failed_records_too() -> None:
     def handle(records: list[Record]) -> ProcessResult:
-        return [r for r in records if r.sequence_number == "2"] if len(records) == 3 else None
+        if len(records) != 3:
+            return None
+        return BatchResult(failed=[r for r in records if r.sequence_number == "2"])
 
     drive = Drive(FunctionProcessor(handle))
     drive.machine.read(batch(1, 2, 3))
@@ -187,7 +198,9 @@ def test_a_plain_function_returns_its_failed_records_too() -> None:
 
 
 def test_a_hand_off_while_retrying_releases_at_the_last_record_done() -> None:
-    processor = Reporting(lambda records, call: [r for r in records if r.sequence_number == "3"])
+    processor = Reporting(
+        lambda records, call: BatchResult(failed=[r for r in records if r.sequence_number == "3"])
+    )
     drive = run(processor, 1, 2, 3, 4)
     drive.machine.revoke(Stop.HANDOFF)
     drive.run(until=200)
@@ -203,7 +216,9 @@ def test_the_harness_reads_a_batch_result_as_the_worker_does() -> None:
     assert harness.process(records[1:]) == []
     assert harness.checkpoints == ["1", "3"]
     with pytest.raises(BatchResultError):
-        ProcessorHarness(Reporting(lambda records, call: ["9"])).process(records)
+        ProcessorHarness(Reporting(lambda records, call: BatchResult(failed=["9"]))).process(
+            records
+        )
 
 
 class ReportsOnce(BaseRecordProcessor):
@@ -230,3 +245,14 @@ def test_the_threaded_runtime_redelivers_only_what_was_reported_failed() -> None
     assert ReportsOnce.done == ["1", "2", "3", "4", "5"], "in order, each once"
     assert ReportsOnce.reported == {"2", "5"}
     assert operator.coordinator.leases["child"].checkpoint == "5"
+
+
+@pytest.mark.parametrize("result", [["2"], ("2",), "2", True, 3, {"2": "x"}, [None]])
+def test_only_a_batch_result_reports_failures(result: object) -> None:
+    """What processors returned before partial responses (a count, their transformed
+    records) still means all done: only a BatchResult is read."""
+    processor = Reporting(lambda records, call: result)
+    drive = run(processor, 1, 2, 3)
+    assert processor.calls == [["1", "2", "3"]]
+    assert drive.stored()[-1] == "3"
+    assert first_failed(batch(1, 2, 3).records, result) == 3
