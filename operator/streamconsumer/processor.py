@@ -20,6 +20,21 @@ after each batch that returns. A processor that raises is called again with the 
 batch after a back-off, until it returns or the shard moves (a hand-off interrupts the
 retries); a record is never skipped.
 
+Partial batch response (as Lambda's ReportBatchItemFailures): `process_records` (or the
+function) may return the records that failed, as `BatchResult(failed=[...])` or a plain
+list, naming each by its Record or its sequence number. The records before the first
+failed one are done; that record and every record after it are delivered again, alone,
+after a back-off, and go through the failure policy exactly as a batch that raised:
+per-shard order is kept, and records already done are not delivered again. Returning
+None or an empty list means the whole batch is done. A result that does not fit (a
+sequence number not in the batch, an item that is neither a Record nor a string, any
+other type) is an error: the whole batch counts as failed, as if the call had raised.
+A checkpoint asked for in that call must not cover the first failed record (the call
+then counts as failed as a whole too).
+
+Records that `spec.processor.filter` drops never reach the processor: a checkpoint at a
+later record covers them, and the worker checkpoints past those at the end of a read.
+
 Checkpoints are forward-only and never pass a record that was not delivered to you:
 checkpoint() records that every record delivered so far is done; checkpoint(record)
 that everything up to and including `record` is done. The worker stores a checkpoint
@@ -30,7 +45,7 @@ the batch, which is delivered again.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, cast, runtime_checkable
@@ -83,6 +98,65 @@ class CheckpointError(ValueError):
     """A checkpoint that would go backwards or past what was delivered."""
 
 
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What `process_records` may return: the records of its batch that failed, each as
+    its Record or its sequence number (a sequence number shared by the sub-records of a
+    KPL aggregate names the first of them). Processing resumes at the first failed one."""
+
+    failed: Collection[Record | str] = ()
+
+
+# What process_records may return: None (all done) or a BatchResult. Only a BatchResult
+# reports failures: any other value means all done, as it did before partial responses
+# existed, so a processor that returns a count or its transformed records keeps working.
+ProcessResult = BatchResult | None
+
+
+class BatchResultError(TypeError):
+    """process_records returned something that is not a batch result for its batch: the
+    whole batch counts as failed."""
+
+
+def first_failed(records: Sequence[Record], result: object) -> int:
+    """The index in `records` of the first record `result` reports failed; len(records)
+    when none did. Raises BatchResultError when `result` does not fit the batch: a failure
+    is never read as a success, and an unknown name never as a skip."""
+    if not isinstance(result, BatchResult):
+        return len(records)  # None, or a value that reports nothing (see ProcessResult)
+    failed: object = result.failed
+    if isinstance(failed, (str, bytes)) or not isinstance(failed, Collection):
+        raise BatchResultError(
+            f"BatchResult.failed is a {type(failed).__name__}; expected a list of records "
+            "or sequence numbers"
+        )
+    by_position = {record.position: i for i, record in enumerate(records)}
+    by_sequence: dict[str, int] = {}
+    for i, record in enumerate(records):
+        by_sequence.setdefault(record.sequence_number, i)
+    first = len(records)
+    for item in failed:
+        if isinstance(item, Record):
+            index = by_position.get(item.position)
+        elif isinstance(item, str):
+            index = by_sequence.get(item)
+        else:
+            raise BatchResultError(
+                f"process_records reported a failed {type(item).__name__} ({item!r}); "
+                "expected a Record or a sequence number (str)"
+            )
+        if index is None:
+            name = item.sequence_number if isinstance(item, Record) else item
+            raise BatchResultError(
+                f"process_records reported record {name} failed, which is not in its batch "
+                f"({records[0].sequence_number}..{records[-1].sequence_number})"
+                if records
+                else f"process_records reported record {name} failed in an empty batch"
+            )
+        first = min(first, index)
+    return first
+
+
 class Progress:
     """Where processing of one shard stands. The worker runtime (or a test harness) drives
     it around each processor call; the processor sees it through its Checkpointer.
@@ -121,16 +195,38 @@ class Progress:
         self._delivered = self._done
         self.requested = self._before_call
 
+    def partly_returned(self, last_done: Record | None) -> None:
+        """The call returned, reporting the records after `last_done` failed (None: all
+        of them): those are delivered again, the ones before are done. Raises
+        CheckpointError, and counts the call as raised, if it asked for a checkpoint
+        past `last_done`: a checkpoint never covers a record reported failed."""
+        if last_done is not None:
+            limit = last_done.checkpoint_sequence
+        else:
+            limit = self._done.checkpoint_sequence if self._done else self.stored
+        asked = self.requested
+        if asked != self._before_call and (limit is None or int(asked or 0) > int(limit)):
+            self.raised()
+            raise CheckpointError(
+                f"{self.shard_id}: checkpoint {asked} asked for in a call that reported "
+                f"records after {limit} failed"
+            )
+        if last_done is not None:
+            self._done = last_done
+        self._delivered = self._done
+
     def passed_over(self, records: Sequence[Record]) -> None:
-        """The failure policy skipped or dead-lettered these delivered records: they count
-        as done. The checkpoint moves past them only if the processor had checkpointed
-        everything done before them: records a batching processor has not flushed yet
-        are never passed by a checkpoint it did not ask for."""
+        """The failure policy skipped or dead-lettered these delivered records, or the
+        filter dropped these (never delivered): they count as done. The checkpoint moves
+        past them only if the processor had checkpointed everything done before them:
+        records a batching processor has not flushed yet are never passed by a
+        checkpoint it did not ask for."""
         done = self._done.checkpoint_sequence if self._done else self.stored
         caught_up = self.requested == done
         self._delivered = self._done = records[-1]
-        if caught_up:
-            self.requested = records[-1].checkpoint_sequence
+        position = records[-1].checkpoint_sequence
+        if caught_up and position is not None:  # None: inside a first KPL aggregate
+            self.requested = position
 
     def shard_ended(self) -> None:
         """Every record of the closed shard is done: a bare checkpoint() is SHARD_END."""
@@ -198,7 +294,9 @@ class RecordProcessor(Protocol):
     """The KCL-v2-shaped processor. Subclass `BaseRecordProcessor` for the defaults."""
 
     def initialize(self, shard: ShardInfo) -> None: ...
-    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None: ...
+    def process_records(
+        self, records: list[Record], checkpointer: Checkpointer
+    ) -> ProcessResult: ...
     def lease_lost(self) -> None: ...
     def shard_ended(self, checkpointer: Checkpointer) -> None: ...
     def shutdown_requested(self, checkpointer: Checkpointer) -> None: ...
@@ -210,7 +308,7 @@ class BaseRecordProcessor:
     def initialize(self, shard: ShardInfo) -> None:
         self.shard = shard
 
-    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
         raise NotImplementedError
 
     def lease_lost(self) -> None:
@@ -224,14 +322,20 @@ class BaseRecordProcessor:
 
 
 class FunctionProcessor(BaseRecordProcessor):
-    """The plain-function form: call `handle(records)`, checkpoint when it returns."""
+    """The plain-function form: call `handle(records)`, checkpoint when it returns (up to
+    the record before the first one it reports failed, if it returns a batch result)."""
 
-    def __init__(self, handle: Callable[[list[Record]], object]) -> None:
+    def __init__(self, handle: Callable[[list[Record]], ProcessResult]) -> None:
         self.handle = handle
 
-    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
-        self.handle(records)
-        checkpointer.checkpoint()
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
+        result = self.handle(list(records))  # its own copy: ours names what failed
+        failed = first_failed(records, result)
+        if failed == len(records):
+            checkpointer.checkpoint()
+        elif failed:
+            checkpointer.checkpoint(records[failed - 1])
+        return result
 
 
 ProcessorFactory = Callable[[], RecordProcessor]

@@ -6,7 +6,10 @@
     assert harness.checkpoints == ["42"]
 
 Each call is wrapped as in the worker: a checkpoint your code asks for is stored once the
-call returns (`checkpoints` lists them in order); a call that raises stores nothing."""
+call returns (`checkpoints` lists them in order); a call that raises stores nothing. A
+partial batch response is read as the worker reads it: `process` returns the records the
+worker would deliver again (from the first failed one on), and raises BatchResultError
+for a result the worker would count as the whole batch failing."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from streamconsumer.processor import (
     Record,
     RecordProcessor,
     ShardInfo,
+    first_failed,
 )
 
 
@@ -39,10 +43,22 @@ class ProcessorHarness:
     def initialize(self) -> None:
         self._call(lambda: self.processor.initialize(self.shard))
 
-    def process(self, records: Sequence[Record]) -> None:
-        self._call(
-            lambda: self.processor.process_records(list(records), self.checkpointer), records
-        )
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """The records to deliver again: none when the call reports no failure."""
+        self.progress.begin(records)
+        try:
+            done = first_failed(
+                records, self.processor.process_records(list(records), self.checkpointer)
+            )
+            if done < len(records):
+                self.progress.partly_returned(records[done - 1] if done else None)
+        except BaseException:
+            self.progress.raised()
+            raise
+        if done == len(records):
+            self.progress.returned()
+        self._store()
+        return list(records[done:])
 
     def end_shard(self) -> None:
         """shard_ended(), then SHARD_END stored, as the worker does at a shard's end."""

@@ -153,6 +153,50 @@ REFUSED = [
         id="overflow-of-s3",
     ),
     pytest.param(
+        variant(processor__onFailure={"maxRecordAgeSeconds": 60}),
+        "maxRecordAgeSeconds passes old records over: it goes with then: skip or deadLetter",
+        id="record-age-under-block",
+    ),
+    pytest.param(
+        variant(processor__onFailure={"then": "skip", "maxRecordAgeSeconds": 0}),
+        "spec.processor.onFailure.maxRecordAgeSeconds: Invalid value",
+        id="record-age-zero",
+    ),
+    pytest.param(
+        variant(
+            processor__filter={
+                "patterns": [{"data": [{"path": "a", "equals": "x", "prefix": "y"}]}]
+            }
+        ),
+        "set exactly one of equals, equalsAny, prefix and exists",
+        id="filter-two-tests",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{"partitionKey": {}}]}),
+        "set exactly one of equals, equalsAny, prefix and exists",
+        id="filter-no-test",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{}]}),
+        "a filter pattern needs partitionKey or data conditions",
+        id="filter-empty-pattern",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": []}),
+        "spec.processor.filter.patterns: Invalid value",
+        id="filter-no-patterns",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{"data": [{"path": "a..b", "exists": True}]}]}),
+        "spec.processor.filter.patterns[0].data[0].path",
+        id="filter-bad-path",
+    ),
+    pytest.param(
+        variant(processor__filter={"patterns": [{"data": [{"path": "a", "equals": 5}]}]}),
+        "spec.processor.filter.patterns[0].data[0].equals",
+        id="filter-not-a-string",
+    ),
+    pytest.param(
         variant(processor__onFailure={"then": "retry"}),
         'supported values: "block", "skip", "deadLetter"',
         id="bad-policy",
@@ -416,3 +460,31 @@ def test_cdc_example_applies(control_plane: ControlPlane, namespace: str) -> Non
     assert stored.returncode == 0, stored.stderr
     source = json.loads(stored.stdout)["spec"]["source"]
     assert source == {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
+
+
+# Issue 29's fields: new since 0.2.0, kept (not pruned) as written.
+FILTER = {
+    "patterns": [
+        {"partitionKey": {"prefix": "eu-"}},
+        {
+            "data": [
+                {"path": "detail.type", "equalsAny": ["order", "refund"]},
+                {"path": "total", "equals": "500"},
+                {"path": "test", "exists": False},
+            ]
+        },
+    ]
+}
+BATCH_CONTROLS = variant(
+    processor__onFailure={"then": "skip", "maxRecordAgeSeconds": 3600}, processor__filter=FILTER
+)
+
+
+def test_batch_controls_are_stored_as_written(control_plane: ControlPlane, namespace: str) -> None:
+    code, output = apply(control_plane, namespace, BATCH_CONTROLS)
+    assert code == 0, output
+    stored = control_plane.kubectl("get", "-n", namespace, "streamconsumer/clicks", "-o", "json")
+    assert stored.returncode == 0, stored.stderr
+    processor = json.loads(stored.stdout)["spec"]["processor"]
+    assert processor["onFailure"]["maxRecordAgeSeconds"] == 3600
+    assert processor["filter"] == FILTER

@@ -22,7 +22,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -74,6 +74,9 @@ class Ledger:
     deliveries: int = 0
     from_latest: bool = False  # initialPosition LATEST: the history is not owed
     retries: int | None = None  # the failure policy's, when it may pass records over
+    max_record_age: float | None = None  # onFailure.maxRecordAgeSeconds
+    # processor.filter: the records it drops, never delivered, owed no processing
+    filtered: Callable[[int], bool] = field(default=lambda _: False)
     raised_times: Counter[int] = field(default_factory=Counter)
     passed: set[int] = field(default_factory=set)  # skipped, dead-lettered or reset past
     ended_early: set[str] = field(default_factory=set)  # shards a buggy reader ended early
@@ -98,13 +101,18 @@ class Ledger:
 
     def _all_done(self, shard_id: str) -> bool:
         shard = self._shard(shard_id)
-        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
-        return all(s in self.skipped_by_reader for s in shard.sequences[pointer:])
+        pointer = self._pointer(shard_id)
+        return all(
+            s in self.skipped_by_reader or not self._owed(s) for s in shard.sequences[pointer:]
+        )
 
     # --- deliveries (processor calls) --------------------------------------------------
 
     def begin(self, worker: str, shard_id: str, epoch: int, records: Iterable[str]) -> Delivery:
         records = list(records)
+        dropped = [r for r in records if self.filtered(int(r))]
+        if dropped:
+            raise Violation(f"{shard_id}: {worker} delivers {dropped[0]}, which the filter drops")
         paused = self.paused_since
         if records and paused is not None and self.stream.world.now - paused > PAUSE_SETTLES:
             raise Violation(f"{shard_id}: {worker} delivers while the consumer is paused")
@@ -124,6 +132,8 @@ class Ledger:
             # have arrived only after the reset was saved.
             arrivals, sequences = self._shard(shard_id).arrivals, self._shard(shard_id).sequences
             index = bisect.bisect_left(arrivals, expected[1])
+            while index < len(sequences) and self.filtered(sequences[index]):
+                index += 1  # never delivered: the first kept record is
             owed = sequences[index] if index < len(sequences) else None
             if int(records[0]) != owed:
                 raise Violation(f"{shard_id}: reset to {owed}, resumed at {records[0]} instead")
@@ -166,7 +176,7 @@ class Ledger:
         policy passed over may go ahead of records a batching sink has not committed)."""
         shard = self._shard(shard_id)
         first_owed = self._first_owed(shard_id)
-        pointer = self._next_undone.get(shard_id, first_owed)
+        pointer = self._past_passed(shard, self._next_undone.get(shard_id, first_owed))
         first_time = [s for s in dict.fromkeys(sequences) if not self.done_times[s]]
         for sequence in first_time:
             if sequence in self.passed:
@@ -181,9 +191,17 @@ class Ledger:
         self._next_undone[shard_id] = pointer
 
     def _past_passed(self, shard: SimShard, pointer: int) -> int:
-        while pointer < len(shard.sequences) and shard.sequences[pointer] in self.passed:
+        while pointer < len(shard.sequences) and not self._owed(shard.sequences[pointer]):
             pointer += 1
         return pointer
+
+    def _owed(self, sequence: int) -> bool:
+        return sequence not in self.passed and not self.filtered(sequence)
+
+    def _pointer(self, shard_id: str) -> int:
+        """The index of the shard's first record still owed."""
+        first = self._next_undone.get(shard_id, self._first_owed(shard_id))
+        return self._past_passed(self._shard(shard_id), first)
 
     def raised(self, sequences: Iterable[int]) -> None:
         """A delivery of these records raised."""
@@ -196,7 +214,7 @@ class Ledger:
         if self.retries is None:
             raise Violation(f"{shard_id}: records passed over under policy block")
         for sequence in sequences:
-            if self.raised_times[sequence] <= self.retries:
+            if self.raised_times[sequence] <= self.retries and not self._too_old(sequence):
                 raise Violation(
                     f"{shard_id}: {sequence} passed over after "
                     f"{self.raised_times[sequence]} failures (retries: {self.retries})"
@@ -206,6 +224,12 @@ class Ledger:
         pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
         self._next_undone[shard_id] = self._past_passed(shard, pointer)
 
+    def _too_old(self, sequence: int) -> bool:
+        """Failed, and past maxRecordAgeSeconds now: passed over without its retries."""
+        limit = self.max_record_age
+        age = self.stream.world.now - self.stream.arrived[sequence]
+        return limit is not None and self.raised_times[sequence] > 0 and age >= limit
+
     # --- checkpoints -------------------------------------------------------------------
 
     def accepted(self, shard_id: str, checkpoint: str | None) -> None:
@@ -213,7 +237,7 @@ class Ledger:
         if checkpoint is None or shard_id not in self.stream.shards:
             return
         shard = self._shard(shard_id)
-        pointer = self._next_undone.get(shard_id, self._first_owed(shard_id))
+        pointer = self._pointer(shard_id)
         if checkpoint == SHARD_END:
             if shard.closed_at is None:
                 raise Violation(f"{shard_id}: SHARD_END with records not done (open shard)")
@@ -282,10 +306,8 @@ class Ledger:
         return [
             sequence
             for shard in self.stream.shards.values()
-            for sequence in shard.sequences[
-                self._next_undone.get(shard.id, self._first_owed(shard.id)) :
-            ]
-            if sequence not in self.passed and sequence not in self.skipped_by_reader
+            for sequence in shard.sequences[self._pointer(shard.id) :]
+            if self._owed(sequence) and sequence not in self.skipped_by_reader
         ]
 
     def expired(self) -> int:

@@ -217,6 +217,59 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.passed_over_at_the_first_failure,
         "passed over after 1 failures",
     ),
+    "29 partial batch responses: the records before the first failed one are done": Regression(
+        Run(seed=29, shards=2, replicas=2, faults=(F(5.0, "partial", 0, 20.0),), duration=50),
+        reverts.partial_responses_fail_whole_batches,
+        "duplicates although every fault was planned",
+    ),
+    "29 partial batch responses: the failed records are delivered again": Regression(
+        Run(seed=29, shards=2, replicas=2, faults=(F(5.0, "partial", 0, 20.0),), duration=50),
+        reverts.partial_responses_read_as_success,
+        r"done first, before|not done|never processed",
+    ),
+    "29 partial batch responses under skip, scaling and a poison record": Regression(
+        Run(
+            seed=30,
+            shards=2,
+            replicas=2,
+            on_failure="skip",
+            faults=(F(5.0, "partial", 0, 30.0), F(6.0, "poison", 1, 20.0), F(12.0, "scale", 3)),
+            duration=60,
+        ),
+        reverts.partial_responses_fail_whole_batches,
+        "duplicates although every fault was planned",
+    ),
+    "29 maxRecordAgeSeconds: only the records past it skip their retries": Regression(
+        Run(
+            seed=31,
+            shards=2,
+            replicas=2,
+            on_failure="deadLetter",
+            max_record_age=2.0,
+            faults=(F(5.0, "poison", 0, 20.0), F(6.0, "partial", 0, 10.0), F(12.0, "scale", 3)),
+            duration=60,
+        ),
+        reverts.young_records_given_up_with_old_ones,
+        r"passed over after [01] failures",
+    ),
+    "29 processor.filter: dropped records are never delivered": Regression(
+        Run(seed=32, shards=2, replicas=2, filtered=True, faults=(F(10.0, "scale", 3),)),
+        reverts.filter_ignored,
+        "which the filter drops",
+    ),
+    "29 processor.filter: dropped records do not pass a sink's unflushed ones": Regression(
+        Run(
+            seed=33,
+            shards=2,
+            replicas=2,
+            processor="sink",
+            checkpoint_every=0,
+            filtered=True,
+            faults=(F(10.0, "scale", 3), F(20.0, "split", 0)),
+        ),
+        reverts.passing_over_checkpoints_unflushed_records,
+        r"passes \d+, not done",
+    ),
     "13.2 a sink down under deadLetter: unflushed records keep the checkpoint": Regression(
         Run(
             seed=4,

@@ -19,7 +19,7 @@ from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker.core import WorkerCore
-from streamconsumer.worker.shard import Answer, ShardMachine, Step, Stop
+from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
 
 Revert = Callable[[pytest.MonkeyPatch], None]
 
@@ -495,3 +495,42 @@ def withdrawn_leases_released_at_once(patch: pytest.MonkeyPatch) -> None:
         self.withdrawn = {s: replace(w, closes_at=-1.0) for s, w in self.withdrawn.items()}
 
     patch.setattr(LeaseCoordinator, "_watch", hasty)
+
+
+def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
+    """29: a partial batch response counts as the whole batch failing: the records it
+    reported done are delivered again."""
+
+    def whole(
+        self: ShardMachine, now: float, done: int, error: str, wall: float | None = None
+    ) -> None:
+        self.raised(now, error, wall)
+
+    patch.setattr(ShardMachine, "partly_failed", whole)
+
+
+def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
+    """29: the records a partial batch response reports failed count as done."""
+
+    def success(
+        self: ShardMachine, now: float, done: int, error: str, wall: float | None = None
+    ) -> None:
+        self.returned(now)
+
+    patch.setattr(ShardMachine, "partly_failed", success)
+
+
+def young_records_given_up_with_old_ones(patch: pytest.MonkeyPatch) -> None:
+    """29: a failing batch whose first record is past maxRecordAgeSeconds is given up
+    whole, its younger records with it."""
+    too_old = ShardMachine._records_too_old
+
+    def whole(self: ShardMachine, wall: float) -> int:
+        return len(self._batches[0].records) if too_old(self, wall) else 0
+
+    patch.setattr(ShardMachine, "_records_too_old", whole)
+
+
+def filter_ignored(patch: pytest.MonkeyPatch) -> None:
+    """29: processor.filter not applied: every record is delivered."""
+    patch.setattr(ShardMachine, "sift", lambda self, batch: Sifted([batch], 0))

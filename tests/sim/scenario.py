@@ -16,7 +16,7 @@ from typing import Any
 
 from sim.ledger import Ledger, Violation
 from sim.operator import SimApiServer, SimOperators
-from sim.stream import SimSource, SimStream
+from sim.stream import KEYS, SimSource, SimStream
 from sim.worker import (
     SLOW_CALL_SECONDS,
     Recorder,
@@ -64,6 +64,7 @@ PLANNED = {
     "listing_slow",
     "flaky",
     "poison",
+    "partial",
     "sink_errors",
     "slow_calls",
     "hang",
@@ -113,6 +114,8 @@ class Run:
     autoscale: bool = False
     initial_position: str = "TRIM_HORIZON"  # TRIM_HORIZON | LATEST
     on_failure: str = "block"  # block | skip | deadLetter, after POLICY_RETRIES
+    max_record_age: float | None = None  # onFailure.maxRecordAgeSeconds (not with block)
+    filtered: bool = False  # processor.filter drops the records of partition key k0
     history: int = 0  # records in the stream before the consumer is created
     operators: int = 1  # operator replicas, one leading at a time
     newer_peers: bool = False  # each side's messages carry fields of a newer release
@@ -196,11 +199,18 @@ class Simulation:
             "then": run.on_failure,
             "timeoutSeconds": CALL_TIMEOUT,
         }
+        if run.max_record_age is not None and run.on_failure != "block":
+            on_failure["maxRecordAgeSeconds"] = self.ledger.max_record_age = run.max_record_age
         if run.on_failure == "deadLetter":
             on_failure["deadLetter"] = {"sqs": {"queueURL": "http://sim/dead-letters"}}
+        processor: dict[str, Any] = {"image": "i", "entrypoint": "m:f", "onFailure": on_failure}
+        if run.filtered:
+            kept = [f"k{n}" for n in range(1, KEYS)]
+            processor["filter"] = {"patterns": [{"partitionKey": {"equalsAny": kept}}]}
+            self.ledger.filtered = lambda sequence: sequence % KEYS == 0
         spec = {
             "source": {"kinesis": {"streamName": "sim"}},
-            "processor": {"image": "i", "entrypoint": "m:f", "onFailure": on_failure},
+            "processor": processor,
             "replicas": run.replicas,
             "leases": {
                 "durationSeconds": run.lease,
@@ -256,6 +266,7 @@ class Simulation:
             wants_empty=self.run.processor == "sink",
             on_exit=self._exited,
             policy=spec.processor.on_failure,
+            record_filter=spec.processor.filter,
         )
         worker.trouble = self.trouble
         return worker
@@ -334,6 +345,9 @@ class Simulation:
                 self.operator.faults.listing_slow_until = until
             case "flaky":
                 self.trouble.flaky_until = until
+            case "partial":  # flaky, and failures told as partial batch responses
+                self.trouble.flaky_until = max(self.trouble.flaky_until, until)
+                self.trouble.partial_until = until
             case "poison":  # the shard's first record not yet done, or its next one
                 open_shards = self.stream.open_shards()
                 if open_shards:

@@ -36,6 +36,8 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         initial_position=draw(st.sampled_from(("TRIM_HORIZON", "LATEST"))),
         history=draw(st.sampled_from((0, 20))),
         on_failure=draw(st.sampled_from(("block", "skip", "deadLetter"))),
+        max_record_age=draw(st.sampled_from((None, 2.0, 10.0))),
+        filtered=draw(st.booleans()),
         operators=draw(st.integers(1, 3)),
         newer_peers=draw(st.booleans()),
     )

@@ -9,11 +9,13 @@ import bisect
 import itertools
 from dataclasses import dataclass, field
 
-from sim.world import World, simulated
+from sim.world import World, simulated, wall
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult
+
+KEYS = 5  # records' partition keys are k0..k4, by sequence (the filter drops k0)
 
 HASH_SPACE = 1 << 16
 
@@ -42,6 +44,7 @@ class SimStream:
         self._ids = itertools.count()
         self._sequence = itertools.count(1)
         self.values: dict[int, str] = {}  # sequence -> the value put
+        self.arrived: dict[int, float] = {}  # sequence -> when it arrived
         width = HASH_SPACE // shards
         for i in range(shards):
             high = HASH_SPACE - 1 if i == shards - 1 else (i + 1) * width - 1
@@ -71,6 +74,7 @@ class SimStream:
             sequence = next(self._sequence)
             shard.sequences.append(sequence)
             shard.arrivals.append(self.world.now if arrival is None else arrival)
+            self.arrived[sequence] = shard.arrivals[-1]
             self.values[sequence] = f"v{sequence}"
 
     def put_large(self, shard: SimShard, size: int) -> int:
@@ -78,6 +82,7 @@ class SimStream:
         sequence = next(self._sequence)
         shard.sequences.append(sequence)
         shard.arrivals.append(self.world.now)
+        self.arrived[sequence] = self.world.now
         self.values[sequence] = "x" * size
         return sequence
 
@@ -148,7 +153,13 @@ class SimStream:
 
     def record(self, sequence: int) -> Record:
         value = self.values[sequence]
-        return Record(value.encode(), "k", str(sequence), checkpoint_sequence=str(sequence))
+        return Record(
+            value.encode(),
+            f"k{sequence % KEYS}",
+            str(sequence),
+            approximate_arrival_timestamp=wall(self.arrived[sequence]),
+            checkpoint_sequence=str(sequence),
+        )
 
 
 class SimReader:

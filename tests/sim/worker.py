@@ -16,7 +16,7 @@ from dataclasses import InitVar, dataclass, field
 from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
-from sim.world import Network, World, run_in_process
+from sim.world import Network, World, run_in_process, wall
 from streamconsumer.controller.answers import CHECKPOINT as CHECKPOINT_ROUTE
 from streamconsumer.controller.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
@@ -25,10 +25,18 @@ from streamconsumer.models import CheckpointResponse, HeartbeatRequest
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.failure import FailurePolicy
-from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, RecordProcessor
+from streamconsumer.models.record_filter import RecordFilter
+from streamconsumer.processor import (
+    BaseRecordProcessor,
+    BatchResult,
+    Checkpointer,
+    ProcessResult,
+    Record,
+    RecordProcessor,
+)
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
-from streamconsumer.worker.calls import call_processor
+from streamconsumer.worker.calls import PartlyFailed, call_processor
 from streamconsumer.worker.client import (
     OperatorRefused,
     OperatorUnavailable,
@@ -38,6 +46,7 @@ from streamconsumer.worker.client import (
     request_headers,
 )
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.filtering import keeper
 from streamconsumer.worker.shard import (
     Call,
     DeadLetter,
@@ -86,13 +95,28 @@ class Trouble:
             return rng.uniform(0.5, SLOW_CALL_SECONDS)
         return rng.uniform(0.001, 0.03) * (1 + records / 10)
 
+    partial_until: float = -1.0  # failures before then are partial batch responses
+
     def batch_fails(self, shard_id: str, records: list[Record]) -> bool:
+        return self.failed_from(shard_id, records) is not None
+
+    def failed_from(self, shard_id: str, records: list[Record]) -> int | None:
+        """The index of the batch's first failing record (the poison, or any under a
+        flaky fault); None when the batch succeeds."""
         now = self.world.now
         after = self.poison.get(shard_id)
-        poisoned = after is not None and any(int(r.sequence_number) > after for r in records)
-        if now < self.poison_until and poisoned:
-            return True
-        return now < self.flaky_until and self.world.rng.random() < self.flaky_rate
+        if after is not None and now < self.poison_until:
+            for index, record in enumerate(records):
+                if int(record.sequence_number) > after:
+                    return index
+        if now < self.flaky_until and self.world.rng.random() < self.flaky_rate:
+            # (drawn only when told: the other faults' examples keep their random draws)
+            partly = records and self.reports_partly()
+            return self.world.rng.randrange(len(records)) if partly else 0
+        return None
+
+    def reports_partly(self) -> bool:
+        return self.world.now < self.partial_until
 
     def sink_fails(self) -> bool:
         return self.world.now < self.sink_failing_until and self.world.rng.random() < self.sink_rate
@@ -108,14 +132,27 @@ class Recorder(BaseRecordProcessor):
         self.every = every
         self.batches = 0
 
-    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
-        if self.trouble.batch_fails(self.shard.shard_id, records):
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
+        failed = self.trouble.failed_from(self.shard.shard_id, records)
+        if failed is not None and not (records and self.trouble.reports_partly()):
             raise RuntimeError("injected processor failure")
-        self.ledger.done(self.shard.shard_id, [int(r.sequence_number) for r in records])
+        if failed is not None and self.trouble.world.rng.random() < 0.1:
+            return BatchResult(failed=["0"])  # does not fit: the whole batch failed
+        done = records if failed is None else records[:failed]
+        self.ledger.done(self.shard.shard_id, [int(r.sequence_number) for r in done])
         self.batches += 1
-        if self.every and self.batches % self.every == 0:
-            middle = len(records) // 2 if self.batches % 3 == 0 else len(records) - 1
-            checkpointer.checkpoint(records[middle] if records else None)
+        if self.every and self.batches % self.every == 0 and done:
+            middle = len(done) // 2 if self.batches % 3 == 0 else len(done) - 1
+            checkpointer.checkpoint(done[middle])
+        elif self.every and self.batches % self.every == 0 and failed is None:
+            checkpointer.checkpoint()  # an empty batch
+        if failed is None:
+            return None
+        # Partial batch responses, in each of their forms.
+        rest = records[failed:]
+        if self.batches % 2:
+            return BatchResult(failed=[r.sequence_number for r in rest])
+        return BatchResult(failed=[rest[0]])  # the first failed is enough
 
 
 class Sink(BatchingProcessor):
@@ -183,8 +220,11 @@ class SimWorker:
     wants_empty: InitVar[bool]
     on_exit: Callable[[SimWorker], None]
     policy: InitVar[FailurePolicy | None] = None
+    record_filter: InitVar[RecordFilter | None] = None
 
-    def __post_init__(self, wants_empty: bool, policy: FailurePolicy | None) -> None:
+    def __post_init__(
+        self, wants_empty: bool, policy: FailurePolicy | None, record_filter: RecordFilter | None
+    ) -> None:
         world = self.world
         self.core = WorkerCore(
             self.name,
@@ -196,6 +236,7 @@ class SimWorker:
             # No read budget: the examples were found with reads as fast as room allows, and
             # a budget only spreads the same events out (tests/unit/test_shard_machine.py).
             max_reads_per_second=1e9,
+            keep=keeper(record_filter),
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.dead_letters = DeadLetters(
@@ -217,6 +258,10 @@ class SimWorker:
 
     def clock(self) -> float:
         return self.world.now + self.offset
+
+    def _wall(self) -> float:
+        """The wall clock, for records' ages: exact (a skewed one is not simulated)."""
+        return wall(self.world.now).timestamp()
 
     # --- scheduling, with pauses and death -----------------------------------------------
 
@@ -434,10 +479,15 @@ class SimWorker:
             assert isinstance(step, DeadLetter)
             running.unwritable = step.batch.records[0].sequence_number
             machine.cannot_dead_letter(self.clock(), str(refused))
+        except PartlyFailed as partly:
+            assert isinstance(step, Deliver)
+            failed = step.batch.records[partly.done :]
+            self.ledger.raised([int(r.sequence_number) for r in failed])
+            machine.partly_failed(self.clock(), partly.done, str(partly), self._wall())
         except Exception as error:
             if isinstance(step, Deliver):
                 self.ledger.raised([int(r.sequence_number) for r in step.batch.records])
-            machine.raised(self.clock(), str(error))
+            machine.raised(self.clock(), str(error), self._wall())
         else:
             machine.returned(self.clock())
             if not isinstance(step, (Skip, DeadLetter)):

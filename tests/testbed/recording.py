@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import streamconsumer
-from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
+from streamconsumer.processor import (
+    BaseRecordProcessor,
+    BatchResult,
+    Checkpointer,
+    Record,
+    ShardInfo,
+)
 
 _lock = threading.Lock()
 _serial = threading.Lock()
@@ -58,10 +64,16 @@ class RecordingProcessor(BaseRecordProcessor):
         # The first batch holding this value hangs (sleeps RECORD_HANG_SECONDS) before
         # recording anything; RECORD_HANG_MARK (a file) says it has happened.
         self.hang = os.environ.get("RECORD_HANG")
+        # Every n-th batch of more than one record reports its second half failed, once
+        # (a partial batch response); each report is a line in $RECORD_DIR/<worker>.partial.
+        self.partial_every = int(os.environ.get("RECORD_PARTIAL_EVERY", "0"))
+        self.reported: set[str] = set()  # first failed records reported so far
         self.batches = 0
         self.failed = False
 
-    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+    def process_records(
+        self, records: list[Record], checkpointer: Checkpointer
+    ) -> BatchResult | None:
         if self.hang and any(r.data.decode() == self.hang for r in records):
             mark = Path(os.environ["RECORD_HANG_MARK"])
             if not mark.exists():
@@ -78,6 +90,25 @@ class RecordingProcessor(BaseRecordProcessor):
             raise RuntimeError("injected failure: the sink is down")
         self.failed = False
         self.batches += 1
+        half = len(records) // 2
+        partly = (
+            self.partial_every
+            and self.batches % self.partial_every == 0
+            and half
+            and records[half].sequence_number not in self.reported
+        )
+        if partly:
+            self.reported.add(records[half].sequence_number)
+            with _lock, self.path.with_suffix(".partial").open("a") as out:
+                out.write(f"{self.shard.shard_id} {records[half].sequence_number}\n")
+            self._record(records[:half])
+            checkpointer.checkpoint(records[half - 1])
+            return BatchResult(failed=[r.sequence_number for r in records[half:]])
+        self._record(records)
+        checkpointer.checkpoint()
+        return None
+
+    def _record(self, records: list[Record]) -> None:
         lines = "".join(
             json.dumps(
                 {
@@ -99,7 +130,6 @@ class RecordingProcessor(BaseRecordProcessor):
             # so more workers mean more capacity.
             with _serial if os.environ.get("RECORD_SERIAL") else contextlib.nullcontext():
                 time.sleep(self.delay)
-        checkpointer.checkpoint()
 
 
 @dataclass

@@ -47,6 +47,7 @@ class SpecOptions(TypedDict, total=False):
     autoscaling: dict[str, Any] | None
     initial_position: str  # TRIM_HORIZON
     on_failure: dict[str, Any] | None
+    filter: dict[str, Any] | None  # processor.filter
     stuck_shard_seconds: float  # the spec's default (the stuck-shard watchdog)
     max_reads_per_second: float  # the spec's default (reading.maxReadsPerSecond)
 
@@ -123,6 +124,7 @@ class Scenario:
                         *({"name": k, "value": v} for k, v in processor_env.items()),
                     ],
                     **({"onFailure": on_failure} if on_failure else {}),
+                    **({"filter": options["filter"]} if options.get("filter") else {}),
                 },
                 "replicas": replicas,
                 "initialPosition": options.get("initial_position", "TRIM_HORIZON"),

@@ -17,7 +17,7 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.calls import call_processor
+from streamconsumer.worker.calls import PartlyFailed, call_processor
 from streamconsumer.worker.shard import (
     Answer,
     DeadLetter,
@@ -50,6 +50,7 @@ class Drive:
         dead_letter_writer: DeadLetterWriter | None = None,
     ) -> None:
         self.now = 0.0
+        self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
         self.processor = processor
         self.answer = answer
         self.sent: list[CheckpointRequest] = []
@@ -98,11 +99,17 @@ class Drive:
             else:
                 try:
                     self.call_processor(step)
+                except PartlyFailed as partly:
+                    machine.partly_failed(self.now, partly.done, str(partly), self.wall())
                 except Exception as error:
-                    machine.raised(self.now, str(error))
+                    machine.raised(self.now, str(error), self.wall())
                 else:
                     machine.returned(self.now)
             self.now += 0.01
+
+    def wall(self) -> float | None:
+        """The wall clock for records' ages: `epoch` seconds at time 0 (None: unknown)."""
+        return None if self.epoch is None else self.epoch + self.now
 
     def write(self, step: DeadLetter) -> None:
         assert self.writer is not None

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import pytest
 
@@ -22,7 +23,13 @@ from streamconsumer.models import (
     StartPosition,
     StartPositionType,
 )
-from streamconsumer.processor import SHARD_END, BaseRecordProcessor, Checkpointer, Record
+from streamconsumer.processor import (
+    SHARD_END,
+    BaseRecordProcessor,
+    Checkpointer,
+    ProcessorFactory,
+    Record,
+)
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.client import OperatorRefused
 from streamconsumer.worker.runtime import Worker
@@ -261,20 +268,28 @@ class Recorder(BaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-def test_the_threaded_runtime_reads_parents_first_and_drains_on_request() -> None:
-    Recorder.seen = []
+def run_threaded(
+    factory: ProcessorFactory, done: Callable[[InProcessOperator], bool], **settings: Any
+) -> InProcessOperator:
+    """The threaded runtime on ListSource until `done`, then drained."""
     source = ListSource()
     operator = InProcessOperator(source.list_shards())
-    config = worker_config(idle_between_reads_ms=10, drain_seconds=10)  # no operator URL used
-    worker = Worker(config, operator, source, Recorder)  # type: ignore[arg-type]
+    config = worker_config(idle_between_reads_ms=10, drain_seconds=10, **settings)
+    worker = Worker(config, operator, source, factory)  # type: ignore[arg-type]
     runner = threading.Thread(target=worker.run)
     runner.start()
     deadline = time.monotonic() + 20
-    while len(Recorder.seen) < 5 and time.monotonic() < deadline:
+    while not done(operator) and time.monotonic() < deadline:
         time.sleep(0.05)
     worker.drain()
     runner.join(15)
     assert not runner.is_alive(), "the worker did not drain"
+    return operator
+
+
+def test_the_threaded_runtime_reads_parents_first_and_drains_on_request() -> None:
+    Recorder.seen = []
+    operator = run_threaded(Recorder, lambda _: len(Recorder.seen) >= 5)
     assert Recorder.seen == [
         ("parent", "1"),
         ("parent", "2"),

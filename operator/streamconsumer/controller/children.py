@@ -128,6 +128,7 @@ def deployment(
             "drain_seconds": pod.termination_grace_period_seconds - DRAIN_MARGIN_SECONDS,
             "on_failure": spec.processor.on_failure,
             "processor_log_level": spec.processor.log_level,
+            "filter": spec.processor.filter,
         }
     )
     # The worker's own settings come last: of two entries of one name the last wins,

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, with_rules
+from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, added_since, with_rules
 
 _ENDPOINT = Field(
     default=None,
@@ -97,6 +97,11 @@ class FailurePolicy(Model):
             "(self.then == 'deadLetter') == has(self.deadLetter)",
             "deadLetter (the target) goes with then: deadLetter, and only with it",
         ),
+        (
+            "!has(self.maxRecordAgeSeconds) || self.then != 'block'",
+            "maxRecordAgeSeconds passes old records over: it goes with then: skip or "
+            "deadLetter (block never passes a record over)",
+        ),
     )
 
     retries: int = Field(
@@ -117,6 +122,15 @@ class FailurePolicy(Model):
         description="A processor call still running after this long is hung: the worker "
         "reports it (Degraded), hands its other shards off and restarts; the shard is "
         "processed again from its last checkpoint.",
+    )
+    max_record_age_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        le=31536000,  # a Kinesis stream's longest retention (365 days)
+        description="A failing batch's records that arrived in the stream longer ago than "
+        "this are not retried further: they go to `then` (skip or deadLetter) at once, as "
+        "Lambda's MaximumRecordAgeInSeconds. Default: no limit.",
+        json_schema_extra=added_since("0.2.0"),
     )
     then: AfterRetries = Field(
         default=AfterRetries.BLOCK,

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, model_validator
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, added_since, with_rules
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.pod_policy import POD_RULES, PROCESSOR_RULES
+from streamconsumer.models.record_filter import RecordFilter
 
 GROUP = "streamconsumer.io"
 VERSION = "v1alpha1"
@@ -258,6 +259,13 @@ class Processor(Model):
         description="The level of the processor's own loggers in the worker's output "
         "(default INFO: its logger.info lines show). The worker's own and the AWS SDK's "
         "stay at WARNING (STREAMCONSUMER_LOG_LEVEL in env sets the worker's).",
+        json_schema_extra=added_since("0.2.0"),
+    )
+    filter: RecordFilter | None = Field(
+        default=None,
+        description="Only records matching this reach the processor (as Lambda's "
+        "FilterCriteria); the others are checkpointed past without a call and counted in "
+        "streamconsumer_worker_filtered_records. Needs workers of 0.2.0 or later.",
         json_schema_extra=added_since("0.2.0"),
     )
 

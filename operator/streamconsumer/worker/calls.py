@@ -3,7 +3,15 @@ threaded runtime, the simulator, tests)."""
 
 from __future__ import annotations
 
-from streamconsumer.processor import ProcessorFactory, RecordProcessor, ShardInfo
+from collections.abc import Sequence
+
+from streamconsumer.processor import (
+    ProcessorFactory,
+    Record,
+    RecordProcessor,
+    ShardInfo,
+    first_failed,
+)
 from streamconsumer.worker.shard import (
     Deliver,
     EndShard,
@@ -15,6 +23,21 @@ from streamconsumer.worker.shard import (
 )
 
 
+class PartlyFailed(Exception):
+    """process_records returned a batch result naming failed records: the first `done`
+    records of the batch are done, the rest failed (`ShardMachine.partly_failed`). A
+    driver that does not know this exception counts the whole batch as failed, which
+    replays records but never skips one."""
+
+    def __init__(self, records: Sequence[Record], done: int) -> None:
+        self.done = done
+        failed = records[done:]
+        super().__init__(
+            f"process_records reported {len(failed)} of {len(records)} records failed, "
+            f"from {failed[0].sequence_number}"
+        )
+
+
 def call_processor(
     call: ProcessorCall,
     machine: ShardMachine,
@@ -22,7 +45,8 @@ def call_processor(
     factory: ProcessorFactory,
 ) -> RecordProcessor:
     """Makes `call` on the shard's processor (Initialize creates it first) and returns the
-    processor; raises what the processor raised."""
+    processor; raises what the processor raised, PartlyFailed when process_records reports
+    failed records, and BatchResultError when what it returned is not a batch result."""
     if isinstance(call, Initialize):
         processor = factory()
         assignment = machine.assignment
@@ -33,7 +57,10 @@ def call_processor(
     assert processor is not None, "initialize comes first"
     checkpointer = machine.checkpointer
     if isinstance(call, Deliver):
-        processor.process_records(list(call.batch.records), checkpointer)
+        records = call.batch.records  # the user gets a copy: what it does to it is its own
+        done = first_failed(records, processor.process_records(list(records), checkpointer))
+        if done < len(records):
+            raise PartlyFailed(records, done)
     elif isinstance(call, EndShard):
         processor.shard_ended(checkpointer)
     elif isinstance(call, Shutdown):

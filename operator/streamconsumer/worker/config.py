@@ -8,6 +8,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.models.base import ADDED_SINCE, added_since
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.models.record_filter import RecordFilter
 from streamconsumer.models.resource import KinesisConsumer, LogLevel
 from streamconsumer.sources.registry import kind_named
 
@@ -52,6 +53,8 @@ class WorkerConfig(BaseSettings):
     processor_log_level: LogLevel = Field(
         default=LogLevel.INFO, json_schema_extra=added_since("0.2.0")
     )
+    # processor.filter, JSON in the env (a worker of 0.1 ignores it: it processes all).
+    filter: RecordFilter | None = Field(default=None, json_schema_extra=added_since("0.2.0"))
 
     @field_validator("source")
     @classmethod

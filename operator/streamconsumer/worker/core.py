@@ -18,6 +18,7 @@ checkpoint."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import (
@@ -29,6 +30,7 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.api import checkpoint_hold_seconds
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.processor import Record
 from streamconsumer.worker.shard import CALL_NAMES, LoseLease, ShardMachine, Stop
 
 FAILED_HEARTBEAT_RETRY_SECONDS = 1.0
@@ -47,6 +49,7 @@ class WorkerCore:
         policy: FailurePolicy | None = None,
         drain_seconds: float = 25.0,
         max_reads_per_second: float = 2.0,
+        keep: Callable[[Record], bool] | None = None,
     ) -> None:
         self.name = name
         self.machines: dict[str, ShardMachine] = {}
@@ -62,6 +65,7 @@ class WorkerCore:
         self._policy = policy or FailurePolicy()
         self._drain_seconds = drain_seconds
         self._read_interval = 1.0 / max_reads_per_second
+        self._keep = keep  # processor.filter
         self._let_go: dict[str, tuple[int, CheckpointRequest]] = {}
         self._sent: dict[str, HeldShard] = {}  # what the heartbeat in flight listed
         self._refused_since: float | None = None
@@ -147,6 +151,7 @@ class WorkerCore:
                     rng=self._rng,
                 ),
                 policy=self._policy,
+                keep=self._keep,
             )
             self.machines[shard_id] = machine
             started.append(machine)

@@ -20,7 +20,9 @@ PROCESS_SECONDS = Histogram(
     buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30),
 )
 PROCESS_FAILURES = Counter(
-    "streamconsumer_worker_process_failures", "Processor calls that raised.", ["shard"]
+    "streamconsumer_worker_process_failures",
+    "Processor calls that raised, or reported some of their records failed.",
+    ["shard"],
 )
 DEAD_LETTERED = Counter(
     "streamconsumer_worker_dead_lettered_records",
@@ -29,6 +31,11 @@ DEAD_LETTERED = Counter(
 )
 SKIPPED = Counter(
     "streamconsumer_worker_skipped_records", "Records the failure policy skipped.", ["shard"]
+)
+FILTERED = Counter(
+    "streamconsumer_worker_filtered_records",
+    "Records processor.filter kept from the processor (checkpointed past without a call).",
+    ["shard"],
 )
 SECONDS_BEHIND = Gauge(
     "streamconsumer_worker_seconds_behind_latest",
@@ -47,7 +54,7 @@ _THROTTLED = {
     "ThrottlingException",
     "RequestLimitExceeded",
 }
-_COUNTERS = (RECORDS, BYTES, PROCESS_FAILURES, DEAD_LETTERED, SKIPPED)
+_COUNTERS = (RECORDS, BYTES, PROCESS_FAILURES, DEAD_LETTERED, SKIPPED, FILTERED)
 
 
 def batch_processed(shard: str, records: Sequence[Record], started: float) -> None:
@@ -56,9 +63,20 @@ def batch_processed(shard: str, records: Sequence[Record], started: float) -> No
     BYTES.labels(shard).inc(sum(len(r.data) for r in records))
 
 
+def batch_partly_failed(shard: str, done: Sequence[Record], started: float) -> None:
+    """A partial batch response: `done` are processed, the call counts as a failure."""
+    batch_processed(shard, done, started)
+    PROCESS_FAILURES.labels(shard).inc()
+
+
 def batch_failed(shard: str, started: float) -> None:
     PROCESS_SECONDS.observe(time.perf_counter() - started)
     PROCESS_FAILURES.labels(shard).inc()
+
+
+def filtered(shard: str, count: int) -> None:
+    if count:
+        FILTERED.labels(shard).inc(count)
 
 
 def behind(shard: str, millis: int) -> None:

@@ -19,7 +19,7 @@ from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
-from streamconsumer.worker.calls import call_processor
+from streamconsumer.worker.calls import PartlyFailed, call_processor
 from streamconsumer.worker.client import (
     OperatorClient,
     OperatorRefused,
@@ -29,6 +29,7 @@ from streamconsumer.worker.client import (
 )
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.filtering import keeper
 from streamconsumer.worker.shard import (
     CALL_NAMES,
     Answer,
@@ -71,6 +72,7 @@ class Worker:
             policy=config.on_failure,
             drain_seconds=config.drain_seconds,
             max_reads_per_second=config.max_reads_per_second,
+            keep=keeper(config.filter),
         )
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -224,8 +226,10 @@ class Worker:
                 failures += 1
                 continue
             failures = 0
+            sifted = machine.sift(result)  # outside the lock: it may parse every record
+            metrics.filtered(machine.shard_id, sifted.dropped)
             with changed:
-                machine.read(result)
+                machine.read(result, sifted)
                 changed.notify_all()
                 if not result.records and not result.shard_end and idle_seconds:
                     _sleep_until(machine, changed, time.monotonic() + idle_seconds)
@@ -273,6 +277,13 @@ class Worker:
                 processor = call_processor(step, machine, processor, self._factory)
                 if isinstance(step, Deliver):
                     metrics.batch_processed(shard, step.batch.records, started)
+            except PartlyFailed as partly:
+                assert isinstance(step, Deliver)
+                metrics.batch_partly_failed(shard, step.batch.records[: partly.done], started)
+                log.warning("%s: %s; retried from there after a back-off", shard, partly)
+                with changed:
+                    machine.partly_failed(time.monotonic(), partly.done, str(partly), time.time())
+                continue
             except Exception as error:
                 metrics.batch_failed(shard, started)
                 log.exception(
@@ -282,7 +293,8 @@ class Worker:
                     CALL_NAMES[type(step)],
                 )
                 with changed:
-                    machine.raised(time.monotonic(), f"{type(error).__name__}: {error}")
+                    error_text = f"{type(error).__name__}: {error}"
+                    machine.raised(time.monotonic(), error_text, wall=time.time())
                 continue
             with changed:
                 machine.returned(time.monotonic())

@@ -10,6 +10,16 @@ The rules it keeps:
 - Checkpoint only what returned: see `processor.Progress`
   (docs/design.md#only-what-returned-is-checkpointed).
 - A hand-off or a loss interrupts retries: a poison batch never blocks a planned move.
+- A call that reports some of its records failed (a partial batch response) leaves the
+  records before the first failed one done and the rest as the head batch, failed once:
+  retried from there, never re-running what is done, never skipping what is not.
+- A failing batch's records older than `maxRecordAgeSeconds` (by their arrival, on the
+  wall clock the driver passes with the failure) are not retried: they go to skip or
+  dead-letter at once, the younger rest of the batch stays and is retried.
+- Records the filter (`processor.filter`) drops are never delivered: a checkpoint at a
+  later record covers them, and those after a read's last kept record (or a whole read
+  of them) are passed over as the failure policy passes records over, so the checkpoint
+  moves past them without passing a batching processor's unflushed records.
 - A batch that keeps raising is retried with back-off, then the failure policy decides
   (`models.failure`): block (retry on, reported), skip, or dead-letter it first. A
   dead letter its target can never hold blocks the shard as `block` does: a write that
@@ -24,6 +34,7 @@ The rules it keeps:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Literal
@@ -32,7 +43,7 @@ from streamconsumer.core.backoff import Backoff
 from streamconsumer.models import Assignment, CheckpointRequest, HeldShard
 from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
-from streamconsumer.processor import SHARD_END, Checkpointer, Progress
+from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
@@ -58,6 +69,20 @@ class Answer(Enum):
     LOST = "lost"  # 409: the lease is not ours under this epoch
     INVALID = "invalid"  # 400: refused as malformed (unknown shard, backwards)
     UNREACHABLE = "unreachable"  # no answer, or 5xx: try again later
+
+
+@dataclass(frozen=True)
+class FilteredOut(ReadResult):
+    """Records the filter dropped after a read's last kept record: passed over without
+    a processor call once every batch before them is done."""
+
+
+@dataclass(frozen=True)
+class Sifted:
+    """A read after the filter: what to deliver or pass over, and how many it dropped."""
+
+    batches: list[ReadResult]
+    dropped: int
 
 
 # --- steps: what the driver does next ----------------------------------------------------
@@ -163,8 +188,10 @@ class ShardMachine:
         retry: Backoff | None = None,
         policy: FailurePolicy | None = None,
         read_interval: float = 0.0,
+        keep: Callable[[Record], bool] | None = None,
     ) -> None:
         self.worker = worker
+        self._keep = keep  # processor.filter: None keeps every record
         self.assignment = assignment
         self.shard_id = assignment.shard_id
         self.epoch = assignment.epoch
@@ -198,6 +225,7 @@ class ShardMachine:
         self._dead_letter_failures = 0
         self._unwritable = ""  # why the head batch's dead letters never can be written
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
+        self._too_old = 0  # the head batch's first n records are past maxRecordAgeSeconds
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
         self.outcome: Outcome | None = None
@@ -262,9 +290,30 @@ class ShardMachine:
         """A read starts now: the next waits its turn."""
         self._last_read_at = now
 
-    def read(self, batch: ReadResult) -> None:
-        self._batches.append(batch)
+    def sift(self, batch: ReadResult) -> Sifted:
+        """The batch as the filter leaves it: the kept records, then a FilteredOut of the
+        dropped ones after the last kept record. Touches no state: a driver may call it
+        outside its lock (the filter parses JSON)."""
+        records, keep = batch.records, self._keep
+        kept = [i for i, record in enumerate(records) if keep(record)] if keep else None
+        if kept is None or len(kept) == len(records):
+            return Sifted([batch], 0)
+        pieces: list[ReadResult] = []
+        if kept or self._wants_empty:  # a batching processor's clock ticks on (its flush)
+            pieces.append(replace(batch, records=[records[i] for i in kept]))
+        tail = records[kept[-1] + 1 :] if kept else records
+        if tail:
+            end = (batch.millis_behind_latest, batch.shard_end, batch.child_shards)
+            pieces.append(FilteredOut(tail, *end))
+        return Sifted(pieces, len(records) - len(kept))
+
+    def read(self, batch: ReadResult, sifted: Sifted | None = None) -> int:
+        """A read's batch, to deliver in turn (`sifted`: `sift(batch)`, if made already);
+        returns how many records the filter dropped from it."""
         self._end_read = self._end_read or batch.shard_end
+        sifted = sifted or self.sift(batch)
+        self._batches.extend(sifted.batches)
+        return sifted.dropped
 
     def held(self, now: float) -> HeldShard:
         done = self.progress.done
@@ -349,6 +398,12 @@ class ShardMachine:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
+            if isinstance(batch, FilteredOut):
+                self.progress.passed_over(batch.records)
+                self._took(self._batches.popleft())
+                return self._next(now)  # its checkpoint first: nothing else may come soon
+            if self._too_old and batch.records and not self._unwritable:
+                return self._begin(self._give_up_old(batch))
             if batch.records and not self._unwritable and self._exhausted(now, batch):
                 then = self._policy.then
                 if then is not AfterRetries.BLOCK and len(batch.records) > 1:
@@ -397,6 +452,25 @@ class ShardMachine:
         self._pieces_ahead = max(self._pieces_ahead - 1, 0) + 2
         self._call_failures, self._failing_since = 0, None
 
+    def _give_up_old(self, batch: ReadResult) -> Skip | DeadLetter:
+        """The head batch's records past maxRecordAgeSeconds go to the policy's last
+        resort now, without bisecting (retrying is what they are too old for); the
+        younger rest stays behind them, retried as usual."""
+        count = self._too_old
+        if count < len(batch.records):
+            old = ReadResult(batch.records[:count], batch.millis_behind_latest)
+            rest = replace(batch, records=batch.records[count:])
+            self._batches.popleft()
+            self._batches.extendleft((rest, old))
+            if self._pieces_ahead:
+                self._pieces_ahead += 1
+            batch = old
+        limit = self._policy.max_record_age_seconds
+        error = f"{self._error} (older than maxRecordAgeSeconds {limit:g}: not retried)"
+        if self._policy.then is AfterRetries.SKIP:
+            return Skip(batch, error, self._call_failures)
+        return DeadLetter(batch, error, self._call_failures)
+
     def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
         records = batch.records
         self.progress.passed_over(records)
@@ -425,6 +499,7 @@ class ShardMachine:
         self._call_failures = self._dead_letter_failures = 0
         self._failing_since = None
         self._error = self._unwritable = ""
+        self._too_old = 0
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
         self._in_flight = request
@@ -511,8 +586,9 @@ class ShardMachine:
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
 
-    def raised(self, now: float, error: str = "") -> None:
-        """The call from the last step raised `error`: nothing it did counts."""
+    def raised(self, now: float, error: str = "", wall: float | None = None) -> None:
+        """The call from the last step raised `error`: nothing it did counts. `wall`: the
+        time (seconds since the epoch) for the records' age (maxRecordAgeSeconds)."""
         call, self._call, self._call_started = self._call, None, None
         if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
             self._error = f"{call.error} (dead-letter target: {error})"
@@ -525,11 +601,53 @@ class ShardMachine:
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
         else:  # retried after a back-off, unless a hand-off or a loss comes first
-            self._retry_call_at = now + self._retry.delay(self._call_failures)
-            self._call_failures += 1
-            self._error = error
-            if self._failing_since is None:
-                self._failing_since = now
+            self._failed(now, error, wall if isinstance(call, Deliver) else None)
+
+    def partly_failed(self, now: float, done: int, error: str, wall: float | None = None) -> None:
+        """The Deliver call from the last step returned, reporting its batch's records
+        from index `done` on failed (a partial batch response). The records before are
+        done; the rest become the head batch, failed once, retried after a back-off and
+        then given to the failure policy as a batch that raised (as Lambda retries from
+        the first failed record). A call that asked to checkpoint past the first failed
+        record counts as failed whole."""
+        call = self._call
+        assert isinstance(call, Deliver), "only process_records reports failed records"
+        records = call.batch.records
+        assert 0 <= done < len(records), f"{done} records done of {len(records)}"
+        self._call, self._call_started = None, None
+        try:
+            self.progress.partly_returned(records[done - 1] if done else None)
+        except CheckpointError as refused:
+            self._failed(now, f"{error}, yet {refused}", wall)
+            return
+        if done:  # progress: what is left is a new head, failed once (its count starts over)
+            self._batches[0] = replace(self._batches[0], records=records[done:])
+            self._recovered()
+        self._failed(now, error, wall)
+
+    def _failed(self, now: float, error: str, wall: float | None = None) -> None:
+        self._retry_call_at = now + self._retry.delay(self._call_failures)
+        self._call_failures += 1
+        self._error = error
+        if self._failing_since is None:
+            self._failing_since = now
+        if wall is not None:
+            self._too_old = self._records_too_old(wall)
+
+    def _records_too_old(self, wall: float) -> int:
+        """How many of the head batch's first records arrived more than
+        maxRecordAgeSeconds before `wall` (arrivals grow along a shard, so they lead;
+        block passes nothing over, and a record without an arrival time is never old)."""
+        limit = self._policy.max_record_age_seconds
+        if limit is None or self._policy.then is AfterRetries.BLOCK or not self._batches:
+            return 0
+        count = 0
+        for record in self._batches[0].records:
+            arrived = record.approximate_arrival_timestamp
+            if arrived is None or wall - arrived.timestamp() < limit:
+                break
+            count += 1
+        return count
 
     def cannot_dead_letter(self, now: float, reason: str) -> None:
         """The DeadLetter call found a letter its target can never hold (`reason` names
