@@ -20,7 +20,7 @@ from streamconsumer.processor import (
     load_processor,
     warm_up,
 )
-from streamconsumer.testing import ProcessorHarness
+from streamconsumer.testing import ProcessorHarness, make_records
 from testbed.specs import worker_config
 from testbed.worker_run import run_worker
 
@@ -182,3 +182,28 @@ def test_worker_says_why_when_warm_up_fails(tmp_path: Path) -> None:
     assert worker.returncode == 1
     assert "processor warm-up failed: java: command not found" in worker.stderr
     assert "Traceback" not in worker.stderr
+
+
+def test_the_harness_makes_records_a_checkpoint_can_name_and_runs_functions_and_lease_loss() -> (
+    None
+):
+    """Issue 27: `Record(data, key, seq)` left checkpoint_sequence None, so checkpoint()
+    stored nothing and the README's harness example failed as written."""
+    records = make_records(b"a", "b", first_sequence=41)
+    assert [(r.data, r.sequence_number) for r in records] == [(b"a", "41"), (b"b", "42")]
+    seen: list[bytes] = []
+    harness = ProcessorHarness(lambda batch: seen.extend(r.data for r in batch))
+    harness.initialize()
+    harness.process(records)
+    assert seen == [b"a", b"b"]
+    assert harness.checkpoints == ["42"]
+
+    class Losing(BaseRecordProcessor):
+        lost = False
+
+        def lease_lost(self) -> None:
+            self.lost = True
+
+    losing = Losing()
+    ProcessorHarness(losing).lose_lease()
+    assert losing.lost
