@@ -3,4 +3,6 @@
 The public surface for processor authors is `streamconsumer.processor`; the models in
 `streamconsumer.models` are shared by the operator and the workers."""
 
-__version__ = "0.1.0"
+# The one version of the package, its images and its chart (Chart.yaml's version and
+# appVersion and values.yaml's image tag follow it: tests/unit/test_versions.py).
+__version__ = "0.2.0"
