@@ -477,7 +477,9 @@ class SimWorker:
             raise  # the ledger's, raised inside a call: never mistaken for a failure
         except LetterTooLarge as refused:
             assert isinstance(step, DeadLetter)
-            running.unwritable = step.batch.records[0].sequence_number
+            # Not always the batch's first: records past maxRecordAgeSeconds are
+            # dead-lettered together, without bisecting.
+            running.unwritable = refused.sequence_number
             machine.cannot_dead_letter(self.clock(), str(refused))
         except PartlyFailed as partly:
             assert isinstance(step, Deliver)

@@ -44,6 +44,7 @@ class LetterTooLarge(Exception):
     """A letter over its target's limit, with no overflow target: no retry can write it."""
 
     def __init__(self, letter: Letter, size: int, target: str, limit: int) -> None:
+        self.sequence_number = letter.record.sequence_number  # the record it names
         super().__init__(
             f"record {letter.record.sequence_number} is {size} bytes as a dead letter, over "
             f"the {target} limit of {limit} bytes: it can never be written there "
