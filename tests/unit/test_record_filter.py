@@ -101,6 +101,21 @@ def test_a_condition_that_names_no_single_test_is_refused(pattern: dict[str, Any
         spec(pattern)
 
 
+def test_data_too_deeply_nested_to_parse_is_delivered_not_raised() -> None:
+    """Any producer may write a record of nested brackets (1 MiB of them fits in one):
+    json.loads raises RecursionError, not ValueError. Raised in sift, it ended the shard's
+    reader thread, and the shard read nothing more, silently, for as long as it was held.
+    The filter cannot tell whether such a record matches: it is delivered (at least once),
+    never dropped unread."""
+    deep = record(2, b'{"type": ' * 100_000 + b'"order"' + b"}" * 100_000)
+    brackets = record(3, b"[" * 100_000)
+    orders = spec({"data": [{"path": "type", "equals": "order"}]})
+    assert kept(orders, ORDERS[0], deep, brackets) == ["1", "2", "3"]
+    assert kept(spec({"partitionKey": {"equals": "k"}}), deep) == ["2"], "the key alone decides"
+    other_key = {"partitionKey": {"equals": "other"}, "data": [{"path": "type", "exists": True}]}
+    assert kept(spec(other_key), deep) == [], "a key that does not match still drops it"
+
+
 def test_no_filter_keeps_everything() -> None:
     assert keeper(None) is None
 
