@@ -266,6 +266,11 @@ class Progress:
             raise CheckpointError(f"{self.shard_id}: {at!r} is not a sequence number")
         if delivered is None or int(at) > int(delivered.sequence_number):
             raise CheckpointError(f"{self.shard_id}: sequence {at} was not delivered")
+        if int(at) == int(delivered.sequence_number) and delivered.sub_sequence_number is not None:
+            # The aggregate delivered last may be delivered in part (a bisected batch ends
+            # inside it): its sequence number would cover the rest. Store what the record
+            # form stores: the aggregate once it is whole, else the last complete position.
+            return delivered.checkpoint_sequence
         return at
 
 
