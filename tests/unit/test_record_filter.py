@@ -174,6 +174,42 @@ def test_dropped_records_do_not_pass_a_batching_processors_unflushed_records() -
     assert drive.stored() == ["3"], "not 2 or 4 before 1 is flushed at the second call"
 
 
+def test_dropped_sub_records_do_not_pass_an_unflushed_part_of_their_aggregate() -> None:
+    """A KPL aggregate whose middle part is kept and the rest dropped: the kept part's
+    checkpoint position is the aggregate before (or none at all), which the processor has
+    checkpointed, yet the kept part is not flushed. Passing the dropped parts over must
+    not store the aggregate's number: a restart would resume after the unflushed part."""
+
+    def aggregate(sequence: int, before: int | None) -> list[Record]:
+        last = {0: str(before) if before else None, 1: str(before) if before else None}
+        return [
+            Record(
+                json.dumps({"n": sequence + sub}).encode(),
+                "k",
+                str(sequence),
+                sub_sequence_number=sub,
+                checkpoint_sequence=last.get(sub, str(sequence)),
+            )
+            for sub in range(3)
+        ]
+
+    class FlushesOnce(Batching):
+        """Flushes and checkpoints in its first call only."""
+
+        def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            self.calls.append([r.sequence_number for r in records])
+            if len(self.calls) == 1 and records[0].sub_sequence_number is None:
+                checkpointer.checkpoint()
+
+    for before in (None, 1):  # the shard's first aggregate, or one after a record done
+        reads = [numbered(1)] if before else []
+        reads.append(ReadResult(aggregate(2, before), millis_behind_latest=0))  # n=3 kept
+        processor = FlushesOnce()
+        drive, _ = filtered_drive(processor, *reads)
+        assert processor.calls == ([["1"], ["2"]] if before else [["2"]])
+        assert drive.stored() == (["1"] if before else []), "nothing past the unflushed part"
+
+
 def test_a_processor_that_wants_empty_batches_gets_one_for_a_read_of_dropped_records() -> None:
     """A batching processor flushes on its clock, told by empty calls: a stream of only
     dropped records must not stop them (its buffer would hold the checkpoint back)."""
