@@ -45,6 +45,7 @@ the batch, which is delivered again.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -174,6 +175,11 @@ class Progress:
         self._done: Record | None = None
         self._at_shard_end = False
         self._before_call: str | None = None
+        # The position of the last record the processor's checkpoints (and the records
+        # passed over after them) cover: a checkpoint's sequence number cannot say it
+        # inside a KPL aggregate, where it stays at the aggregate before.
+        self._through: tuple[int, int] | None = None
+        self._through_before: tuple[int, int] | None = None
 
     @property
     def done(self) -> Record | None:
@@ -184,7 +190,7 @@ class Progress:
 
     def begin(self, records: Sequence[Record] = ()) -> None:
         """A lifecycle call starts; `records` are delivered by it."""
-        self._before_call = self.requested
+        self._before_call, self._through_before = self.requested, self._through
         if records:
             self._delivered = records[-1]
 
@@ -193,19 +199,26 @@ class Progress:
 
     def raised(self) -> None:
         self._delivered = self._done
-        self.requested = self._before_call
+        self.requested, self._through = self._before_call, self._through_before
 
     def partly_returned(self, last_done: Record | None) -> None:
         """The call returned, reporting the records after `last_done` failed (None: all
         of them): those are delivered again, the ones before are done. Raises
         CheckpointError, and counts the call as raised, if it asked for a checkpoint
-        past `last_done`: a checkpoint never covers a record reported failed."""
+        past `last_done` (by its sequence number, or by the part of a KPL aggregate it
+        named): a checkpoint never covers a record reported failed."""
         if last_done is not None:
             limit = last_done.checkpoint_sequence
         else:
             limit = self._done.checkpoint_sequence if self._done else self.stored
         asked = self.requested
-        if asked != self._before_call and (limit is None or int(asked or 0) > int(limit)):
+        last = last_done or self._done
+        through = self._through
+        if (asked != self._before_call and (limit is None or int(asked or 0) > int(limit))) or (
+            through != self._through_before
+            and through is not None
+            and (last is None or through > last.position)
+        ):
             self.raised()
             raise CheckpointError(
                 f"{self.shard_id}: checkpoint {asked} asked for in a call that reported "
@@ -221,12 +234,14 @@ class Progress:
         past them only if the processor had checkpointed everything done before them:
         records a batching processor has not flushed yet are never passed by a
         checkpoint it did not ask for."""
-        done = self._done.checkpoint_sequence if self._done else self.stored
-        caught_up = self.requested == done
+        done, through = self._done, self._through
+        caught_up = done is None or (through is not None and through >= done.position)
         self._delivered = self._done = records[-1]
         position = records[-1].checkpoint_sequence
-        if caught_up and position is not None:  # None: inside a first KPL aggregate
-            self.requested = position
+        if caught_up:
+            self._through = records[-1].position
+            if position is not None:  # None: inside a first KPL aggregate
+                self.requested = position
 
     def shard_ended(self) -> None:
         """Every record of the closed shard is done: a bare checkpoint() is SHARD_END."""
@@ -246,13 +261,31 @@ class Progress:
             self.requested = SHARD_END
             return
         target = self._sequence_for(at)
+        current = self.requested
+        comparable = target is not None and current not in (None, SHARD_END)
+        if comparable and int(target or 0) < int(current or 0):
+            raise CheckpointError(f"{self.shard_id}: checkpoint {target} is behind {current}")
+        through = self._covered_by(at)
+        if through is not None and (self._through is None or through > self._through):
+            self._through = through
         if target is None:
             return  # nothing delivered, or only part of a first aggregate: nothing to store
-        current = self.requested
-        if current is not None and current != SHARD_END and int(target) < int(current):
-            raise CheckpointError(f"{self.shard_id}: checkpoint {target} is behind {current}")
         if current is None or current == SHARD_END or int(target) > int(current):
             self.requested = target
+
+    def _covered_by(self, at: Record | str | None) -> tuple[int, int] | None:
+        """The position of the last record a checkpoint at `at` (valid: `_sequence_for`
+        took it) says is done."""
+        delivered = self._delivered
+        if delivered is None:
+            return None
+        if at is None:
+            return delivered.position
+        if isinstance(at, Record):
+            return at.position
+        if int(at) == int(delivered.sequence_number):
+            return delivered.position  # its aggregate as far as it was delivered
+        return int(at), sys.maxsize  # every part of that record
 
     def _sequence_for(self, at: Record | str | None) -> str | None:
         delivered = self._delivered
@@ -266,6 +299,11 @@ class Progress:
             raise CheckpointError(f"{self.shard_id}: {at!r} is not a sequence number")
         if delivered is None or int(at) > int(delivered.sequence_number):
             raise CheckpointError(f"{self.shard_id}: sequence {at} was not delivered")
+        if int(at) == int(delivered.sequence_number) and delivered.sub_sequence_number is not None:
+            # The aggregate delivered last may be delivered in part (a bisected batch ends
+            # inside it): its sequence number would cover the rest. Store what the record
+            # form stores: the aggregate once it is whole, else the last complete position.
+            return delivered.checkpoint_sequence
         return at
 
 

@@ -16,8 +16,10 @@ from streamconsumer.processor import (
     BatchResult,
     BatchResultError,
     Checkpointer,
+    CheckpointError,
     FunctionProcessor,
     ProcessResult,
+    Progress,
     Record,
     first_failed,
 )
@@ -141,6 +143,29 @@ def test_a_checkpoint_past_the_first_failed_record_fails_the_whole_call() -> Non
     drive = run(processor, 1, 2, 3)
     assert processor.calls == [["1", "2", "3"], ["1", "2", "3"]], "nothing counted done"
     assert drive.stored() == ["3"]
+
+
+def test_a_checkpoint_at_a_failed_part_of_an_aggregate_fails_the_whole_call() -> None:
+    """Inside a KPL aggregate a checkpoint's sequence number stays at the aggregate
+    before, whichever part it names: naming a part reported failed must still count as
+    past the first failed record. Let through, it made the parts from there look
+    checkpointed, and records passed over later (a filter's, a skip's) moved the
+    checkpoint past them while a batching processor had not flushed them."""
+    parts = [
+        Record(
+            b"d", "k", "20", sub_sequence_number=sub, checkpoint_sequence="20" if sub == 3 else "10"
+        )
+        for sub in range(4)
+    ]
+    progress = Progress("s", start_sequence="10")
+    progress.begin(parts)
+    Checkpointer(progress).checkpoint(parts[2])
+    with pytest.raises(CheckpointError, match="reported records"):
+        progress.partly_returned(parts[0])  # parts 1-3 failed
+    progress.begin(parts[1:])
+    progress.returned()  # delivered again, done, not flushed (no checkpoint)
+    progress.passed_over([Record(b"d", "k", "30", checkpoint_sequence="30")])
+    assert progress.requested == "10", "nothing past the unflushed parts 1-3"
 
 
 def test_skip_passes_over_only_the_record_that_keeps_failing() -> None:

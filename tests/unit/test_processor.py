@@ -77,6 +77,22 @@ def test_checkpoint_inside_an_aggregate_stays_before_it() -> None:
     assert progress.requested == "20"
 
 
+def test_a_sequence_number_inside_an_aggregate_delivered_in_part_stays_before_it() -> None:
+    """A bisected batch (or any batch) may end inside a KPL aggregate: checkpoint(seq) with
+    the aggregate's sequence number must not store it (resuming after it would skip the
+    sub-records not yet delivered), but the last complete position, as checkpoint(record)."""
+    progress = Progress("s")
+    checkpointer = Checkpointer(progress)
+    parts = [rec(20, sub, safe=(20 if sub == 3 else 10)) for sub in range(4)]
+    progress.begin([rec(10), *parts[:2]])  # the aggregate's first half only
+    checkpointer.checkpoint(parts[1].sequence_number)
+    assert progress.requested == "10"
+    progress.returned()
+    progress.begin(parts[2:])
+    checkpointer.checkpoint("20")
+    assert progress.requested == "20", "its last sub-record delivered: the whole aggregate"
+
+
 def test_shard_end_only_after_every_batch_returned() -> None:
     harness = ProcessorHarness(FunctionProcessor(lambda records: None), "s")
     harness.process([rec(1)])

@@ -101,6 +101,21 @@ def test_a_condition_that_names_no_single_test_is_refused(pattern: dict[str, Any
         spec(pattern)
 
 
+def test_data_too_deeply_nested_to_parse_is_delivered_not_raised() -> None:
+    """Any producer may write a record of nested brackets (1 MiB of them fits in one):
+    json.loads raises RecursionError, not ValueError. Raised in sift, it ended the shard's
+    reader thread, and the shard read nothing more, silently, for as long as it was held.
+    The filter cannot tell whether such a record matches: it is delivered (at least once),
+    never dropped unread."""
+    deep = record(2, b'{"type": ' * 100_000 + b'"order"' + b"}" * 100_000)
+    brackets = record(3, b"[" * 100_000)
+    orders = spec({"data": [{"path": "type", "equals": "order"}]})
+    assert kept(orders, ORDERS[0], deep, brackets) == ["1", "2", "3"]
+    assert kept(spec({"partitionKey": {"equals": "k"}}), deep) == ["2"], "the key alone decides"
+    other_key = {"partitionKey": {"equals": "other"}, "data": [{"path": "type", "exists": True}]}
+    assert kept(spec(other_key), deep) == [], "a key that does not match still drops it"
+
+
 def test_no_filter_keeps_everything() -> None:
     assert keeper(None) is None
 
@@ -157,6 +172,42 @@ def test_dropped_records_do_not_pass_a_batching_processors_unflushed_records() -
     drive, _ = filtered_drive(processor, numbered(1, 2), numbered(4), numbered(3))
     assert processor.calls == [["1"], ["3"]]
     assert drive.stored() == ["3"], "not 2 or 4 before 1 is flushed at the second call"
+
+
+def test_dropped_sub_records_do_not_pass_an_unflushed_part_of_their_aggregate() -> None:
+    """A KPL aggregate whose middle part is kept and the rest dropped: the kept part's
+    checkpoint position is the aggregate before (or none at all), which the processor has
+    checkpointed, yet the kept part is not flushed. Passing the dropped parts over must
+    not store the aggregate's number: a restart would resume after the unflushed part."""
+
+    def aggregate(sequence: int, before: int | None) -> list[Record]:
+        last = {0: str(before) if before else None, 1: str(before) if before else None}
+        return [
+            Record(
+                json.dumps({"n": sequence + sub}).encode(),
+                "k",
+                str(sequence),
+                sub_sequence_number=sub,
+                checkpoint_sequence=last.get(sub, str(sequence)),
+            )
+            for sub in range(3)
+        ]
+
+    class FlushesOnce(Batching):
+        """Flushes and checkpoints in its first call only."""
+
+        def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            self.calls.append([r.sequence_number for r in records])
+            if len(self.calls) == 1 and records[0].sub_sequence_number is None:
+                checkpointer.checkpoint()
+
+    for before in (None, 1):  # the shard's first aggregate, or one after a record done
+        reads = [numbered(1)] if before else []
+        reads.append(ReadResult(aggregate(2, before), millis_behind_latest=0))  # n=3 kept
+        processor = FlushesOnce()
+        drive, _ = filtered_drive(processor, *reads)
+        assert processor.calls == ([["1"], ["2"]] if before else [["2"]])
+        assert drive.stored() == (["1"] if before else []), "nothing past the unflushed part"
 
 
 def test_a_processor_that_wants_empty_batches_gets_one_for_a_read_of_dropped_records() -> None:

@@ -25,8 +25,14 @@ def keeper(spec: RecordFilter | None) -> Keep | None:
     def keep(record: Record) -> bool:
         data: Any = _ABSENT  # parsed on first need
         for pattern in patterns:
+            key = pattern.partition_key
+            if key is not None and not _holds(key, record.partition_key):
+                continue  # decided without the data
             if pattern.data and data is _ABSENT:
-                data = _json_object(record.data)
+                try:
+                    data = _json_object(record.data)
+                except RecursionError:  # nested too deep to read: cannot tell, deliver it
+                    return True
             if _matches(pattern, record, data):
                 return True
         return False
