@@ -274,3 +274,18 @@ def test_the_threaded_runtime_checkpoints_a_stream_of_only_dropped_records(
     assert Never.calls == 0
     assert sum(count for _, count in counted) == 5
     assert {shard for shard, count in counted if count} == {"parent", "child"}
+
+
+def test_a_filter_that_fails_on_a_record_delivers_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any error of the filter (not only a record nested too deep) would end the shard's
+    reader thread, which calls it outside every guard: the record is delivered instead."""
+    from streamconsumer.worker import filtering
+
+    def broken(*_: object) -> bool:
+        raise KeyError("a bug of ours")
+
+    monkeypatch.setattr(filtering, "_matches", broken)
+    spec = RecordFilter.model_validate({"patterns": [{"data": [{"path": "a", "exists": True}]}]})
+    keep = filtering.keeper(spec)
+    assert keep is not None
+    assert keep(Record(b'{"a": 1}', "k", "1")) is True

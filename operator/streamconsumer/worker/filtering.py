@@ -6,6 +6,7 @@ pattern has data conditions."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from streamconsumer.processor import Record
 
 Keep = Callable[[Record], bool]
 _ABSENT = object()
+log = logging.getLogger(__name__)
 
 
 def keeper(spec: RecordFilter | None) -> Keep | None:
@@ -29,15 +31,22 @@ def keeper(spec: RecordFilter | None) -> Keep | None:
             if key is not None and not _holds(key, record.partition_key):
                 continue  # decided without the data
             if pattern.data and data is _ABSENT:
-                try:
-                    data = _json_object(record.data)
-                except RecursionError:  # nested too deep to read: cannot tell, deliver it
-                    return True
+                data = _json_object(record.data)  # RecursionError if nested too deep
             if _matches(pattern, record, data):
                 return True
         return False
 
-    return keep
+    def keep_or_deliver(record: Record) -> bool:
+        # Raised in the reader thread, any error (a record nested too deep for json.loads)
+        # would end it: the shard would read nothing more while held, silently. A record
+        # the filter cannot judge is delivered.
+        try:
+            return keep(record)
+        except Exception as error:
+            log.warning("filter failed on %s, delivered: %r", record.sequence_number, error)
+            return True
+
+    return keep_or_deliver
 
 
 def _matches(pattern: FilterPattern, record: Record, data: Any) -> bool:
