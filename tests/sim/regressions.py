@@ -534,4 +534,36 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.an_unsaved_release_is_lost,
         "duplicates although every fault was planned",
     ),
+    "22.16 a grant handed off before it was saved, then a new leader": Regression(
+        # Found by the soak: while every status write failed, a leader granted a shard
+        # and then handed it off (a reset, a scale-down); the revocation told the worker
+        # an epoch never saved. The next leader granted the saved, lower epoch, which the
+        # worker, having let go of the higher one, ignored: the shard was never read.
+        Run(
+            seed=0,
+            shards=3,
+            replicas=3,
+            lease=3.0,
+            processor="recorder",
+            checkpoint_every=0,
+            faults=(
+                F(at=1.0, kind="partition", arg=0, seconds=10.15),
+                F(at=1.0, kind="pause", arg=0, seconds=1.9),
+                F(at=8.19, kind="status_errors", arg=0, seconds=8.81),
+                F(at=17.76, kind="status_errors", arg=0, seconds=9.68),
+                F(at=34.07, kind="reset", arg=0, seconds=3.82),
+                F(at=35.11, kind="scale", arg=2, seconds=8.19),
+                F(at=39.46, kind="operator_pause", arg=0, seconds=7.91),
+            ),
+            duration=60.0,
+            puts_per_second=6.0,
+            autoscale=False,
+            initial_position="TRIM_HORIZON",
+            on_failure="block",
+            history=0,
+            operators=3,
+        ),
+        reverts.unsent_grants_revoked,
+        "never processed",
+    ),
 }

@@ -469,6 +469,12 @@ def an_unsaved_release_is_lost(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(LeaseCoordinator, "_unsaved_release", lambda self, shard, worker, epoch: None)
 
 
+def unsent_grants_revoked(patch: pytest.MonkeyPatch) -> None:
+    """22.16: a grant handed off before it was saved (so never sent) is revoked like any
+    other: the revocation tells its would-be owner an epoch no saved table keeps."""
+    patch.setattr(LeaseCoordinator, "_never_sent", lambda self, lease: False)
+
+
 def a_lapse_resumes(patch: pytest.MonkeyPatch) -> None:
     """22.3: a renewal answered after the renew deadline resumes the term, and a lapse
     alone is no loss: the consume daemon that returned in the lapse is never started

@@ -412,3 +412,33 @@ def test_adopting_another_table_keeps_a_reset_not_saved_yet() -> None:
     coordinator.adopt(other, 1.0)
     assert coordinator.last_reset is not None
     assert coordinator.last_reset.id == "r1"
+
+
+def test_a_grant_handed_off_before_it_was_saved_is_released_not_revoked() -> None:
+    """22.16, found by the soak: a grant not saved yet was never sent, so its hand-off
+    (here a reset) told the worker an epoch no saved table keeps; after a leader change
+    the worker ignored every grant of the saved, lower epoch, and the shard was never
+    read. Nobody runs such a grant: it is released at once, and nothing is revoked."""
+    coordinator = fresh()
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)  # granted to a, in memory only: every status write fails
+    assert coordinator.leases["s0"].owner == "a"
+    coordinator.request_reset(ResetRequest(id="r", to=ResetPosition(timestamp=None)))
+    coordinator.step(0.1)  # a reset is a hand-off to nobody
+    answer = beat(coordinator, "a", 0.2)
+    assert [r for r in answer.revocations if r.shard_id == "s0"] == []
+    assert coordinator.leases["s0"].state is RELEASED
+    assert coordinator.leases["s0"].owner is None
+
+
+def test_a_saved_grant_handed_off_is_still_revoked_from_a_worker_that_does_not_claim_it() -> None:
+    coordinator = saved(fresh())
+    beat(coordinator, "a", 0.0)
+    coordinator.step(0.0)
+    saved(coordinator)
+    coordinator.request_reset(ResetRequest(id="r", to=ResetPosition(timestamp=None)))
+    coordinator.step(0.1)
+    answer = beat(coordinator, "a", 0.2)
+    assert [(r.shard_id, r.reason) for r in answer.revocations if r.shard_id == "s0"] == [
+        ("s0", RevocationReason.HANDOFF)
+    ]

@@ -508,11 +508,18 @@ class LeaseCoordinator:
         self._note_passed_over(name, owned)
         assignments = []
         pending = False
-        for lease in self.leases.values():
+        for lease in list(self.leases.values()):
             if lease.owner != name or self._withdrawn(lease.shard_id, name, lease.epoch):
                 continue
             owned_claim = held.get(lease.shard_id)
-            if lease.state is HANDOFF and (owned_claim is None or owned_claim.epoch == lease.epoch):
+            if lease.state is HANDOFF and owned_claim is None and self._never_sent(lease):
+                self.leases[lease.shard_id] = replace(
+                    lease, owner=None, state=RELEASED, handoff_to=None
+                )
+                self._changed()
+            elif lease.state is HANDOFF and (
+                owned_claim is None or owned_claim.epoch == lease.epoch
+            ):
                 revocations.append(
                     Revocation(
                         shard_id=lease.shard_id,
@@ -563,6 +570,14 @@ class LeaseCoordinator:
 
     def _owners(self) -> set[str | None]:
         return {lease.owner for lease in self.leases.values()}
+
+    def _never_sent(self, lease: ShardLease) -> bool:
+        """A grant not saved yet was never sent (docs/design.md#durable-before-visible):
+        handed off before it was, nobody runs it, and it is released at once. Revoked
+        instead, its epoch would reach a worker that no table may keep (a new leader reads
+        the saved one, lower), and the worker, having let go of the higher epoch, would
+        ignore every grant of the lower one: its shard never read again."""
+        return not self._saved(lease)
 
     def _saved(self, lease: ShardLease) -> bool:
         """Is this grant in the status already (docs/design.md#durable-before-visible)?"""
