@@ -237,9 +237,8 @@ async def _keep(
     try:
         last = await executors.run_in(executors.KUBERNETES, status_api.get)
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-        stream = (last.get("status") or {}).get(kept_table.STREAM)
-        if stream is None:
-            stream = await _stream_or_none(context, namespace, name, spec)
+        said = (last.get("status") or {}).get(kept_table.STREAM) is not None
+        stream = None if said else await _stream_or_none(context, namespace, name, spec)
         table = kept_table.table(namespace, name, spec, last, now, farewell.drained, stream)
         await kept.keep(context.api_client, namespace, table)
     except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:

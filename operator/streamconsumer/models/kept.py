@@ -87,10 +87,10 @@ def table(
     stream: str | None = None,
 ) -> KeptTable:
     """What to keep of `body` (the object as last written) at `now`; `stream`: the
-    incarnation of the stream its checkpoints are of, where known."""
+    incarnation of the stream its checkpoints are of, for a status that does not say."""
     status = ownerless(dict(body.get("status") or {}))
     if stream is not None:
-        status[STREAM] = stream
+        status.setdefault(STREAM, stream)
     return KeptTable(
         namespace=namespace,
         consumer=name,
