@@ -566,4 +566,34 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.unsent_grants_revoked,
         "never processed",
     ),
+    "22.17 a term scaled the workers to zero and died before saving it": Regression(
+        # Found by the soak: the lag autoscaler scaled the Deployment to 0 while the
+        # Lease renewals were slow; the term ended before its status said so. The next
+        # term read 1 worker from the status, decided 1, and asked for no change: the
+        # Deployment stayed at 0 and nothing read the shard again.
+        Run(
+            seed=98743,
+            shards=1,
+            replicas=2,
+            lease=6.0,
+            processor="recorder",
+            checkpoint_every=0,
+            faults=(
+                F(at=1.0, kind="hang", arg=0, seconds=3.34),
+                F(at=1.0, kind="hang", arg=0, seconds=0.5),
+                F(at=5.28, kind="lease_slow", arg=0, seconds=1.1),
+                F(at=15.08, kind="lease", arg=5, seconds=4.8),
+                F(at=30.17, kind="status_errors", arg=0, seconds=1.0),
+                F(at=51.62, kind="lease_slow", arg=0, seconds=11.1),
+            ),
+            duration=60.0,
+            puts_per_second=6.0,
+            autoscale=True,
+            filtered=True,
+            history=20,
+            operators=2,
+        ),
+        reverts.saved_worker_count_trusted,
+        "never processed",
+    ),
 }

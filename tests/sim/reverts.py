@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.driver import ConsumerDriver
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
@@ -473,6 +474,18 @@ def unsent_grants_revoked(patch: pytest.MonkeyPatch) -> None:
     """22.16: a grant handed off before it was saved (so never sent) is revoked like any
     other: the revocation tells its would-be owner an epoch no saved table keeps."""
     patch.setattr(LeaseCoordinator, "_never_sent", lambda self, lease: False)
+
+
+def saved_worker_count_trusted(patch: pytest.MonkeyPatch) -> None:
+    """22.17: a new term takes the worker count its status saved for the Deployment's,
+    and asks for no change while its decision equals it."""
+    decide = Autoscaler.decide
+
+    def trusting(self: Autoscaler, *args: Any, **kwargs: Any) -> tuple[int, int] | None:
+        decided = decide(self, *args, **kwargs)
+        return None if decided is not None and decided[0] == decided[1] else decided
+
+    patch.setattr(Autoscaler, "decide", trusting)
 
 
 def a_lapse_resumes(patch: pytest.MonkeyPatch) -> None:

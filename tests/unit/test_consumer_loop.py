@@ -154,6 +154,23 @@ def test_a_consumer_at_zero_scales_up_when_records_wait() -> None:
     assert loop.autoscale(1.0) == (0, 2, 25.0), "3 for the lag, capped at 2 shards"
 
 
+def test_a_new_term_applies_its_worker_count_once_even_if_the_status_says_so() -> None:
+    """22.17, found by the soak: a term scaled the Deployment to 0 and ended before its
+    status said so. The next term read 1 from the status, decided 1 and asked for no
+    change, so the Deployment stayed at 0 and the shard was never read again."""
+    autoscaling = {"minReplicas": 0, "maxReplicas": 4, "targetLagSeconds": 10}
+    loop = make_loop(autoscaling=autoscaling)
+    loop.autoscaler = Autoscaler(1)  # what the status saved: the Deployment may differ
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    loop.probes_done({"s0": 5_000}, 0.0)
+    decision = loop.autoscale(1.0)
+    assert decision == (1, 1, 5.0), "the count is applied though it looks unchanged"
+    loop.scaled(*decision)
+    assert not [e for e in loop.take_events() if e.reason == "Scaled"], "no change to tell"
+    assert loop.autoscale(2.0) is None, "once applied, an unchanged count is left alone"
+
+
 def test_ready_holds_through_a_planned_hand_off() -> None:
     """11.13: Ready flipped to False on every hand-off (health checks flapped)."""
     loop = make_loop()

@@ -26,8 +26,13 @@ def policy_of(autoscaling: Autoscaling | None) -> ScalingPolicy | None:
 
 
 class Autoscaler:
+    """One term's autoscaler. It starts from the count the status saved, but the term
+    before may have scaled the Deployment and died before saving it, so until one of its
+    own scale calls succeeds it applies its decision even when that looks unchanged."""
+
     def __init__(self, replicas: int) -> None:
-        self.replicas = replicas  # what the Deployment was last set to
+        self.replicas = replicas  # what the Deployment was last set to, as far as we know
+        self._applied = False  # has this term set the Deployment itself yet
         self._stabilizer: Stabilizer | None = None
         self._policy: ScalingPolicy | None = None
 
@@ -44,7 +49,9 @@ class Autoscaler:
             self._policy, self._stabilizer = policy, Stabilizer(policy)
         wanted = recommend(policy, self.replicas, lag_seconds, assignable)
         decided = self._stabilizer.decide(now, self.replicas, wanted)
-        return None if decided == self.replicas else (self.replicas, decided)
+        if decided == self.replicas and self._applied:
+            return None
+        return (self.replicas, decided)
 
     def scaled(self, replicas: int) -> None:
-        self.replicas = replicas
+        self.replicas, self._applied = replicas, True

@@ -329,9 +329,10 @@ class ConsumerLoop:
     def scaled(self, before: int, after: int, lag: float) -> None:
         assert self.autoscaler is not None
         self.autoscaler.scaled(after)
-        self.events.append(
-            Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
-        )
+        if after != before:  # not a new term setting again what the status says
+            self.events.append(
+                Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
+            )
         self.coordinator.scaled_to(after)
 
     # --- the status -------------------------------------------------------------------
