@@ -294,3 +294,20 @@ def test_without_the_worker_extra_deliver_names_it(tmp_path: Path) -> None:
         "ProcessorHarness.deliver runs the worker's failure policy, which needs pydantic: "
         "pip install 'streamconsumer[worker]'"
     )
+
+
+def test_every_readme_block_runs_to_its_end_with_the_worker_extra() -> None:
+    """The README's blocks as tests/integration/test_dist.py runs them in the SDK alone,
+    here with pydantic: the harness block that only names the extra there runs whole."""
+    from integration.test_dist import README_BLOCKS, ROOT
+
+    ran = subprocess.run(
+        [sys.executable, "-c", README_BLOCKS, str(ROOT / "README.md")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PYTHONPATH": str(ROOT / "operator")},
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip().endswith("blocks ran, with the worker extra"), ran.stdout
