@@ -154,8 +154,8 @@ class ProcessorHarness:
         too. It stops where the worker would wait for more records, at a block (the
         worker retries on for ever) or at a hung call (the worker restarts; this harness
         then refuses more). Initializes the processor first if `initialize` was not
-        called. Needs the worker extra; use `deliver` or `process` on a harness, not
-        both (each keeps its own place in the shard)."""
+        called. Needs the worker extra. After `deliver`, `process` is refused: the
+        worker's machine holds the shard's place from then on."""
         if self._driver is None:
             self._driver = self._shard_driver()
         delivery = self._driver.deliver(list(records), time.time())
@@ -186,6 +186,11 @@ class ProcessorHarness:
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """The records to deliver again: none when the call reports no failure."""
+        if self._driver is not None:
+            raise RuntimeError(
+                "deliver() holds this harness's place in the shard: use deliver() on, or "
+                "a new harness for process()"
+            )
         self.progress.begin(records)
         try:
             done = first_failed(

@@ -311,3 +311,28 @@ def test_every_readme_block_runs_to_its_end_with_the_worker_extra() -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip().endswith("blocks ran, with the worker extra"), ran.stdout
+
+
+def test_a_failure_no_policy_can_pass_over_is_reported_blocked_not_retried_for_ever() -> None:
+    """An empty batch (a processor that asks for them) that keeps failing: nothing to
+    skip, so the worker retries it for ever, and the harness stops and says so."""
+
+    class FailsEmpty(BaseRecordProcessor):
+        wants_empty_batches = True
+
+        def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            raise OSError("sink down")
+
+    delivery = ProcessorHarness(FailsEmpty(), policy={"retries": 2, "then": "skip"}).deliver([])
+    assert calls(delivery) == [[]] * 4  # one past the retries: the policy did not act
+    assert delivery.blocked == "OSError: sink down"
+    assert delivery.skipped == []
+
+
+def test_process_after_deliver_is_refused() -> None:
+    harness = ProcessorHarness(lambda records: None, policy={"then": "skip"})
+    harness.process(make_records("a"))  # before: deliver goes on from its checkpoint
+    assert harness.deliver(make_records("b", first_sequence=2)).checkpoints == ["2"]
+    assert harness.checkpoints == ["1", "2"]
+    with pytest.raises(RuntimeError, match="deliver\\(\\) holds this harness's place"):
+        harness.process(make_records("c", first_sequence=3))

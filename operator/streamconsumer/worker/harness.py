@@ -176,9 +176,13 @@ class ShardDriver:
         return self._wall_at_zero + self.now
 
     def _blocked(self, delivery: Delivery) -> None:
-        """Stops at the failure that blocks the shard: the worker would retry on for ever."""
+        """Stops at the failure that blocks the shard: the worker would retry on for ever.
+        So does a call failing past its retries that the policy cannot pass over (an
+        empty batch: nothing to skip), which the worker retries for ever unflagged."""
         failing = self.machine.held(self.now).failing
-        if failing is not None and failing.blocked:
+        if failing is None:
+            return
+        if failing.blocked or failing.attempts > self.policy.retries + 1:
             delivery.blocked = failing.error
 
     def _dead_letter(self, step: DeadLetter, delivery: Delivery) -> None:
