@@ -336,3 +336,27 @@ def test_process_after_deliver_is_refused() -> None:
     assert harness.checkpoints == ["1", "2"]
     with pytest.raises(RuntimeError, match="deliver\\(\\) holds this harness's place"):
         harness.process(make_records("c", first_sequence=3))
+
+
+def test_what_is_left_after_a_skip_and_a_hang_is_the_rest_of_the_batch(
+    release: threading.Event,
+) -> None:
+    """Old records skipped at the first failure, then the young one hangs: it is left,
+    to be delivered again by the next worker; the skipped ones are not."""
+    attempts: list[int] = []
+
+    def fails_then_hangs(records: list[Record]) -> None:
+        attempts.append(len(records))
+        if len(attempts) == 1:
+            raise ValueError("first call fails")
+        release.wait()
+
+    old = make_records("a", "b", arrived=datetime.now(UTC) - timedelta(hours=2))
+    young = make_records("c", first_sequence=3)
+    policy = {"maxRecordAgeSeconds": 60, "then": "skip", "timeoutSeconds": 1}
+    delivery = ProcessorHarness(fails_then_hangs, policy=policy).deliver(old + young)
+    assert calls(delivery) == [["1", "2", "3"], ["3"]]
+    assert delivery.skipped == old
+    assert delivery.checkpoints == ["2"]
+    assert delivery.hung is not None
+    assert delivery.left == young

@@ -159,9 +159,9 @@ class ShardDriver:
                 delivery.checkpoints.append(sequence)
                 machine.answered(Answer.SAVED, self.now)
             elif isinstance(step, Skip):
-                records = list(step.batch.records)
-                delivery.skipped.extend(records)
-                delivery.given_up.append(GivenUp("skip", records, step.error, step.attempts))
+                skipped = list(step.batch.records)
+                delivery.skipped.extend(skipped)
+                delivery.given_up.append(GivenUp("skip", skipped, step.error, step.attempts))
                 machine.returned(self.now)
             elif isinstance(step, DeadLetter):
                 self._dead_letter(step, delivery)
