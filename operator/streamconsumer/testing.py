@@ -11,12 +11,27 @@ Each call is wrapped as in the worker: a checkpoint your code asks for is stored
 call returns (`checkpoints` lists them in order); a call that raises stores nothing. A
 partial batch response is read as the worker reads it: `process` returns the records the
 worker would deliver again (from the first failed one on), and raises BatchResultError
-for a result the worker would count as the whole batch failing."""
+for a result the worker would count as the whole batch failing.
+
+What the worker does when a batch keeps failing is the failure policy's: `deliver` runs
+the worker's own shard state machine on a batch, under the policy given to the harness
+(a FailurePolicy, or spec.processor.onFailure as written in the resource):
+
+    harness = ProcessorHarness(load, policy={"retries": 2, "then": "skip"})
+    delivery = harness.deliver(records)  # load fails records[1] on every call
+    assert delivery.skipped == [records[1]]   # after 3 calls: the first and 2 retries
+    assert delivery.checkpoints == ["1", "2"]
+
+That part needs the worker extra (`pip install 'streamconsumer[worker]'`): the policy
+is the worker's pydantic model, and nothing else here needs a dependency."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from streamconsumer.processor import (
     SHARD_END,
@@ -29,6 +44,16 @@ from streamconsumer.processor import (
     ShardInfo,
     first_failed,
 )
+
+if TYPE_CHECKING:
+    from streamconsumer.models.failure import FailurePolicy
+    from streamconsumer.worker.harness import ShardDriver
+
+WORKER_EXTRA = "pip install 'streamconsumer[worker]'"
+
+
+class NeedsWorkerExtra(ImportError):
+    """ProcessorHarness.deliver runs the worker's own code: install the worker extra."""
 
 
 def make_records(
@@ -49,9 +74,48 @@ def make_records(
     return records
 
 
+@dataclass
+class Attempt:
+    """One process_records call: the records it was given, and how it failed (the text
+    the worker logs and reports), or None when it returned with every record done."""
+
+    records: list[Record]
+    error: str | None
+
+
+@dataclass
+class GivenUp:
+    """Records the failure policy passed over in one step: `action` "skip" or
+    "deadLetter", with the error and attempts the Event and the letters carry."""
+
+    action: str
+    records: list[Record]
+    error: str
+    attempts: int
+
+
+@dataclass
+class Delivery:
+    """What the worker did with a batch (`ProcessorHarness.deliver`). Each record of the
+    batch ends in exactly one of `done`, `skipped`, `dead_lettered` and `left`."""
+
+    attempts: list[Attempt]  # every process_records call, in order: retries, bisected halves
+    done: list[Record]  # a call that returned did not report them failed
+    skipped: list[Record]  # passed over by then: skip (a RecordsSkipped Event)
+    dead_lettered: list[Record]  # written to the dead-letter target, then passed over
+    given_up: list[GivenUp]  # the skips and dead-letter writes, in order, with their errors
+    letters: list[dict[str, Any]]  # the JSON documents the dead-letter target got
+    checkpoints: list[str]  # stored while the batch went through, in order
+    blocked: str | None  # the shard blocks, retried for ever: the error Degraded shows
+    hung: str | None  # a call ran past timeoutSeconds: reported, the worker restarts
+    left: list[Record]  # neither done nor passed over: delivered again
+
+
 class ProcessorHarness:
     """`processor`: a processor instance, or a plain function run as the worker runs one
-    (checkpointed when it returns)."""
+    (checkpointed when it returns). `policy`, `consumer` (namespace/name, in dead letters)
+    and `letter_limit` (the most bytes a dead letter's JSON may have at the target, an SQS
+    queue's MaximumMessageSize; None: no limit) are for `deliver`."""
 
     def __init__(
         self,
@@ -59,6 +123,9 @@ class ProcessorHarness:
         shard_id: str = "shardId-000000000000",
         start_sequence: str | None = None,
         parents: tuple[str, ...] = (),
+        policy: FailurePolicy | Mapping[str, Any] | None = None,
+        consumer: str = "default/harness",
+        letter_limit: int | None = None,
     ) -> None:
         if not isinstance(processor, RecordProcessor):
             processor = FunctionProcessor(processor)
@@ -67,12 +134,63 @@ class ProcessorHarness:
         self.progress = Progress(shard_id, start_sequence)
         self.checkpointer = Checkpointer(self.progress)
         self.checkpoints: list[str] = []
+        self.policy = policy
+        self.consumer = consumer
+        self.letter_limit = letter_limit
+        self._initialized = False
+        self._driver: ShardDriver | None = None
 
     def initialize(self) -> None:
         self._call(lambda: self.processor.initialize(self.shard))
+        self._initialized = True
+
+    def deliver(self, records: Sequence[Record]) -> Delivery:
+        """Delivers `records` as the worker does, with the harness's failure policy:
+        retries after back-offs (not waited: the harness's clock jumps over them),
+        partial batch responses, maxRecordAgeSeconds (against the records' arrival
+        times), bisection, then skip, dead-letter or block; a call still running after
+        timeoutSeconds (real seconds) is hung. The worker's own shard state machine
+        decides (`streamconsumer.worker.shard`); its checkpoints go to `checkpoints`
+        too. It stops where the worker would wait for more records, at a block (the
+        worker retries on for ever) or at a hung call (the worker restarts; this harness
+        then refuses more). Initializes the processor first if `initialize` was not
+        called. Needs the worker extra. After `deliver`, `process` is refused: the
+        worker's machine holds the shard's place from then on."""
+        if self._driver is None:
+            self._driver = self._shard_driver()
+        delivery = self._driver.deliver(list(records), time.time())
+        self._initialized = self._driver.initialized
+        self.checkpoints.extend(delivery.checkpoints)
+        return delivery
+
+    def _shard_driver(self) -> ShardDriver:
+        try:
+            from streamconsumer.worker.harness import ShardDriver, failure_policy
+        except ModuleNotFoundError as missing:
+            if (missing.name or "").partition(".")[0] == "streamconsumer":
+                raise  # our own bug, not a missing extra
+            raise NeedsWorkerExtra(
+                f"ProcessorHarness.deliver runs the worker's failure policy, which needs "
+                f"{missing.name}: {WORKER_EXTRA}"
+            ) from missing
+        return ShardDriver(
+            self.processor,
+            self.shard.shard_id,
+            self.progress.stored,
+            self.shard.parents,
+            failure_policy(self.policy),
+            self._initialized,
+            self.consumer,
+            self.letter_limit,
+        )
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """The records to deliver again: none when the call reports no failure."""
+        if self._driver is not None:
+            raise RuntimeError(
+                "deliver() holds this harness's place in the shard: use deliver() on, or "
+                "a new harness for process()"
+            )
         self.progress.begin(records)
         try:
             done = first_failed(

@@ -1,8 +1,9 @@
 """The distributions (issue 27): `make dist` builds the wheel and sdist and twine checks
 them; the wheel alone, in a clean virtualenv and with no index, is the processor SDK:
-every Python block of the README runs there (its processors through the harness),
-nothing else comes along, and the console script says which extra the command line
-needs."""
+every Python block of the README runs there (its processors through the harness; the
+one that needs the worker extra says so), nothing else comes along, and the console
+script says which extra the command line needs. tests/unit/test_testing_policy.py runs
+the same blocks with the worker extra, where every one runs to its end."""
 
 from __future__ import annotations
 
@@ -17,19 +18,29 @@ ROOT = Path(__file__).resolve().parents[2]
 README_BLOCKS = """
 import pathlib, re, sys
 
+from streamconsumer.testing import NeedsWorkerExtra
+
 readme = pathlib.Path(sys.argv[1]).read_text()
 blocks = re.findall(r"```python\\n(.*?)```", readme, re.S)
-assert len(blocks) >= 3, len(blocks)
+assert len(blocks) >= 4, len(blocks)
 namespace = {
     "handle": lambda data: None,
     "store": lambda data: b"/cart" not in data,
 }
+named = 0  # blocks that need the worker extra and, without it, say so
 for block in blocks:
-    exec(compile(block, "README.md", "exec"), namespace)
+    try:
+        exec(compile(block, "README.md", "exec"), namespace)
+    except NeedsWorkerExtra as missing:
+        assert "pip install 'streamconsumer[worker]'" in str(missing), missing
+        named += 1
 try:
     import pydantic  # noqa: F401
 except ModuleNotFoundError:
-    print(f"{len(blocks)} blocks ran, the SDK alone")
+    print(f"{len(blocks) - named} blocks ran, the SDK alone; {named} named the worker extra")
+else:
+    assert named == 0, named
+    print(f"{len(blocks)} blocks ran, with the worker extra")
 """
 
 
@@ -53,7 +64,9 @@ def test_the_wheel_alone_is_the_processor_sdk(tmp_path: Path) -> None:
         check=False,
     )
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip().endswith("blocks ran, the SDK alone"), ran.stdout
+    assert ran.stdout.strip().endswith("blocks ran, the SDK alone; 1 named the worker extra"), (
+        ran.stdout
+    )
     typed = subprocess.run(
         [str(python), "-c", "import importlib.resources as r; "
          "print(r.files('streamconsumer').joinpath('py.typed').is_file())"],
