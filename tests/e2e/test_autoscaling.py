@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import threading
 
+from kubernetes import client as k8s
+
+from streamconsumer.controller.names import worker_deployment
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 
@@ -49,3 +52,36 @@ def test_lag_scales_up_catches_up_and_scales_down(scenario: Scenario) -> None:
     assert any(m.startswith("workers 1 -> ") for m in scaled), scaled
     assert any(m.startswith(f"workers {n} -> ") for n in range(2, peak + 1) for m in scaled)
     assert scenario.consumers.get(scenario.name)["spec"]["replicas"] == 1, "spec untouched"
+
+
+def test_a_hand_scaling_the_workers_to_zero_is_undone(scenario: Scenario) -> None:
+    """22.18: the autoscaler trusted the count it had set. A `kubectl scale` of the
+    workers' Deployment to 0 (as a late scale call of an earlier leader would) left the
+    one shard without a worker for good, the lag asking for the 1 it believed ran."""
+    scenario.start(
+        shards=1,
+        replicas=1,
+        autoscaling={"minReplicas": 1, "maxReplicas": 2, "targetLagSeconds": 30},
+    )
+    kubelet = scenario.kubelet
+    assert kubelet is not None
+    scenario.produce(20)
+    wait_for(scenario.all_processed, 90, "the first records")
+    apps = k8s.AppsV1Api(scenario.api_client)
+    deployment = worker_deployment(scenario.name)
+    apps.patch_namespaced_deployment_scale(
+        deployment, scenario.namespace, {"spec": {"replicas": 0}}
+    )
+    wait_for(lambda: not kubelet.running(), 60, "the worker pod gone")
+    scenario.produce(20)
+
+    def replicas() -> int:
+        read = apps.read_namespaced_deployment(deployment, scenario.namespace)
+        return int(read.spec.replicas or 0)
+
+    # The operator reads the Deployment every DEPLOYMENT_CHECK_SECONDS (15).
+    wait_for(lambda: replicas() == 1, 60, "the operator to set the workers back to 1")
+    wait_for(scenario.all_processed, 90, "the records sent while no worker ran")
+    scenario.delivered()  # nothing lost, in order, no duplicates
+    scaled = [message for reason, message in scenario.events() if reason == "Scaled"]
+    assert any(m.startswith("workers 0 -> 1") for m in scaled), scaled

@@ -35,6 +35,7 @@ from streamconsumer.controller.status import (
     StatusUnavailable,
     StatusWriter,
 )
+from streamconsumer.controller.worker_health import DEPLOYMENT_CHECK_SECONDS, deployment_replicas
 from streamconsumer.core.election import Action, Election, ElectionTiming, LeaseRecord
 from streamconsumer.models.api import WIRE_VERSION_HEADER
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
@@ -347,6 +348,25 @@ class SimReplica:
         )
         self._tick_at = None
         self.wake(0.0)
+        if self.operators.deployment is not None:
+            self.schedule(2.0, self._check_workers)  # kopf's timer: its initial_delay
+
+    def _check_workers(self) -> None:
+        """As reconcile.check_workers, kopf's timer while the daemon runs: a GET of the
+        workers' Deployment, its replicas told to the registry with when the GET began."""
+        read = self.operators.deployment
+        if self.driver is None or read is None:
+            return
+        read_at = self.clock()
+
+        def land() -> None:
+            replicas = deployment_replicas(read())
+            self.schedule(
+                0.0, lambda: self.registry.deployment_seen(NAMESPACE, NAME, replicas, read_at)
+            )
+
+        self.world.after(self.operators.consumer_latency("read"), land)
+        self.schedule(DEPLOYMENT_CHECK_SECONDS, self._check_workers)
 
     def wake(self, delay: float = 0.001) -> None:
         """Tick within `delay` (one pending tick at a time: the soonest)."""
@@ -443,6 +463,9 @@ class SimOperators:
     source: InitVar[SimSource]
     ledger: Ledger
     scale: Callable[[int], None]
+    # The workers' Deployment as a GET answers; None: not read (without the autoscaler
+    # the reading only feeds conditions, and the regression examples keep their schedules).
+    deployment: Callable[[], dict[str, Any]] | None
     count: InitVar[int] = 1  # replicas
     newer_peers: bool = False
 
@@ -489,7 +512,7 @@ class SimOperators:
         rng, now = self.world.rng, self.world.now
         if kind == "listing" and now < self.faults.listing_slow_until:
             return rng.uniform(40.0, 60.0)
-        if kind == "status":
+        if kind in ("status", "scale"):  # an apiserver under load is slow for both
             slow = now < self.api.slow_until
             return rng.uniform(*(SLOW_WRITE_LATENCY if slow else WRITE_LATENCY))
         return 0.01

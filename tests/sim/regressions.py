@@ -322,8 +322,9 @@ REGRESSIONS: dict[str, Regression] = {
         "never processed",
     ),
     "found: scaled to zero behind a closed shard": Regression(
+        # (Re-seeded from 32 once the leader reads the workers' Deployment: 22.18.)
         Run(
-            seed=32,
+            seed=6,
             shards=1,
             replicas=0,
             lease=6.0,
@@ -445,9 +446,10 @@ REGRESSIONS: dict[str, Regression] = {
         # Found by the soak: the release was planned onward at once and its worker told
         # LOST; the leader froze (slow status writes) before saving it, and the shard's
         # new owner replayed what had been released. (Re-seeded from 387 once hand-offs
-        # stopped waiting on a SHARD_END: the soak's schedule, another interleaving.)
+        # stopped waiting on a SHARD_END: the soak's schedule, another interleaving; from
+        # 380 once the leader reads the workers' Deployment, 22.18.)
         Run(
-            seed=380,
+            seed=10,
             shards=3,
             replicas=1,
             lease=10.0,
@@ -566,34 +568,60 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.unsent_grants_revoked,
         "never processed",
     ),
-    "22.17 a term scaled the workers to zero and died before saving it": Regression(
-        # Found by the soak: the lag autoscaler scaled the Deployment to 0 while the
-        # Lease renewals were slow; the term ended before its status said so. The next
-        # term read 1 worker from the status, decided 1, and asked for no change: the
-        # Deployment stayed at 0 and nothing read the shard again.
+    "22.17 a leader's scale to zero outlives its term": Regression(
+        # Found by the soak (this run re-found by a search once the leader reads the
+        # Deployment): a leader asked for 0 workers of a slow apiserver and lost its
+        # Lease; the next term, believing the 1 its status saved, asked for 0 too, and
+        # that call landed with its answer past the timeout, so it believed 1 still; the
+        # first term's call landed later again. The Deployment ran none, for good.
         Run(
-            seed=98743,
+            seed=22242,
             shards=1,
-            replicas=2,
+            replicas=1,
             lease=6.0,
-            processor="recorder",
-            checkpoint_every=0,
+            checkpoint_every=1,
             faults=(
-                F(at=1.0, kind="hang", arg=0, seconds=3.34),
-                F(at=1.0, kind="hang", arg=0, seconds=0.5),
-                F(at=5.28, kind="lease_slow", arg=0, seconds=1.1),
-                F(at=15.08, kind="lease", arg=5, seconds=4.8),
-                F(at=30.17, kind="status_errors", arg=0, seconds=1.0),
-                F(at=51.62, kind="lease_slow", arg=0, seconds=11.1),
+                F(at=14.59, kind="status_slow", arg=0, seconds=10.13),
+                F(at=19.75, kind="lease_deleted", arg=1, seconds=4.4),
+                F(at=28.96, kind="status_errors", arg=0, seconds=1.47),
+                F(at=45.49, kind="status_errors", arg=1, seconds=2.81),
+                F(at=46.95, kind="operator_pause", arg=3, seconds=9.33),
             ),
-            duration=60.0,
-            puts_per_second=6.0,
+            puts_per_second=1.0,
             autoscale=True,
-            filtered=True,
-            history=20,
             operators=2,
         ),
-        reverts.saved_worker_count_trusted,
+        reverts.deployment_never_read,
+        "never processed",
+    ),
+    "22.18 a scale call given up on as timed out lands after a newer one": Regression(
+        # Under a slow apiserver a scale to 0 timed out; it was asked again and landed,
+        # then a scale to 1 landed, then the first call landed last: 0 workers, while
+        # the autoscaler believed 1 and the lag asked for 1.
+        Run(
+            seed=3172,
+            shards=1,
+            replicas=1,
+            lease=6.0,
+            checkpoint_every=1,
+            faults=(
+                F(at=15.15, kind="status_slow", arg=2, seconds=10.14),
+                F(at=26.99, kind="operator_pause", arg=3, seconds=6.84),
+                F(at=32.23, kind="status_errors", arg=2, seconds=9.19),
+                F(at=43.81, kind="status_slow", arg=1, seconds=5.94),
+            ),
+            autoscale=True,
+            operators=2,
+        ),
+        reverts.deployment_never_read,
+        "never processed",
+    ),
+    "22.18 the workers' Deployment scaled to zero by hand under the autoscaler": Regression(
+        # The autoscaler trusted the count it had set: a `kubectl scale --replicas=0` (or a
+        # late scale call of an earlier term, or one given up on as timed out) left one
+        # shard with no worker for good while the lag asked for the count it believed.
+        Run(seed=0, shards=1, replicas=1, autoscale=True, faults=(F(20.0, "scale", 0),)),
+        reverts.deployment_never_read,
         "never processed",
     ),
 }

@@ -476,16 +476,10 @@ def unsent_grants_revoked(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(LeaseCoordinator, "_never_sent", lambda self, lease: False)
 
 
-def saved_worker_count_trusted(patch: pytest.MonkeyPatch) -> None:
-    """22.17: a new term takes the worker count its status saved for the Deployment's,
-    and asks for no change while its decision equals it."""
-    decide = Autoscaler.decide
-
-    def trusting(self: Autoscaler, *args: Any, **kwargs: Any) -> tuple[int, int] | None:
-        decided = decide(self, *args, **kwargs)
-        return None if decided is not None and decided[0] == decided[1] else decided
-
-    patch.setattr(Autoscaler, "decide", trusting)
+def deployment_never_read(patch: pytest.MonkeyPatch) -> None:
+    """22.17, 22.18: the autoscaler trusts the count it believes the Deployment runs (the
+    status' word, then its own last scale call) and never the Deployment as read."""
+    patch.setattr(Autoscaler, "deployment_read", lambda self, replicas, read_at: False)
 
 
 def a_lapse_resumes(patch: pytest.MonkeyPatch) -> None:

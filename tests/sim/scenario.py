@@ -234,6 +234,7 @@ class Simulation:
             self.source,
             self.ledger,
             self._autoscaled,
+            self._deployment if run.autoscale else None,
             run.operators,
             newer_peers=run.newer_peers,
         )
@@ -247,6 +248,13 @@ class Simulation:
     def _autoscaled(self, replicas: int) -> None:
         self.deployment.replicas = replicas
         self.deployment.reconcile()
+
+    def _deployment(self) -> dict[str, Any]:
+        live = len(self.deployment.live())
+        return {
+            "spec": {"replicas": self.deployment.replicas},
+            "status": {"availableReplicas": live},
+        }
 
     def _spawn(self, name: str) -> SimWorker:
         def processor(worker: SimWorker) -> RecordProcessor:
@@ -308,8 +316,8 @@ class Simulation:
                 self.stream.replace_stream(fault.arg)
             case "retention":
                 self.stream.expire(retention=fault.seconds)
-            case "scale" if self.run.autoscale:
-                pass  # the autoscaler owns the worker count
+            case "scale" if self.run.autoscale:  # `kubectl scale` of the workers' Deployment
+                self._autoscaled(fault.arg % 5)  # by hand: the autoscaler must set it back
             case "scale":
                 self.deployment.replicas = fault.arg % 5
                 self.api.edit_spec(replicas=self.deployment.replicas)

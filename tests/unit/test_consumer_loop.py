@@ -154,21 +154,45 @@ def test_a_consumer_at_zero_scales_up_when_records_wait() -> None:
     assert loop.autoscale(1.0) == (0, 2, 25.0), "3 for the lag, capped at 2 shards"
 
 
-def test_a_new_term_applies_its_worker_count_once_even_if_the_status_says_so() -> None:
+def test_a_new_term_decides_from_the_deployment_as_read_not_the_saved_count() -> None:
     """22.17, found by the soak: a term scaled the Deployment to 0 and ended before its
     status said so. The next term read 1 from the status, decided 1 and asked for no
     change, so the Deployment stayed at 0 and the shard was never read again."""
     autoscaling = {"minReplicas": 0, "maxReplicas": 4, "targetLagSeconds": 10}
     loop = make_loop(autoscaling=autoscaling)
-    loop.autoscaler = Autoscaler(1)  # what the status saved: the Deployment may differ
+    loop.autoscaler = Autoscaler(1)  # what the status saved
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard("s0")], 0.0)
+    loop.probes_done({"s0": 5_000}, 0.0)
+    assert loop.autoscale(1.0) is None, "1 is wanted, and the status says 1 runs"
+    assert loop.deployment_read(0, 2.0), "the Deployment runs none: news"
+    decision = loop.autoscale(3.0)
+    assert decision == (0, 1, 5.0), "set again, from what runs"
+    loop.scaled(*decision, 3.5)
+    assert [e.message for e in loop.take_events() if e.reason == "Scaled"] == [
+        "workers 0 -> 1: lag 5.0s"
+    ]
+    assert loop.autoscale(4.0) is None
+
+
+def test_a_deployment_found_at_another_count_is_set_again() -> None:
+    """22.18: once set, the count was trusted: a late scale call (an earlier term's, or
+    one of ours given up on as timed out) or a hand's `kubectl scale` left the Deployment
+    at another count for good when the decision did not change."""
+    autoscaling = {"minReplicas": 0, "maxReplicas": 4, "targetLagSeconds": 10}
+    loop = make_loop(autoscaling=autoscaling)
     loop.sync_started(0.0)
     loop.sync_succeeded([Shard("s0")], 0.0)
     loop.probes_done({"s0": 5_000}, 0.0)
     decision = loop.autoscale(1.0)
-    assert decision == (1, 1, 5.0), "the count is applied though it looks unchanged"
-    loop.scaled(*decision)
-    assert not [e for e in loop.take_events() if e.reason == "Scaled"], "no change to tell"
-    assert loop.autoscale(2.0) is None, "once applied, an unchanged count is left alone"
+    assert decision == (0, 1, 5.0)
+    loop.scaled(*decision, 2.0)
+    assert not loop.deployment_read(0, 1.5), "read before the set landed: proves nothing"
+    assert loop.autoscale(3.0) is None
+    assert not loop.deployment_read(1, 4.0), "as set"
+    assert loop.autoscale(4.0) is None
+    assert loop.deployment_read(0, 5.0), "scaled to 0 behind the autoscaler's back"
+    assert loop.autoscale(6.0) == (0, 1, 5.0), "set again"
 
 
 def test_ready_holds_through_a_planned_hand_off() -> None:

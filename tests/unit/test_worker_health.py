@@ -165,7 +165,7 @@ def test_workers_not_starting_make_ready_false_and_stalled_with_an_event() -> No
     registry.add(ManagedConsumer("ns", "c", loop))
     assert reasons(loop)["Ready"] == ("True", "AllShardsOwned")
     assert reasons(loop)["WorkersAvailable"] == ("Unknown", "NotObserved")
-    registry.deployment_seen("ns", "c", Replicas(desired=2, available=1))
+    registry.deployment_seen("ns", "c", Replicas(desired=2, available=1), 2.0)
     written(loop, 2.0)
     assert reasons(loop)["WorkersAvailable"] == ("False", "Starting")
     assert reasons(loop)["Reconciling"] == ("True", "StartingWorkers")
@@ -191,7 +191,7 @@ def test_workers_not_starting_make_ready_false_and_stalled_with_an_event() -> No
     assert loop.take_events() == []
 
     registry.pod_gone("ns", "c", "x")
-    registry.deployment_seen("ns", "c", Replicas(desired=2, available=2))
+    registry.deployment_seen("ns", "c", Replicas(desired=2, available=2), 5.0)
     written(loop, 5.0)
     assert reasons(loop)["Ready"] == ("True", "AllShardsOwned")
     assert reasons(loop)["WorkersAvailable"] == ("True", "Available")

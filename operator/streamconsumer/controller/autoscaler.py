@@ -26,13 +26,15 @@ def policy_of(autoscaling: Autoscaling | None) -> ScalingPolicy | None:
 
 
 class Autoscaler:
-    """One term's autoscaler. It starts from the count the status saved, but the term
-    before may have scaled the Deployment and died before saving it, so until one of its
-    own scale calls succeeds it applies its decision even when that looks unchanged."""
+    """One term's autoscaler. The count it starts from is what the status saved, and the
+    count it last set need not be what the Deployment runs: the term before may have
+    scaled it and died before saving the count, a scale call of an earlier term (or one
+    of ours given up on as timed out) may land late, a hand may `kubectl scale` it. So
+    the Deployment, as read after this term's last scale call, has the last word."""
 
     def __init__(self, replicas: int) -> None:
-        self.replicas = replicas  # what the Deployment was last set to, as far as we know
-        self._applied = False  # has this term set the Deployment itself yet
+        self.replicas = replicas  # what the Deployment runs, as far as we know
+        self._set_at: float | None = None  # when this term's last scale call succeeded
         self._stabilizer: Stabilizer | None = None
         self._policy: ScalingPolicy | None = None
 
@@ -49,9 +51,16 @@ class Autoscaler:
             self._policy, self._stabilizer = policy, Stabilizer(policy)
         wanted = recommend(policy, self.replicas, lag_seconds, assignable)
         decided = self._stabilizer.decide(now, self.replicas, wanted)
-        if decided == self.replicas and self._applied:
-            return None
-        return (self.replicas, decided)
+        return None if decided == self.replicas else (self.replicas, decided)
 
-    def scaled(self, replicas: int) -> None:
-        self.replicas, self._applied = replicas, True
+    def scaled(self, replicas: int, now: float) -> None:
+        self.replicas, self._set_at = replicas, now
+
+    def deployment_read(self, replicas: int, read_at: float) -> bool:
+        """The Deployment's replicas as a read started at `read_at` found them (a read
+        started before this term's last scale call succeeded proves nothing); True when
+        that is news, so the next decision starts from them."""
+        if (self._set_at is not None and read_at < self._set_at) or replicas == self.replicas:
+            return False
+        self.replicas = replicas
+        return True

@@ -190,7 +190,7 @@ class ConsumerDriver:
         except Exception as error:  # tried again on the next decision
             log.warning("%s/%s: scaling to %d failed: %s", self.namespace, self.name, after, error)
         else:
-            self.loop.scaled(before, after, lag)
+            self.loop.scaled(before, after, lag, self._clock())
 
     def _written(self, write: StatusWrite, outcome: Outcome[None]) -> None:
         loop, now = self.loop, self._clock()

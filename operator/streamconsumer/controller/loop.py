@@ -181,6 +181,11 @@ class ConsumerLoop:
             self.children = children
             self.coordinator.status_changed()
 
+    def deployment_read(self, replicas: int, read_at: float) -> bool:
+        """The workers' Deployment's replicas as a read started at `read_at` found them;
+        True when the autoscaler did not know (it decides again from them)."""
+        return self.autoscaler is not None and self.autoscaler.deployment_read(replicas, read_at)
+
     def workers_now(self, health: WorkerHealth) -> None:
         """Whether the workers' pods start, as the pod watch and the Deployment last said:
         an Event when they stop starting and when they start again (not at each turn of
@@ -326,13 +331,12 @@ class ConsumerLoop:
         )
         return None if decided is None else (decided[0], decided[1], lag)
 
-    def scaled(self, before: int, after: int, lag: float) -> None:
+    def scaled(self, before: int, after: int, lag: float, now: float) -> None:
         assert self.autoscaler is not None
-        self.autoscaler.scaled(after)
-        if after != before:  # not a new term setting again what the status says
-            self.events.append(
-                Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
-            )
+        self.autoscaler.scaled(after, now)
+        self.events.append(
+            Event("Normal", "Scaled", f"workers {before} -> {after}: lag {lag:.1f}s")
+        )
         self.coordinator.scaled_to(after)
 
     # --- the status -------------------------------------------------------------------

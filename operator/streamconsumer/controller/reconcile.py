@@ -115,13 +115,14 @@ async def check_workers(
         namespace,
         body.metadata.uid,
     )
+    read_at = context.registry.now()
     try:
         deployment = await executors.run_in(executors.KUBERNETES, read)
     except (ApiException, HTTPError, OSError):
         return  # a passing fault: the last reading stands until the next one
     if deployment is not None:
         context.registry.deployment_seen(
-            namespace, name, worker_health.deployment_replicas(deployment)
+            namespace, name, worker_health.deployment_replicas(deployment), read_at
         )
 
 

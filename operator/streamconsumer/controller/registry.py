@@ -88,6 +88,10 @@ class Registry:
         self._grace = startup_grace
         self._ready_at: float | None = None  # not leading yet: everything is "later"
 
+    def now(self) -> float:
+        """The clock the consumers' loops run on."""
+        return self._clock()
+
     def leading(self) -> None:
         """This replica leads from now on: kopf starts loading the consumers."""
         self._ready_at = self._clock() + self._grace
@@ -158,11 +162,17 @@ class Registry:
     def pod_gone(self, namespace: str, name: str, uid: str) -> None:
         self.pod_seen(namespace, name, uid, None)
 
-    def deployment_seen(self, namespace: str, name: str, replicas: Replicas) -> None:
-        """The workers' Deployment as last read."""
-        if self._replicas.get((namespace, name)) != replicas:
-            self._replicas[(namespace, name)] = replicas
-            self._workers_changed((namespace, name))
+    def deployment_seen(
+        self, namespace: str, name: str, replicas: Replicas, read_at: float
+    ) -> None:
+        """The workers' Deployment as a read started at `read_at` found it."""
+        key = (namespace, name)
+        consumer = self._consumers.get(key)
+        if consumer is not None and consumer.loop.deployment_read(replicas.desired, read_at):
+            consumer.wake()  # the autoscaler decides again from the count found
+        if self._replicas.get(key) != replicas:
+            self._replicas[key] = replicas
+            self._workers_changed(key)
 
     def _health(self, key: tuple[str, str]) -> WorkerHealth:
         return WorkerHealth.of(self._pods.get(key, {}), self._replicas.get(key))
