@@ -485,7 +485,9 @@ class SimWorker:
             assert isinstance(step, Deliver)
             failed = step.batch.records[partly.done :]
             self.ledger.raised([int(r.sequence_number) for r in failed])
-            machine.partly_failed(self.clock(), partly.done, str(partly), self._wall())
+            machine.partly_failed(
+                self.clock(), partly.done, str(partly), self._wall(), partly.ahead
+            )
         except Exception as error:
             if isinstance(step, Deliver):
                 self.ledger.raised([int(r.sequence_number) for r in step.batch.records])

@@ -48,6 +48,7 @@ class Drive:
         policy: FailurePolicy | None = None,
         dead_letter_failures: int = 0,
         dead_letter_writer: DeadLetterWriter | None = None,
+        parallelism: int = 1,
     ) -> None:
         self.now = 0.0
         self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
@@ -68,6 +69,7 @@ class Drive:
             retry=Backoff(base=0.1, cap=30.0, rng=random.Random(0)),
             wants_empty_batches=wants_empty_batches,
             policy=policy,
+            parallelism=parallelism,
         )
 
     def run(self, until: float) -> None:
@@ -100,7 +102,9 @@ class Drive:
                 try:
                     self.call_processor(step)
                 except PartlyFailed as partly:
-                    machine.partly_failed(self.now, partly.done, str(partly), self.wall())
+                    machine.partly_failed(
+                        self.now, partly.done, str(partly), self.wall(), partly.ahead
+                    )
                 except Exception as error:
                     machine.raised(self.now, str(error), self.wall())
                 else:
