@@ -17,7 +17,7 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.calls import PartlyFailed, call_processor
+from streamconsumer.worker.calls import Fanout, PartlyFailed, call_processor, in_turn
 from streamconsumer.worker.shard import (
     Answer,
     DeadLetter,
@@ -49,7 +49,9 @@ class Drive:
         dead_letter_failures: int = 0,
         dead_letter_writer: DeadLetterWriter | None = None,
         parallelism: int = 1,
+        fanout: Fanout = in_turn,
     ) -> None:
+        self.fanout = fanout  # how a Deliver's groups run under a parallelism
         self.now = 0.0
         self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
         self.processor = processor
@@ -129,7 +131,7 @@ class Drive:
             self.machine.returned(self.now)
 
     def call_processor(self, step: ProcessorCall) -> None:
-        call_processor(step, self.machine, self.processor, lambda: self.processor)
+        call_processor(step, self.machine, self.processor, lambda: self.processor, self.fanout)
 
     def stored(self) -> list[str | None]:
         return [r.sequence_number for r in self.sent]
