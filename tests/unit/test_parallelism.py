@@ -8,11 +8,14 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.children import deployment
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import (
     BaseRecordProcessor,
@@ -23,9 +26,11 @@ from streamconsumer.processor import (
 )
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.calls import PartlyFailed, call_processor, threaded
+from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.lanes import split, watermark
 from streamconsumer.worker.shard import Deliver
+from testbed.specs import consumer_spec, worker_config
 
 from .shard_drive import Drive
 
@@ -226,3 +231,21 @@ def test_groups_run_at_once_and_a_key_never_runs_twice_at_once() -> None:
 def test_a_batching_processor_runs_one_call_at_a_time() -> None:
     assert WorkerCore("w", 3, wants_empty_batches=True, parallelism=8).parallelism == 1
     assert WorkerCore("w", 3, parallelism=8).parallelism == 8
+
+
+def test_the_setting_reaches_the_workers_only_when_set() -> None:
+    """A worker of 0.1 knows no parallelism: the pod template stays as it was at 1, so an
+    operator upgrade rolls no worker."""
+    name = WorkerConfig.env_name("parallelism")
+    spec = consumer_spec()
+    assert name not in env_of(deployment("n", "c", spec, "http://o:8080", AUDIENCE))
+    spec.processor.parallelism = 10
+    env = env_of(deployment("n", "c", spec, "http://o:8080", AUDIENCE))
+    assert env[name] == "10"
+    read = WorkerConfig.model_validate({**worker_config().model_dump(), "parallelism": env[name]})
+    assert read.parallelism == 10
+
+
+def env_of(deployment: dict[str, Any]) -> dict[str, str]:
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", "") for e in container["env"]}
