@@ -624,4 +624,11 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.parallel_done_ahead_forgotten,
         "done again by its owner",
     ),
+    # processor.batchSize: a read delivered in calls of 2, one after another for each
+    # key's group; a call that raises leaves the group's earlier calls done.
+    "29 batch size: the earlier calls stay done": Regression(
+        Run(seed=1, shards=2, replicas=2, batch_size=2, faults=(F(5.0, "flaky", 0, 8.0),)),
+        reverts.batch_size_forgets_earlier_calls,
+        "duplicates although every fault was planned",
+    ),
 }

@@ -20,6 +20,7 @@ from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker import lanes
+from streamconsumer.worker.calls import Stopped
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
 
@@ -591,3 +592,14 @@ def parallel_done_ahead_forgotten(patch: pytest.MonkeyPatch) -> None:
     """29 (parallelism): the records a parallel call did after one that failed are
     delivered again with it."""
     patch.setattr(ShardMachine, "_done_in", lambda self, batch: frozenset())
+
+
+def batch_size_forgets_earlier_calls(patch: pytest.MonkeyPatch) -> None:
+    """29 (batchSize): a call that raises after its group's earlier calls returned
+    counts them not done: their records are delivered again."""
+    init = Stopped.__init__
+
+    def forgetting(self: Stopped, done: int, cause: Exception) -> None:
+        init(self, 0, cause)
+
+    patch.setattr(Stopped, "__init__", forgetting)

@@ -121,6 +121,7 @@ class Run:
     newer_peers: bool = False  # each side's messages carry fields of a newer release
     stuck_seconds: float | None = None  # leases.stuckShardSeconds (None: the default)
     parallelism: int = 1  # processor.parallelism (a sink runs with 1 all the same)
+    batch_size: int | None = None  # processor.batchSize (a sink takes whole reads)
 
 
 @dataclass
@@ -209,6 +210,8 @@ class Simulation:
             processor["parallelism"] = run.parallelism
             if run.processor != "sink":  # (which takes one call at a time)
                 self.ledger.key_of = lambda sequence: sequence % KEYS
+        if run.batch_size is not None:
+            processor["batchSize"] = run.batch_size
         if run.filtered:
             kept = [f"k{n}" for n in range(1, KEYS)]
             processor["filter"] = {"patterns": [{"partitionKey": {"equalsAny": kept}}]}
@@ -273,6 +276,7 @@ class Simulation:
             policy=spec.processor.on_failure,
             record_filter=spec.processor.filter,
             parallelism=spec.processor.parallelism,
+            batch_size=spec.processor.batch_size,
         )
         worker.trouble = self.trouble
         return worker

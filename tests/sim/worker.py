@@ -36,7 +36,7 @@ from streamconsumer.processor import (
 )
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
-from streamconsumer.worker.calls import GroupCall, PartlyFailed, call_processor
+from streamconsumer.worker.calls import GroupCall, PartlyFailed, Stopped, call_processor
 from streamconsumer.worker.client import (
     OperatorRefused,
     OperatorUnavailable,
@@ -222,6 +222,7 @@ class SimWorker:
     policy: InitVar[FailurePolicy | None] = None
     record_filter: InitVar[RecordFilter | None] = None
     parallelism: InitVar[int] = 1
+    batch_size: InitVar[int | None] = None
 
     def __post_init__(
         self,
@@ -229,6 +230,7 @@ class SimWorker:
         policy: FailurePolicy | None,
         record_filter: RecordFilter | None,
         parallelism: int,
+        batch_size: int | None,
     ) -> None:
         world = self.world
         self.core = WorkerCore(
@@ -243,6 +245,7 @@ class SimWorker:
             max_reads_per_second=1e9,
             keep=keeper(record_filter),
             parallelism=parallelism,
+            batch_size=batch_size,
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.dead_letters = DeadLetters(
@@ -529,6 +532,10 @@ class SimWorker:
                 outcomes[index] = calls[index]()
             except Violation:
                 raise
+            except Stopped as stopped:
+                if isinstance(stopped.cause, Violation):
+                    raise stopped.cause from None
+                outcomes[index] = stopped
             except Exception as error:
                 outcomes[index] = error
         return [outcomes[index] for index in range(len(calls))]

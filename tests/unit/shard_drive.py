@@ -49,6 +49,7 @@ class Drive:
         dead_letter_failures: int = 0,
         dead_letter_writer: DeadLetterWriter | None = None,
         parallelism: int = 1,
+        batch_size: int | None = None,
         fanout: Fanout = in_turn,
     ) -> None:
         self.fanout = fanout  # how a Deliver's groups run under a parallelism
@@ -72,6 +73,7 @@ class Drive:
             wants_empty_batches=wants_empty_batches,
             policy=policy,
             parallelism=parallelism,
+            batch_size=batch_size,
         )
 
     def run(self, until: float) -> None:

@@ -249,3 +249,51 @@ def test_the_setting_reaches_the_workers_only_when_set() -> None:
 def env_of(deployment: dict[str, Any]) -> dict[str, str]:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+# --- processor.batchSize ----------------------------------------------------------------------
+
+
+class Calls(BaseRecordProcessor):
+    """Records each call's sequence numbers; raises once in the call holding `fails`."""
+
+    def __init__(self, fails: str = "") -> None:
+        self.calls: list[list[str]] = []
+        self.fails = fails
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        sequences = [r.sequence_number for r in records]
+        self.calls.append(sequences)
+        if self.fails in sequences:
+            self.fails = ""
+            raise RuntimeError("once")
+
+
+def test_a_batch_size_cuts_a_read_into_calls_one_after_another() -> None:
+    processor = Calls()
+    drive = Drive(processor, batch_size=2)
+    drive.machine.read(keyed(*[(s, "a") for s in range(1, 6)]))
+    drive.run(until=10)
+    assert processor.calls == [["1", "2"], ["3", "4"], ["5"]]
+    assert drive.stored() == ["5"]
+
+
+def test_a_later_call_that_raises_leaves_the_earlier_calls_done() -> None:
+    processor = Calls(fails="3")
+    drive = Drive(processor, batch_size=2)
+    drive.machine.read(keyed(*[(s, "a") for s in range(1, 6)]))
+    drive.run(until=10)
+    assert processor.calls == [["1", "2"], ["3", "4"], ["3", "4"], ["5"]]
+    assert drive.stored() == ["2", "5"]
+
+
+def test_with_parallelism_each_call_is_at_most_the_batch_size_and_keys_stay_in_order() -> None:
+    processor = Calls()
+    drive = Drive(processor, parallelism=2, batch_size=2)
+    drive.machine.read(keyed(*[(s, "ab"[s % 2]) for s in range(1, 11)]))
+    drive.run(until=10)
+    assert all(len(call) <= 2 for call in processor.calls)
+    for key in "ab":
+        mine = [s for call in processor.calls for s in call if "ab"[int(s) % 2] == key]
+        assert mine == sorted(mine, key=int)
+    assert drive.stored() == ["10"]

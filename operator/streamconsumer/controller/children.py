@@ -130,6 +130,7 @@ def deployment(
             "processor_log_level": spec.processor.log_level,
             "filter": spec.processor.filter,
             "parallelism": spec.processor.parallelism,
+            "batch_size": spec.processor.batch_size,
         }
     )
     # The worker's own settings come last: of two entries of one name the last wins,

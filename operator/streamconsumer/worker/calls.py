@@ -2,7 +2,8 @@
 threaded runtime, the simulator, tests).
 
 With `processor.parallelism` above 1 a Deliver is fanned out: its records are split by key
-(`lanes.split`), each group is one process_records call, and the groups run at once
+(`lanes.split`), each group is one process_records call (or, with `processor.batchSize`,
+calls of at most that many records, one after another), and the groups run at once
 through the driver's `Fanout` (the runtime's threads, the simulator's deterministic
 turns). For the ShardMachine it stays one call: hand-offs, drains, the timeout and the
 failure policy wait for or cover every group. The worker then checkpoints the low
@@ -65,7 +66,19 @@ class PartlyFailed(Exception):
         )
 
 
-GroupCall = Callable[[], int]  # one group's process_records: how many of its records are done
+GroupCall = Callable[[], int]  # one group's calls: how many of its records are done
+
+
+class Stopped(Exception):
+    """A group's call raised after its earlier calls (processor.batchSize) did `done`
+    records: those stay done, the rest of the group is not."""
+
+    def __init__(self, done: int, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.done = done
+        self.cause = cause
+
+
 Fanout = Callable[[Sequence[GroupCall]], list[int | Exception]]  # each call's count, or error
 
 
@@ -137,7 +150,8 @@ def call_processor(
         return processor
     assert processor is not None, "initialize comes first"
     checkpointer = machine.checkpointer
-    if isinstance(call, Deliver) and machine.parallelism > 1 and call.batch.records:
+    in_groups = machine.parallelism > 1 or machine.batch_size is not None
+    if isinstance(call, Deliver) and in_groups and call.batch.records:
         _deliver_in_groups(call, machine, processor, fanout)
     elif isinstance(call, Deliver):
         records = call.batch.records  # the user gets a copy: what it does to it is its own
@@ -170,15 +184,35 @@ def _deliver_in_groups(
         for group in lanes.split([records[i] for i in todo], machine.parallelism)
     ]
 
+    size = machine.batch_size or len(records)
+
     def run(group: list[int]) -> int:
+        """The group's records in calls of at most `size`, in order, until one fails."""
         mine = [records[i] for i in group]
-        checkpointer = GroupCheckpointer(machine.progress, mine)
-        return first_failed(mine, processor.process_records(list(mine), checkpointer))
+        finished = 0
+        for start in range(0, len(mine), size):
+            part = mine[start : start + size]
+            checkpointer = GroupCheckpointer(machine.progress, part)
+            try:
+                did = first_failed(part, processor.process_records(list(part), checkpointer))
+            except Exception as error:
+                if finished:
+                    raise Stopped(finished, error) from error
+                raise
+            finished += did
+            if did < len(part):
+                break
+        return finished
 
     outcomes = fanout([functools.partial(run, group) for group in groups])
-    errors = [outcome for outcome in outcomes if isinstance(outcome, Exception)]
+    errors: list[Exception] = []
     for group, outcome in zip(groups, outcomes, strict=True):
-        if not isinstance(outcome, Exception):
+        if isinstance(outcome, Stopped):
+            done.update(group[: outcome.done])
+            errors.append(outcome.cause)
+        elif isinstance(outcome, Exception):
+            errors.append(outcome)
+        else:
             done.update(group[:outcome])
     low = lanes.watermark(len(records), done)
     if low:

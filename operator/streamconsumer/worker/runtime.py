@@ -75,12 +75,12 @@ class Worker:
             max_reads_per_second=config.max_reads_per_second,
             keep=keeper(config.filter),
             parallelism=config.parallelism,
+            batch_size=config.batch_size,
         )
-        if self.core.parallelism < config.parallelism:
+        if self.core.parallelism < config.parallelism or self.core.batch_size != config.batch_size:
             log.warning(
-                "worker: processor.parallelism %d ignored: a batching processor takes one "
-                "call at a time",
-                config.parallelism,
+                "worker: processor.parallelism and batchSize ignored: a batching processor "
+                "takes whole reads, one call at a time"
             )
         self._lock = threading.Lock()
         self._wake = threading.Event()

@@ -196,9 +196,11 @@ class ShardMachine:
         read_interval: float = 0.0,
         keep: Callable[[Record], bool] | None = None,
         parallelism: int = 1,
+        batch_size: int | None = None,
     ) -> None:
         self.worker = worker
         self.parallelism = parallelism  # process_records calls of a Deliver in flight at most
+        self.batch_size = batch_size  # records of one process_records call at most
         self._done_ahead: frozenset[tuple[int, int]] = frozenset()  # done after a failed one
         self._keep = keep  # processor.filter: None keeps every record
         self.assignment = assignment
