@@ -12,7 +12,11 @@ record (an API call per record). Parallelism 10 against 1, in the same run:
 Both runs read at `reading.maxReadsPerSecond: 5`, the most Kinesis allows (default read
 size, 1,000 records): at the default 2 reads a second, reading 3,000 records a shard
 takes a second and a half whatever the processor does, and that, not the processor,
-would cap the parallel run."""
+would cap the parallel run.
+
+A third run, the baseline of the design's choice, hashes each key to one of the 10 calls
+(as Lambda's ParallelizationFactor does) instead of spreading each batch's keys evenly:
+the calls' loads are uneven and the slowest sets the pace."""
 
 from __future__ import annotations
 
@@ -21,14 +25,18 @@ import os
 import sys
 import threading
 import time
+import zlib
 from collections import defaultdict, deque
+from collections.abc import Sequence
 from pathlib import Path
+from unittest import mock
 
 from bench.results import record
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.base import ShardReader, StreamSource
+from streamconsumer.worker import lanes
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
 from testbed.in_process import InProcessOperator
@@ -128,6 +136,14 @@ class CountedReads:
         return most
 
 
+def hashed_lanes(records: Sequence[Record], parallelism: int) -> list[list[int]]:
+    """The baseline split: each key to a fixed call by a hash of it."""
+    groups: list[list[int]] = [[] for _ in range(parallelism)]
+    for index, one in enumerate(records):
+        groups[zlib.crc32(one.partition_key.encode()) % parallelism].append(index)
+    return [group for group in groups if group]
+
+
 def fill(emulator: KinesisEmulator, stream: str) -> None:
     """RECORDS records over KEYS keys, the keys' records interleaved (as clicks arrive)."""
     create_stream(emulator.client, stream, SHARDS)
@@ -167,28 +183,35 @@ def main() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     with contextlib.ExitStack() as cleanup:
-        emulator = cleanup.enter_context(KinesisEmulator.start("kinesis-local"))
+        emulator = cleanup.enter_context(KinesisEmulator.start("kinesalite"))
         print(
             f"processor.parallelism: {RECORDS} records over {KEYS} keys on {SHARDS} shards, "
-            f"{SECONDS_PER_RECORD * 1000:g} ms per record, kinesis-local:"
+            f"{SECONDS_PER_RECORD * 1000:g} ms per record, kinesalite:"
         )
         figures: dict[str, float] = {}
         rates = {}
-        for parallelism in (1, 10):
-            stream = f"parallelism-{parallelism}"
+        for name, parallelism in (("1", 1), ("10", 10), ("10_hashed", 10)):
+            stream = f"parallelism-{name.replace('_', '-')}"
             fill(emulator, stream)
-            rate, violations, reads = measure(emulator, stream, parallelism)
-            rates[parallelism] = rate
-            figures[f"parallelism_{parallelism}_records_per_second"] = round(rate)
-            figures[f"parallelism_{parallelism}_key_order_violations"] = violations
-            figures[f"parallelism_{parallelism}_max_reads_per_shard_second"] = reads
+            split = hashed_lanes if name.endswith("hashed") else lanes.split
+            with mock.patch.object(lanes, "split", split):
+                rate, violations, reads = measure(emulator, stream, parallelism)
+            rates[name] = rate
+            figures[f"parallelism_{name}_records_per_second"] = round(rate)
+            figures[f"parallelism_{name}_key_order_violations"] = violations
+            figures[f"parallelism_{name}_max_reads_per_shard_second"] = reads
             print(
-                f"  parallelism {parallelism:2}: {rate:7.0f} records/s, {violations} per-key "
+                f"  parallelism {name:9}: {rate:7.0f} records/s, {violations} per-key "
                 f"order violations, at most {reads} reads of a shard in a second"
             )
-        speedup = rates[10] / rates[1]
+        speedup = rates["10"] / rates["1"]
         figures["per_key_parallelism_speedup"] = round(speedup, 2)
-        print(f"  speedup {speedup:.2f}x (parallelism 10 against 1, same run)")
+        hashed = rates["10_hashed"] / rates["1"]
+        figures["per_key_parallelism_hashed_lanes_speedup"] = round(hashed, 2)
+        print(
+            f"  speedup {speedup:.2f}x (parallelism 10 against 1, same run); "
+            f"with keys hashed to lanes {hashed:.2f}x"
+        )
         record(figures)
 
 
