@@ -441,7 +441,7 @@ class ShardMachine:
 
     def _undone(self, batch: ReadResult) -> ReadResult:
         """The batch without the records an earlier parallel call did: what the failure
-        policy passes over (never empty: the head's first record is not done)."""
+        policy passes over (never empty: a batch that failed holds a record not done)."""
         if not self._done_ahead:
             return batch
         return replace(
