@@ -35,7 +35,7 @@ from bench.results import record
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import StartPosition
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
-from streamconsumer.sources.base import ShardReader, StreamSource
+from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
 from streamconsumer.worker import lanes
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
@@ -106,6 +106,7 @@ class CountedReads:
     def __init__(self, source: StreamSource) -> None:
         self.source = source
         self.reads: dict[str, list[float]] = defaultdict(list)
+        self.durations: list[float] = []  # of reads that brought records
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.source, name)
@@ -115,12 +116,16 @@ class CountedReads:
 
     def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader:
         reader = self.source.open_reader(shard_id, start)
-        reads = self.reads[shard_id]
+        reads, durations = self.reads[shard_id], self.durations
 
         class Counted:
-            def read(self) -> object:
-                reads.append(time.perf_counter())
-                return reader.read()
+            def read(self) -> ReadResult:
+                started = time.perf_counter()
+                reads.append(started)
+                result = reader.read()
+                if result.records:
+                    durations.append(time.perf_counter() - started)
+                return result
 
         return Counted()  # type: ignore[return-value]
 
@@ -152,8 +157,11 @@ def fill(emulator: KinesisEmulator, stream: str) -> None:
     put_records(emulator.client, stream, records)
 
 
-def measure(emulator: KinesisEmulator, stream: str, parallelism: int) -> tuple[float, int, int]:
-    """records/s, per-key order breaches, most reads of one shard in one second."""
+def measure(
+    emulator: KinesisEmulator, stream: str, parallelism: int
+) -> tuple[float, int, int, float]:
+    """records/s, per-key order breaches, most reads of one shard in one second, and the
+    median GetRecords time (the emulator's: reads come one after another per shard)."""
     ApiCalls.ledger = ledger = Ledger()
     config = worker_config(
         stream_name=stream,
@@ -176,7 +184,8 @@ def measure(emulator: KinesisEmulator, stream: str, parallelism: int) -> tuple[f
     assert ledger.done >= RECORDS, f"parallelism {parallelism}: {ledger.done} records done"
     assert ledger.first_call is not None
     rate = RECORDS / (ledger.last_done - ledger.first_call)
-    return rate, ledger.violations, source.most_in_a_second()
+    median = sorted(source.durations)[len(source.durations) // 2]
+    return rate, ledger.violations, source.most_in_a_second(), median
 
 
 def main() -> None:
@@ -195,14 +204,15 @@ def main() -> None:
             fill(emulator, stream)
             split = hashed_lanes if name.endswith("hashed") else lanes.split
             with mock.patch.object(lanes, "split", split):
-                rate, violations, reads = measure(emulator, stream, parallelism)
+                rate, violations, reads, read_seconds = measure(emulator, stream, parallelism)
             rates[name] = rate
             figures[f"parallelism_{name}_records_per_second"] = round(rate)
             figures[f"parallelism_{name}_key_order_violations"] = violations
             figures[f"parallelism_{name}_max_reads_per_shard_second"] = reads
             print(
                 f"  parallelism {name:9}: {rate:7.0f} records/s, {violations} per-key "
-                f"order violations, at most {reads} reads of a shard in a second"
+                f"order violations, at most {reads} reads of a shard in a second, "
+                f"GetRecords {read_seconds:.2f} s (median)"
             )
         speedup = rates["10"] / rates["1"]
         figures["per_key_parallelism_speedup"] = round(speedup, 2)
