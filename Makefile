@@ -117,6 +117,7 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	$(BIN)/python -m bench.decode
 	PYTHONPATH=tests $(BIN)/python -m bench.system
 	PYTHONPATH=tests $(BIN)/python -m bench.fanout
+	PYTHONPATH=tests $(BIN)/python -m bench.parallelism
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers
 

@@ -32,6 +32,13 @@ other type) is an error: the whole batch counts as failed, as if the call had ra
 A checkpoint asked for in that call must not cover the first failed record (the call
 then counts as failed as a whole too).
 
+With `spec.processor.parallelism` above 1, process_records is called on several groups
+of a batch at once, from several threads, each key's records in one group in order: it
+must be thread-safe. The worker then checkpoints itself, at the first record not yet
+done; a checkpoint asked for inside such a call may name only that call's records and
+stores nothing (docs/parallelism.md). So it does with `spec.processor.batchSize`, which
+cuts a read into calls of at most that many records.
+
 Records that `spec.processor.filter` drops never reach the processor: a checkpoint at a
 later record covers them, and the worker checkpoints past those at the end of a read.
 

@@ -95,6 +95,15 @@ REFUSED = [
     ),
     pytest.param(variant(replicas=-1), "spec.replicas", id="negative-replicas"),
     pytest.param(
+        variant(processor__parallelism=101),
+        "spec.processor.parallelism: Invalid value: 101: spec.processor.parallelism in body "
+        "should be less than or equal to 100",
+        id="parallelism-over-100",
+    ),
+    pytest.param(
+        variant(processor__parallelism=0), "spec.processor.parallelism", id="no-parallelism"
+    ),
+    pytest.param(
         variant(source={**VALID["spec"]["source"], **DYNAMODB}), ONE_SOURCE, id="two-sources"
     ),
     pytest.param(variant(source={}), ONE_SOURCE, id="no-source"),

@@ -30,6 +30,14 @@ RESETS_WHILE_SHARDS_MOVE = Run(
     ),
     duration=50,
 )
+PARALLEL_PARTLY_FAILING = Run(
+    seed=1,
+    shards=2,
+    replicas=2,
+    parallelism=3,
+    faults=(F(5.0, "partial", 0, 8.0), F(9.0, "scale", 3)),
+    duration=40,
+)
 REGRESSIONS: dict[str, Regression] = {
     "25 a wedged call, the shard withdrawn": Regression(
         # The call never returns and the policy's timeout (15 s) is far: the operator's
@@ -623,5 +631,32 @@ REGRESSIONS: dict[str, Regression] = {
         Run(seed=0, shards=1, replicas=1, autoscale=True, faults=(F(20.0, "scale", 0),)),
         reverts.deployment_never_read,
         "never processed",
+    ),
+    # processor.parallelism (issue 29): three calls of a shard at once, some of them
+    # partly failing while a scale-down hands shards off. The checkpoint must stay at the
+    # first record not done, whatever the other calls did.
+    "29 parallel calls: the checkpoint at the low watermark": Regression(
+        PARALLEL_PARTLY_FAILING,
+        reverts.parallel_checkpoint_at_the_last_done,
+        "passes .*, not done",
+    ),
+    # ... each key's records in order: one call has them all.
+    "29 parallel calls: a key in one call": Regression(
+        Run(seed=1, shards=1, replicas=1, parallelism=3, duration=30),
+        reverts.parallel_split_ignores_keys,
+        "done first, before .* of its key",
+    ),
+    # ... and the records a call did after one that failed are not delivered again.
+    "29 parallel calls: what was done is not done again": Regression(
+        PARALLEL_PARTLY_FAILING,
+        reverts.parallel_done_ahead_forgotten,
+        "done again by its owner",
+    ),
+    # processor.batchSize: a read delivered in calls of 2, one after another for each
+    # key's group; a call that raises leaves the group's earlier calls done.
+    "29 batch size: the earlier calls stay done": Regression(
+        Run(seed=1, shards=2, replicas=2, batch_size=2, faults=(F(5.0, "flaky", 0, 8.0),)),
+        reverts.batch_size_forgets_earlier_calls,
+        "duplicates although every fault was planned",
     ),
 }

@@ -5,7 +5,7 @@ an invariant under their revert — the proof that the simulation can see each b
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,8 +17,10 @@ from streamconsumer.controller.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
-from streamconsumer.processor import Progress
+from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
+from streamconsumer.worker import lanes
+from streamconsumer.worker.calls import Stopped
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
 
@@ -515,7 +517,12 @@ def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
     reported done are delivered again."""
 
     def whole(
-        self: ShardMachine, now: float, done: int, error: str, wall: float | None = None
+        self: ShardMachine,
+        now: float,
+        done: int,
+        error: str,
+        wall: float | None = None,
+        ahead: frozenset[tuple[int, int]] = frozenset(),
     ) -> None:
         self.raised(now, error, wall)
 
@@ -526,7 +533,12 @@ def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
     """29: the records a partial batch response reports failed count as done."""
 
     def success(
-        self: ShardMachine, now: float, done: int, error: str, wall: float | None = None
+        self: ShardMachine,
+        now: float,
+        done: int,
+        error: str,
+        wall: float | None = None,
+        ahead: frozenset[tuple[int, int]] = frozenset(),
     ) -> None:
         self.returned(now)
 
@@ -547,3 +559,41 @@ def young_records_given_up_with_old_ones(patch: pytest.MonkeyPatch) -> None:
 def filter_ignored(patch: pytest.MonkeyPatch) -> None:
     """29: processor.filter not applied: every record is delivered."""
     patch.setattr(ShardMachine, "sift", lambda self, batch: Sifted([batch], 0))
+
+
+def parallel_checkpoint_at_the_last_done(patch: pytest.MonkeyPatch) -> None:
+    """29 (parallelism): a parallel call checkpoints its last record done, not the low
+    watermark: past records of a group that failed."""
+
+    def highest(count: int, done: Collection[int]) -> int:
+        return max(done) + 1 if done else 0
+
+    patch.setattr(lanes, "watermark", highest)
+
+
+def parallel_split_ignores_keys(patch: pytest.MonkeyPatch) -> None:
+    """29 (parallelism): a batch dealt out to the calls record by record, a key's records
+    in several calls at once."""
+
+    def dealt(records: Sequence[Record], parallelism: int) -> list[list[int]]:
+        groups = [list(range(len(records)))[n::parallelism] for n in range(parallelism)]
+        return [group for group in groups if group]
+
+    patch.setattr(lanes, "split", dealt)
+
+
+def parallel_done_ahead_forgotten(patch: pytest.MonkeyPatch) -> None:
+    """29 (parallelism): the records a parallel call did after one that failed are
+    delivered again with it."""
+    patch.setattr(ShardMachine, "_done_in", lambda self, batch: frozenset())
+
+
+def batch_size_forgets_earlier_calls(patch: pytest.MonkeyPatch) -> None:
+    """29 (batchSize): a call that raises after its group's earlier calls returned
+    counts them not done: their records are delivered again."""
+    init = Stopped.__init__
+
+    def forgetting(self: Stopped, done: int, cause: Exception) -> None:
+        init(self, 0, cause)
+
+    patch.setattr(Stopped, "__init__", forgetting)

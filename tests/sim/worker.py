@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import InitVar, dataclass, field
 
 from sim.ledger import Delivery, Ledger, Violation
@@ -36,7 +36,7 @@ from streamconsumer.processor import (
 )
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
-from streamconsumer.worker.calls import PartlyFailed, call_processor
+from streamconsumer.worker.calls import GroupCall, PartlyFailed, Stopped, call_processor
 from streamconsumer.worker.client import (
     OperatorRefused,
     OperatorUnavailable,
@@ -221,9 +221,16 @@ class SimWorker:
     on_exit: Callable[[SimWorker], None]
     policy: InitVar[FailurePolicy | None] = None
     record_filter: InitVar[RecordFilter | None] = None
+    parallelism: InitVar[int] = 1
+    batch_size: InitVar[int | None] = None
 
     def __post_init__(
-        self, wants_empty: bool, policy: FailurePolicy | None, record_filter: RecordFilter | None
+        self,
+        wants_empty: bool,
+        policy: FailurePolicy | None,
+        record_filter: RecordFilter | None,
+        parallelism: int,
+        batch_size: int | None,
     ) -> None:
         world = self.world
         self.core = WorkerCore(
@@ -237,6 +244,8 @@ class SimWorker:
             # a budget only spreads the same events out (tests/unit/test_shard_machine.py).
             max_reads_per_second=1e9,
             keep=keeper(record_filter),
+            parallelism=parallelism,
+            batch_size=batch_size,
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.dead_letters = DeadLetters(
@@ -471,7 +480,11 @@ class SimWorker:
                 self.ledger.passed_over(shard_id, sequences)
             else:
                 running.processor = call_processor(
-                    step, machine, running.processor, lambda: self.make_processor(self)
+                    step,
+                    machine,
+                    running.processor,
+                    lambda: self.make_processor(self),
+                    self._fanout,
                 )
         except Violation:
             raise  # the ledger's, raised inside a call: never mistaken for a failure
@@ -483,12 +496,20 @@ class SimWorker:
             machine.cannot_dead_letter(self.clock(), str(refused))
         except PartlyFailed as partly:
             assert isinstance(step, Deliver)
-            failed = step.batch.records[partly.done :]
+            failed = [
+                r for r in step.batch.records[partly.done :] if r.position not in partly.ahead
+            ]
             self.ledger.raised([int(r.sequence_number) for r in failed])
-            machine.partly_failed(self.clock(), partly.done, str(partly), self._wall())
+            self.ledger.done_ahead.update(
+                int(r.sequence_number) for r in step.batch.records if r.position in partly.ahead
+            )
+            machine.partly_failed(
+                self.clock(), partly.done, str(partly), self._wall(), partly.ahead
+            )
         except Exception as error:
-            if isinstance(step, Deliver):
-                self.ledger.raised([int(r.sequence_number) for r in step.batch.records])
+            if isinstance(step, Deliver):  # (but for the records an earlier call did)
+                records = [r for r in step.batch.records if r.position not in step.done]
+                self.ledger.raised([int(r.sequence_number) for r in records])
             machine.raised(self.clock(), str(error), self._wall())
         else:
             machine.returned(self.clock())
@@ -499,6 +520,25 @@ class SimWorker:
             running.delivery = None
         self._poke(running)
         self._read(running)
+
+    def _fanout(self, calls: Sequence[GroupCall]) -> list[int | Exception]:
+        """The groups of a parallel call, one after another in a random order (any order
+        is one the runtime's threads may finish in); the ledger's Violation goes through."""
+        order = list(range(len(calls)))
+        self.world.rng.shuffle(order)
+        outcomes: dict[int, int | Exception] = {}
+        for index in order:
+            try:
+                outcomes[index] = calls[index]()
+            except Violation:
+                raise
+            except Stopped as stopped:
+                if isinstance(stopped.cause, Violation):
+                    raise stopped.cause from None
+                outcomes[index] = stopped
+            except Exception as error:
+                outcomes[index] = error
+        return [outcomes[index] for index in range(len(calls))]
 
     # --- the watchdog ---------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.calls import PartlyFailed, call_processor
+from streamconsumer.worker.calls import Fanout, PartlyFailed, call_processor, in_turn
 from streamconsumer.worker.shard import (
     Answer,
     DeadLetter,
@@ -48,7 +48,11 @@ class Drive:
         policy: FailurePolicy | None = None,
         dead_letter_failures: int = 0,
         dead_letter_writer: DeadLetterWriter | None = None,
+        parallelism: int = 1,
+        batch_size: int | None = None,
+        fanout: Fanout = in_turn,
     ) -> None:
+        self.fanout = fanout  # how a Deliver's groups run under a parallelism
         self.now = 0.0
         self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
         self.processor = processor
@@ -68,6 +72,8 @@ class Drive:
             retry=Backoff(base=0.1, cap=30.0, rng=random.Random(0)),
             wants_empty_batches=wants_empty_batches,
             policy=policy,
+            parallelism=parallelism,
+            batch_size=batch_size,
         )
 
     def run(self, until: float) -> None:
@@ -100,7 +106,9 @@ class Drive:
                 try:
                     self.call_processor(step)
                 except PartlyFailed as partly:
-                    machine.partly_failed(self.now, partly.done, str(partly), self.wall())
+                    machine.partly_failed(
+                        self.now, partly.done, str(partly), self.wall(), partly.ahead
+                    )
                 except Exception as error:
                     machine.raised(self.now, str(error), self.wall())
                 else:
@@ -125,7 +133,7 @@ class Drive:
             self.machine.returned(self.now)
 
     def call_processor(self, step: ProcessorCall) -> None:
-        call_processor(step, self.machine, self.processor, lambda: self.processor)
+        call_processor(step, self.machine, self.processor, lambda: self.processor, self.fanout)
 
     def stored(self) -> list[str | None]:
         return [r.sequence_number for r in self.sent]

@@ -16,9 +16,10 @@ from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker import metrics
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.filtering import keeper
+from testbed.in_process import InProcessOperator
 
 from .shard_drive import Drive
-from .test_shard_machine import InProcessOperator, run_threaded
+from .test_shard_machine import run_threaded
 
 
 def record(sequence: int, data: object, key: str = "k") -> Record:

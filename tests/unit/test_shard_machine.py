@@ -11,15 +11,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import (
     Assignment,
-    CheckpointRequest,
-    CheckpointResponse,
-    HeartbeatRequest,
-    HeartbeatResponse,
     StartPosition,
     StartPositionType,
 )
@@ -31,12 +25,11 @@ from streamconsumer.processor import (
     Record,
 )
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.client import OperatorRefused
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.shard import Answer, Outcome, ShardMachine, Stop, Wait
-from testbed.specs import consumer_spec, worker_config
+from testbed.in_process import InProcessOperator
+from testbed.specs import worker_config
 
-from .moments import CREATED
 from .shard_drive import Drive, batch
 
 
@@ -183,54 +176,6 @@ def test_reading_stops_at_prefetch_and_at_shard_end() -> None:
 
 
 # --- the threaded runtime, against a real LeaseCoordinator in-process ----------------------------
-
-
-SPEC = consumer_spec(lease_seconds=3)
-
-
-class InProcessOperator:
-    """The operator's protocol without HTTP: a real LeaseCoordinator, its engine stepped and its
-    table 'saved' on every call."""
-
-    def __init__(self, shards: list[Shard]) -> None:
-        self.coordinator = LeaseCoordinator(
-            SPEC, DurableState(), now=time.monotonic(), created=CREATED
-        )
-        self.coordinator.set_shards(shards)
-        self.lock = threading.Lock()
-
-    def _settle(self) -> None:
-        now = time.monotonic()
-        self.coordinator.step(now)
-        self.coordinator.persisted(self.coordinator.snapshot(now), self.coordinator.version)
-
-    def heartbeat(
-        self, request: HeartbeatRequest, timeout: float | None = None
-    ) -> HeartbeatResponse:
-        with self.lock:
-            self._settle()
-            response = self.coordinator.heartbeat(request, time.monotonic())
-            self._settle()
-            return response
-
-    def checkpoint(
-        self, request: CheckpointRequest, timeout: float | None = None
-    ) -> CheckpointResponse:
-        with self.lock:
-            try:
-                lease = self.coordinator.checkpoint(request)
-            except CheckpointRefused as refused:
-                raise OperatorRefused(str(refused), lease_lost=refused.lease_lost) from None
-            self._settle()
-            return CheckpointResponse(
-                shard_id=request.shard_id,
-                epoch=lease.epoch,
-                checkpoint=lease.checkpoint,
-                persisted=True,
-            )
-
-    def close(self) -> None:
-        pass
 
 
 class ListSource:

@@ -129,6 +129,8 @@ def deployment(
             "on_failure": spec.processor.on_failure,
             "processor_log_level": spec.processor.log_level,
             "filter": spec.processor.filter,
+            "parallelism": spec.processor.parallelism,
+            "batch_size": spec.processor.batch_size,
         }
     )
     # The worker's own settings come last: of two entries of one name the last wins,

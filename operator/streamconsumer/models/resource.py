@@ -200,6 +200,10 @@ class LogLevel(StrEnum):
     ERROR = "ERROR"
 
 
+MAX_PARALLELISM = 100  # process_records calls of one shard in flight at most
+MAX_BATCH_SIZE = 10_000  # records of one process_records call at most (GetRecords' limit)
+
+
 class Processor(Model):
     """The user's record processor and the image it runs in."""
 
@@ -266,6 +270,30 @@ class Processor(Model):
         description="Only records matching this reach the processor (as Lambda's "
         "FilterCriteria); the others are checkpointed past without a call and counted in "
         "streamconsumer_worker_filtered_records. Needs workers of 0.2.0 or later.",
+        json_schema_extra=added_since("0.2.0"),
+    )
+    parallelism: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PARALLELISM,
+        description="process_records calls of one shard in flight at most (as Lambda's "
+        "ParallelizationFactor): each read's records are split by partition key (a "
+        "DynamoDB item's key) into up to this many calls at once, a key's records always "
+        "in order and never concurrent; the worker checkpoints the first record not yet "
+        "done. process_records must then be thread-safe, and a batching processor (Spark) "
+        "runs with 1. Needs workers of 0.2.0 or later (docs/parallelism.md).",
+        json_schema_extra=added_since("0.2.0"),
+    )
+    batch_size: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_BATCH_SIZE,
+        description="The most records one process_records call gets (as Lambda's BatchSize; "
+        "default: all a read brings, reading.maxRecords). A read's records are then "
+        "delivered in calls of at most this many, one after another for each key's group "
+        "(processor.parallelism of them at once); the worker checkpoints the first record "
+        "not yet done. A batching processor (Spark) takes whole reads. Needs workers of "
+        "0.2.0 or later (docs/parallelism.md).",
         json_schema_extra=added_since("0.2.0"),
     )
 

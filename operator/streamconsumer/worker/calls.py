@@ -1,17 +1,33 @@
 """The processor calls a ShardMachine asks for, made the same way by every driver (the
-threaded runtime, the simulator, tests)."""
+threaded runtime, the simulator, tests).
+
+With `processor.parallelism` above 1 a Deliver is fanned out: its records are split by key
+(`lanes.split`), each group is one process_records call (or, with `processor.batchSize`,
+calls of at most that many records, one after another), and the groups run at once
+through the driver's `Fanout` (the runtime's threads, the simulator's deterministic
+turns). For the ShardMachine it stays one call: hand-offs, drains, the timeout and the
+failure policy wait for or cover every group. The worker then checkpoints the low
+watermark itself (`lanes.watermark`); a group's own checkpoints may name only its own
+records and move nothing, since they cannot know what the other groups have done
+(docs/design.md#per-key-parallelism)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from streamconsumer.processor import (
+    Checkpointer,
+    CheckpointError,
     ProcessorFactory,
+    Progress,
     Record,
     RecordProcessor,
     ShardInfo,
     first_failed,
 )
+from streamconsumer.worker import lanes
 from streamconsumer.worker.shard import (
     Deliver,
     EndShard,
@@ -29,13 +45,89 @@ class PartlyFailed(Exception):
     driver that does not know this exception counts the whole batch as failed, which
     replays records but never skips one."""
 
-    def __init__(self, records: Sequence[Record], done: int) -> None:
+    def __init__(
+        self,
+        records: Sequence[Record],
+        done: int,
+        ahead: frozenset[tuple[int, int]] = frozenset(),
+        cause: Exception | None = None,
+    ) -> None:
         self.done = done
+        self.ahead = ahead  # positions of records after the first failed one that are done
         failed = records[done:]
+        undone = len(failed) - len(ahead)
+        raised = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
         super().__init__(
-            f"process_records reported {len(failed)} of {len(records)} records failed, "
+            f"process_records left {undone} of {len(records)} records not done{raised}, "
+            f"from {failed[0].sequence_number}"
+            if ahead or cause is not None
+            else f"process_records reported {len(failed)} of {len(records)} records failed, "
             f"from {failed[0].sequence_number}"
         )
+
+
+GroupCall = Callable[[], int]  # one group's calls: how many of its records are done
+
+
+class Stopped(Exception):
+    """A group's call raised after its earlier calls (processor.batchSize) did `done`
+    records: those stay done, the rest of the group is not."""
+
+    def __init__(self, done: int, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.done = done
+        self.cause = cause
+
+
+Fanout = Callable[[Sequence[GroupCall]], list[int | Exception]]  # each call's count, or error
+
+
+def in_turn(calls: Sequence[GroupCall]) -> list[int | Exception]:
+    """A Fanout that runs the groups one after another (a test's, or no threads at hand)."""
+    outcomes: list[int | Exception] = []
+    for call in calls:
+        try:
+            outcomes.append(call())
+        except Exception as error:
+            outcomes.append(error)
+    return outcomes
+
+
+def threaded(pool: ThreadPoolExecutor) -> Fanout:
+    """A Fanout running a call's groups at once: the first on the calling thread, the
+    others on `pool`; it returns once every group has (a call in flight is never left
+    behind: the watchdog times the whole)."""
+
+    def fanout(calls: Sequence[GroupCall]) -> list[int | Exception]:
+        futures = [pool.submit(in_turn, [call]) for call in calls[1:]]
+        outcomes = in_turn(calls[:1])
+        for future in futures:
+            outcomes.extend(future.result())
+        return outcomes
+
+    return fanout
+
+
+class GroupCheckpointer(Checkpointer):
+    """What one group of a fanned-out call checkpoints with: it checks that a checkpoint
+    names a record of its own group and stores nothing, since the worker checkpoints the
+    low watermark after the call (a group cannot know what the others have done)."""
+
+    def __init__(self, progress: Progress, group: Sequence[Record]) -> None:
+        super().__init__(progress)
+        self._positions = {record.position for record in group}
+        self._sequences = {record.sequence_number for record in group}
+
+    def checkpoint(self, at: Record | str | None = None) -> None:
+        if at is None:
+            return
+        mine = at.position in self._positions if isinstance(at, Record) else at in self._sequences
+        if not mine:
+            name = at.sequence_number if isinstance(at, Record) else at
+            raise CheckpointError(
+                f"{self.shard_id}: checkpoint at {name}, which is not in this call's records "
+                "(with processor.parallelism the worker checkpoints what every call has done)"
+            )
 
 
 def call_processor(
@@ -43,10 +135,12 @@ def call_processor(
     machine: ShardMachine,
     processor: RecordProcessor | None,
     factory: ProcessorFactory,
+    fanout: Fanout = in_turn,
 ) -> RecordProcessor:
     """Makes `call` on the shard's processor (Initialize creates it first) and returns the
     processor; raises what the processor raised, PartlyFailed when process_records reports
-    failed records, and BatchResultError when what it returned is not a batch result."""
+    failed records, and BatchResultError when what it returned is not a batch result.
+    `fanout` runs the groups of a Deliver under a parallelism above 1."""
     if isinstance(call, Initialize):
         processor = factory()
         assignment = machine.assignment
@@ -56,7 +150,10 @@ def call_processor(
         return processor
     assert processor is not None, "initialize comes first"
     checkpointer = machine.checkpointer
-    if isinstance(call, Deliver):
+    in_groups = machine.parallelism > 1 or machine.batch_size is not None
+    if isinstance(call, Deliver) and in_groups and call.batch.records:
+        _deliver_in_groups(call, machine, processor, fanout)
+    elif isinstance(call, Deliver):
         records = call.batch.records  # the user gets a copy: what it does to it is its own
         done = first_failed(records, processor.process_records(list(records), checkpointer))
         if done < len(records):
@@ -70,3 +167,59 @@ def call_processor(
     else:
         raise TypeError(f"not a processor call: {call!r}")
     return processor
+
+
+def _deliver_in_groups(
+    call: Deliver, machine: ShardMachine, processor: RecordProcessor, fanout: Fanout
+) -> None:
+    """The records not done yet, in groups by key, each one process_records call run by
+    `fanout`; then the checkpoint at the low watermark. When no record is done raises the
+    first group's error, if one raised; else PartlyFailed, with the records done beyond
+    the watermark."""
+    records = call.batch.records
+    done = {i for i, record in enumerate(records) if record.position in call.done}
+    todo = [i for i in range(len(records)) if i not in done]
+    groups = [
+        [todo[i] for i in group]
+        for group in lanes.split([records[i] for i in todo], machine.parallelism)
+    ]
+
+    size = machine.batch_size or len(records)
+
+    def run(group: list[int]) -> int:
+        """The group's records in calls of at most `size`, in order, until one fails."""
+        mine = [records[i] for i in group]
+        finished = 0
+        for start in range(0, len(mine), size):
+            part = mine[start : start + size]
+            checkpointer = GroupCheckpointer(machine.progress, part)
+            try:
+                did = first_failed(part, processor.process_records(list(part), checkpointer))
+            except Exception as error:
+                if finished:
+                    raise Stopped(finished, error) from error
+                raise
+            finished += did
+            if did < len(part):
+                break
+        return finished
+
+    outcomes = fanout([functools.partial(run, group) for group in groups])
+    errors: list[Exception] = []
+    for group, outcome in zip(groups, outcomes, strict=True):
+        if isinstance(outcome, Stopped):
+            done.update(group[: outcome.done])
+            errors.append(outcome.cause)
+        elif isinstance(outcome, Exception):
+            errors.append(outcome)
+        else:
+            done.update(group[:outcome])
+    low = lanes.watermark(len(records), done)
+    if low:
+        machine.checkpointer.checkpoint(records[low - 1])
+    if low == len(records):
+        return
+    if not done and errors:
+        raise errors[0]  # nothing done: as a call that raised
+    ahead = frozenset(records[i].position for i in done if i >= low)
+    raise PartlyFailed(records, low, ahead, errors[0] if errors else None)

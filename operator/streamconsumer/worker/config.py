@@ -9,7 +9,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from streamconsumer.models.base import ADDED_SINCE, added_since
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.record_filter import RecordFilter
-from streamconsumer.models.resource import KinesisConsumer, LogLevel
+from streamconsumer.models.resource import (
+    MAX_BATCH_SIZE,
+    MAX_PARALLELISM,
+    KinesisConsumer,
+    LogLevel,
+)
 from streamconsumer.sources.registry import kind_named
 
 PREFIX = "STREAMCONSUMER_"
@@ -55,6 +60,14 @@ class WorkerConfig(BaseSettings):
     )
     # processor.filter, JSON in the env (a worker of 0.1 ignores it: it processes all).
     filter: RecordFilter | None = Field(default=None, json_schema_extra=added_since("0.2.0"))
+    # processor.parallelism (a worker of 0.1 ignores it: it makes one call at a time).
+    parallelism: int = Field(
+        default=1, ge=1, le=MAX_PARALLELISM, json_schema_extra=added_since("0.2.0")
+    )
+    # processor.batchSize (None: a read's records in one call).
+    batch_size: int | None = Field(
+        default=None, ge=1, le=MAX_BATCH_SIZE, json_schema_extra=added_since("0.2.0")
+    )
 
     @field_validator("source")
     @classmethod

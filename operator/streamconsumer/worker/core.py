@@ -50,8 +50,15 @@ class WorkerCore:
         drain_seconds: float = 25.0,
         max_reads_per_second: float = 2.0,
         keep: Callable[[Record], bool] | None = None,
+        parallelism: int = 1,
+        batch_size: int | None = None,
     ) -> None:
         self.name = name
+        # A batching processor (empty batches: its flush clock) buffers across calls and
+        # checkpoints what it committed: it cannot take calls at once, nor a checkpoint
+        # the worker moves itself (docs/design.md#per-key-parallelism).
+        self.parallelism = 1 if wants_empty_batches else parallelism
+        self.batch_size = None if wants_empty_batches else batch_size
         self.machines: dict[str, ShardMachine] = {}
         self.interval = 0.0  # seconds until the next heartbeat is due
         self.exit_reason: str | None = None  # refused for too long: end, handing nothing off
@@ -152,6 +159,8 @@ class WorkerCore:
                 ),
                 policy=self._policy,
                 keep=self._keep,
+                parallelism=self.parallelism,
+                batch_size=self.batch_size,
             )
             self.machines[shard_id] = machine
             started.append(machine)

@@ -12,14 +12,15 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.deadletter import DeadLetterWriter, FailedBatch, LetterTooLarge
 from streamconsumer.models import CheckpointRequest
-from streamconsumer.processor import ProcessorFactory, RecordProcessor
+from streamconsumer.processor import ProcessorFactory, Record, RecordProcessor
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
-from streamconsumer.worker.calls import PartlyFailed, call_processor
+from streamconsumer.worker.calls import Fanout, PartlyFailed, call_processor, in_turn, threaded
 from streamconsumer.worker.client import (
     OperatorClient,
     OperatorRefused,
@@ -73,7 +74,14 @@ class Worker:
             drain_seconds=config.drain_seconds,
             max_reads_per_second=config.max_reads_per_second,
             keep=keeper(config.filter),
+            parallelism=config.parallelism,
+            batch_size=config.batch_size,
         )
+        if self.core.parallelism < config.parallelism or self.core.batch_size != config.batch_size:
+            log.warning(
+                "worker: processor.parallelism and batchSize ignored: a batching processor "
+                "takes whole reads, one call at a time"
+            )
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._calls_changed = threading.Event()  # wakes the watchdog: a call began
@@ -235,6 +243,18 @@ class Worker:
                     _sleep_until(machine, changed, time.monotonic() + idle_seconds)
 
     def _process(self, machine: ShardMachine, changed: threading.Condition) -> None:
+        if machine.parallelism <= 1:
+            self._process_with(machine, changed, in_turn)
+            return
+        # This thread runs one group of each call itself: the pool has one fewer.
+        with ThreadPoolExecutor(
+            machine.parallelism - 1, thread_name_prefix=f"calls-{machine.shard_id}"
+        ) as pool:
+            self._process_with(machine, changed, threaded(pool))
+
+    def _process_with(
+        self, machine: ShardMachine, changed: threading.Condition, fanout: Fanout
+    ) -> None:
         processor: RecordProcessor | None = None
         shard = machine.shard_id
         while True:
@@ -274,15 +294,20 @@ class Worker:
                 continue
             started = time.perf_counter()
             try:
-                processor = call_processor(step, machine, processor, self._factory)
+                processor = call_processor(step, machine, processor, self._factory, fanout)
                 if isinstance(step, Deliver):
-                    metrics.batch_processed(shard, step.batch.records, started)
+                    metrics.batch_processed(
+                        shard, _newly_done(step, len(step.batch.records)), started
+                    )
             except PartlyFailed as partly:
                 assert isinstance(step, Deliver)
-                metrics.batch_partly_failed(shard, step.batch.records[: partly.done], started)
+                done = _newly_done(step, partly.done, partly.ahead)
+                metrics.batch_partly_failed(shard, done, started)
                 log.warning("%s: %s; retried from there after a back-off", shard, partly)
                 with changed:
-                    machine.partly_failed(time.monotonic(), partly.done, str(partly), time.time())
+                    machine.partly_failed(
+                        time.monotonic(), partly.done, str(partly), time.time(), partly.ahead
+                    )
                 continue
             except Exception as error:
                 metrics.batch_failed(shard, started)
@@ -337,6 +362,18 @@ class Worker:
         return checkpoint_outcome(
             request.shard_id, lambda: self._operator.checkpoint(request, timeout)
         )
+
+
+def _newly_done(
+    step: Deliver, done: int, ahead: frozenset[tuple[int, int]] = frozenset()
+) -> list[Record]:
+    """The records a Deliver's call did: its first `done` and those `ahead`, but none an
+    earlier call did (`Deliver.done`), so none is counted twice."""
+    return [
+        record
+        for i, record in enumerate(step.batch.records)
+        if (i < done or record.position in ahead) and record.position not in step.done
+    ]
 
 
 def _sleep_until(machine: ShardMachine, changed: threading.Condition, moment: float) -> None:

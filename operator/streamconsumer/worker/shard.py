@@ -13,6 +13,10 @@ The rules it keeps:
 - A call that reports some of its records failed (a partial batch response) leaves the
   records before the first failed one done and the rest as the head batch, failed once:
   retried from there, never re-running what is done, never skipping what is not.
+- Under `processor.parallelism` a call runs groups of keys at once (`calls.py`), so records
+  after the first failed one may be done: they stay in the head batch (the checkpoint
+  cannot pass the failed one) but each Deliver names them done, and the failure policy
+  passes over only the others (docs/design.md#per-key-parallelism).
 - A failing batch's records older than `maxRecordAgeSeconds` (by their arrival, on the
   wall clock the driver passes with the failure) are not retried: they go to skip or
   dead-letter at once, the younger rest of the batch stays and is retried.
@@ -95,9 +99,11 @@ class Initialize:
 
 @dataclass(frozen=True)
 class Deliver:
-    """Call process_records(batch.records, checkpointer)."""
+    """Call process_records(batch.records, checkpointer), but for the records whose
+    positions are in `done`: an earlier call under a parallelism did them."""
 
     batch: ReadResult
+    done: frozenset[tuple[int, int]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -189,8 +195,13 @@ class ShardMachine:
         policy: FailurePolicy | None = None,
         read_interval: float = 0.0,
         keep: Callable[[Record], bool] | None = None,
+        parallelism: int = 1,
+        batch_size: int | None = None,
     ) -> None:
         self.worker = worker
+        self.parallelism = parallelism  # process_records calls of a Deliver in flight at most
+        self.batch_size = batch_size  # records of one process_records call at most
+        self._done_ahead: frozenset[tuple[int, int]] = frozenset()  # done after a failed one
         self._keep = keep  # processor.filter: None keeps every record
         self.assignment = assignment
         self.shard_id = assignment.shard_id
@@ -409,12 +420,13 @@ class ShardMachine:
                 if then is not AfterRetries.BLOCK and len(batch.records) > 1:
                     self._bisect()  # find the records that fail, pass over only those
                     continue
+                undone = self._undone(batch)
                 if then is AfterRetries.SKIP:
-                    return self._begin(Skip(batch, self._error, self._call_failures))
+                    return self._begin(Skip(undone, self._error, self._call_failures))
                 if then is AfterRetries.DEAD_LETTER:
-                    return self._begin(DeadLetter(batch, self._error, self._call_failures))
+                    return self._begin(DeadLetter(undone, self._error, self._call_failures))
             if batch.records or self._wants_empty:
-                return self._begin(Deliver(batch), batch)
+                return self._begin(Deliver(batch, self._done_in(batch)), batch)
             self._took(self._batches.popleft())  # an empty read: nothing to deliver
         if self._end_read:
             if not self._end_called:
@@ -422,6 +434,19 @@ class ShardMachine:
                 return self._begin(EndShard())
             return self._send(self._closing(release=False))
         return Wait()
+
+    def _done_in(self, batch: ReadResult) -> frozenset[tuple[int, int]]:
+        ahead = self._done_ahead
+        return frozenset(r.position for r in batch.records if r.position in ahead)
+
+    def _undone(self, batch: ReadResult) -> ReadResult:
+        """The batch without the records an earlier parallel call did: what the failure
+        policy passes over (never empty: a batch that failed holds a record not done)."""
+        if not self._done_ahead:
+            return batch
+        return replace(
+            batch, records=[r for r in batch.records if r.position not in self._done_ahead]
+        )
 
     def _begin(self, call: Call, batch: ReadResult | None = None) -> Call:
         self._call = call
@@ -468,12 +493,13 @@ class ShardMachine:
         limit = self._policy.max_record_age_seconds
         error = f"{self._error} (older than maxRecordAgeSeconds {limit:g}: not retried)"
         if self._policy.then is AfterRetries.SKIP:
-            return Skip(batch, error, self._call_failures)
-        return DeadLetter(batch, error, self._call_failures)
+            return Skip(self._undone(batch), error, self._call_failures)
+        return DeadLetter(self._undone(batch), error, self._call_failures)
 
     def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
         records = batch.records
-        self.progress.passed_over(records)
+        # The head as a whole: the records of it an earlier parallel call did are done too.
+        self.progress.passed_over(self._batches[0].records)
         note = PassedOver(
             action=action,
             first_sequence=records[0].sequence_number,
@@ -554,8 +580,12 @@ class ShardMachine:
         return Finished(outcome)
 
     def _took_head(self) -> None:
-        self._took(self._batches.popleft())
+        head = self._batches.popleft()
+        self._took(head)
         self._pieces_ahead = max(self._pieces_ahead - 1, 0)
+        if self._done_ahead and head.records:
+            last = head.records[-1].position
+            self._done_ahead = frozenset(p for p in self._done_ahead if p > last)
 
     def _took(self, batch: ReadResult) -> None:
         if batch.millis_behind_latest is not None:
@@ -603,13 +633,22 @@ class ShardMachine:
         else:  # retried after a back-off, unless a hand-off or a loss comes first
             self._failed(now, error, wall if isinstance(call, Deliver) else None)
 
-    def partly_failed(self, now: float, done: int, error: str, wall: float | None = None) -> None:
+    def partly_failed(
+        self,
+        now: float,
+        done: int,
+        error: str,
+        wall: float | None = None,
+        ahead: frozenset[tuple[int, int]] = frozenset(),
+    ) -> None:
         """The Deliver call from the last step returned, reporting its batch's records
         from index `done` on failed (a partial batch response). The records before are
         done; the rest become the head batch, failed once, retried after a back-off and
         then given to the failure policy as a batch that raised (as Lambda retries from
         the first failed record). A call that asked to checkpoint past the first failed
-        record counts as failed whole."""
+        record counts as failed whole. `ahead`: the positions of the records after index
+        `done` that are done all the same (a parallel call's other groups, and those the
+        Deliver named done), never delivered again."""
         call = self._call
         assert isinstance(call, Deliver), "only process_records reports failed records"
         records = call.batch.records
@@ -620,6 +659,7 @@ class ShardMachine:
         except CheckpointError as refused:
             self._failed(now, f"{error}, yet {refused}", wall)
             return
+        self._done_ahead |= ahead
         if done:  # progress: what is left is a new head, failed once (its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
             self._recovered()

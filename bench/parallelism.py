@@ -1,0 +1,230 @@
+"""processor.parallelism (issue 29): the real threaded worker runtime reading a backlog
+from the Kinesis emulator, its leases from an in-process LeaseCoordinator (no HTTP, no
+Kubernetes: what is measured is the worker), with a processor that spends 3 ms per
+record (an API call per record). Parallelism 10 against 1, in the same run:
+
+- records/s from the first processor call to the last record done;
+- per-key order: each key's records done in sequence order, never two calls of a key
+  at once (any breach is counted; the figure must be 0);
+- reads per shard in any one second (Kinesis allows 5): the parallelism comes from
+  splitting each read over the calls, not from more reads.
+
+Both runs read at `reading.maxReadsPerSecond: 5`, the most Kinesis allows (default read
+size, 1,000 records): at the default 2 reads a second, reading 3,000 records a shard
+takes a second and a half whatever the processor does, and that, not the processor,
+would cap the parallel run.
+
+A third run, the baseline of the design's choice, hashes each key to one of the 10 calls
+(as Lambda's ParallelizationFactor does) instead of spreading each batch's keys evenly:
+the calls' loads are uneven and the slowest sets the pace."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+import zlib
+from collections import defaultdict, deque
+from collections.abc import Sequence
+from pathlib import Path
+from unittest import mock
+
+from bench.results import record
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import StartPosition
+from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
+from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
+from streamconsumer.worker import lanes
+from streamconsumer.worker.runtime import Worker
+from streamconsumer.worker.source import worker_source
+from testbed.in_process import InProcessOperator
+from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records
+from testbed.specs import worker_config
+
+RECORDS = 6_000
+KEYS = 1_000
+SHARDS = 2
+SECONDS_PER_RECORD = 0.003
+READS_PER_SECOND = 5.0
+
+
+class Ledger:
+    """What the processors did, from every thread: order and overlap breaches per key."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = 0
+        self.first_call: float | None = None
+        self.last_done = 0.0
+        self.last_sequence: dict[str, int] = {}
+        self.running: set[str] = set()
+        self.violations = 0
+
+    def begin(self, keys: set[str]) -> None:
+        with self.lock:
+            if self.first_call is None:
+                self.first_call = time.perf_counter()
+            self.violations += len(keys & self.running)
+            self.running |= keys
+
+    def did(self, record: Record) -> None:
+        sequence = int(record.sequence_number)
+        with self.lock:
+            before = self.last_sequence.get(record.partition_key, -1)
+            self.violations += sequence <= before
+            self.last_sequence[record.partition_key] = sequence
+            self.done += 1
+            self.last_done = time.perf_counter()
+
+    def end(self, keys: set[str]) -> None:
+        with self.lock:
+            self.running -= keys
+
+
+class ApiCalls(BaseRecordProcessor):
+    """One API call (3 ms) per record."""
+
+    ledger = Ledger()
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        keys = {r.partition_key for r in records}
+        self.ledger.begin(keys)
+        try:
+            for record in records:
+                time.sleep(SECONDS_PER_RECORD)
+                self.ledger.did(record)
+        finally:
+            self.ledger.end(keys)
+        checkpointer.checkpoint()
+
+
+class CountedReads:
+    """The stream source, its reads' start times counted per shard."""
+
+    def __init__(self, source: StreamSource) -> None:
+        self.source = source
+        self.reads: dict[str, list[float]] = defaultdict(list)
+        self.durations: list[float] = []  # of reads that brought records
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.source, name)
+
+    def list_shards(self) -> list[Shard]:
+        return self.source.list_shards()
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader:
+        reader = self.source.open_reader(shard_id, start)
+        reads, durations = self.reads[shard_id], self.durations
+
+        class Counted:
+            def read(self) -> ReadResult:
+                started = time.perf_counter()
+                reads.append(started)
+                result = reader.read()
+                if result.records:
+                    durations.append(time.perf_counter() - started)
+                return result
+
+        return Counted()  # type: ignore[return-value]
+
+    def most_in_a_second(self) -> int:
+        most = 0
+        for times in self.reads.values():
+            window: deque[float] = deque()
+            for moment in times:
+                window.append(moment)
+                while moment - window[0] >= 1.0:
+                    window.popleft()
+                most = max(most, len(window))
+        return most
+
+
+def hashed_lanes(records: Sequence[Record], parallelism: int) -> list[list[int]]:
+    """The baseline split: each key to a fixed call by a hash of it."""
+    groups: list[list[int]] = [[] for _ in range(parallelism)]
+    for index, one in enumerate(records):
+        groups[zlib.crc32(one.partition_key.encode()) % parallelism].append(index)
+    return [group for group in groups if group]
+
+
+def fill(emulator: KinesisEmulator, stream: str) -> None:
+    """RECORDS records over KEYS keys, the keys' records interleaved (as clicks arrive)."""
+    create_stream(emulator.client, stream, SHARDS)
+    rounds = RECORDS // KEYS
+    records = [(f"user-{key}", b"x" * 100) for _ in range(rounds) for key in range(KEYS)]
+    put_records(emulator.client, stream, records)
+
+
+def measure(
+    emulator: KinesisEmulator, stream: str, parallelism: int
+) -> tuple[float, int, int, float]:
+    """records/s, per-key order breaches, most reads of one shard in one second, and the
+    median GetRecords time (the emulator's: reads come one after another per shard)."""
+    ApiCalls.ledger = ledger = Ledger()
+    config = worker_config(
+        stream_name=stream,
+        endpoint_url=emulator.endpoint_url,
+        region=REGION,
+        parallelism=parallelism,
+        max_reads_per_second=READS_PER_SECOND,
+        drain_seconds=10,
+    )
+    source = CountedReads(worker_source(config))
+    operator = InProcessOperator(source.list_shards())
+    worker = Worker(config, operator, source, ApiCalls)  # type: ignore[arg-type]
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + 120
+    while ledger.done < RECORDS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.drain()
+    runner.join(30)
+    assert ledger.done >= RECORDS, f"parallelism {parallelism}: {ledger.done} records done"
+    assert ledger.first_call is not None
+    rate = RECORDS / (ledger.last_done - ledger.first_call)
+    median = sorted(source.durations)[len(source.durations) // 2]
+    return rate, ledger.violations, source.most_in_a_second(), median
+
+
+def main() -> None:
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    with contextlib.ExitStack() as cleanup:
+        emulator = cleanup.enter_context(KinesisEmulator.start("kinesalite"))
+        print(
+            f"processor.parallelism: {RECORDS} records over {KEYS} keys on {SHARDS} shards, "
+            f"{SECONDS_PER_RECORD * 1000:g} ms per record, kinesalite:"
+        )
+        figures: dict[str, float] = {}
+        rates = {}
+        for name, parallelism in (("1", 1), ("10", 10), ("10_hashed", 10)):
+            stream = f"parallelism-{name.replace('_', '-')}"
+            fill(emulator, stream)
+            split = hashed_lanes if name.endswith("hashed") else lanes.split
+            with mock.patch.object(lanes, "split", split):
+                rate, violations, reads, read_seconds = measure(emulator, stream, parallelism)
+            rates[name] = rate
+            figures[f"parallelism_{name}_records_per_second"] = round(rate)
+            figures[f"parallelism_{name}_key_order_violations"] = violations
+            figures[f"parallelism_{name}_max_reads_per_shard_second"] = reads
+            print(
+                f"  parallelism {name:9}: {rate:7.0f} records/s, {violations} per-key "
+                f"order violations, at most {reads} reads of a shard in a second, "
+                f"GetRecords {read_seconds:.2f} s (median)"
+            )
+        speedup = rates["10"] / rates["1"]
+        figures["per_key_parallelism_speedup"] = round(speedup, 2)
+        hashed = rates["10_hashed"] / rates["1"]
+        figures["per_key_parallelism_hashed_lanes_speedup"] = round(hashed, 2)
+        print(
+            f"  speedup {speedup:.2f}x (parallelism 10 against 1, same run); "
+            f"with keys hashed to lanes {hashed:.2f}x"
+        )
+        record(figures)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    main()
