@@ -77,7 +77,7 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 	@PYTHONPATH=tests $(BIN)/python -m testbed.images >/dev/null
 
 .PHONY: test
-test: venv emulators controlplane helm prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
+test: venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
