@@ -205,8 +205,17 @@ def build_images(run: Run) -> str:
             raise RuntimeError(f"{name} is for {architecture}, not amd64")
         run.image_refs[name] = reference
         lines.append(f"{name} {reference} ({built}, amd64; title {oci['title']!r})")
+    _prune(set(run.image_refs.values()))
     labels = ", ".join(f"{k}={v}" for k, v in expected.items())
     return "; ".join(lines) + f"; OCI labels set: {labels}"
+
+
+def _prune(current: set[str]) -> None:
+    """Drops the dry run's images of older commits: the test bed's pruning keeps to its own."""
+    listed = podman.run("images", "--format={{.Repository}}:{{.Tag}}").stdout.split()
+    stale = [ref for ref in listed if ref.startswith(f"{PREFIX}/") and ref not in current]
+    if stale:
+        podman.run("rmi", *stale)
 
 
 def _sbom_in_testbed_image(reference: str, tools: Path) -> str:
