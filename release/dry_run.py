@@ -12,7 +12,8 @@ this machine, on this checkout, pushing and signing nothing (CONTRIBUTING.md, "R
 5. images: the operator and worker images for amd64 with podman, FROM the test bed's
    debootstrapped bookworm (Docker Hub is out of reach: testbed.images), with the build
    arguments the workflow passes, and their OCI labels read back;
-6. sbom: a CycloneDX SBOM of each image's Python environment, made inside it (release.sbom);
+6. sbom: a CycloneDX SBOM of each image's Python environment, made inside it, and of the
+   distributions with their extras (release.sbom);
 7. actionlint (with shellcheck) on .github/workflows.
 
 Everything it writes goes to build/release/. It prints a summary and exits 1 when a step
@@ -244,12 +245,18 @@ def _sbom_in_testbed_image(reference: str, tools: Path) -> str:
 
 
 def make_sboms(run: Run) -> str:
-    if set(run.image_refs) != set(IMAGES):
-        raise RuntimeError("needs the images of the images step")
+    if set(run.image_refs) != set(IMAGES) or run.dist_wheel is None:
+        raise RuntimeError("needs the images of the images step and the wheel of dist")
     tools = sbom.install_tools()
+    wheel = run.dist_wheel
     lines = []
-    for name, reference in run.image_refs.items():
-        text = _sbom_in_testbed_image(reference, tools)
+    subjects: list[tuple[str, str | Path]] = [("streamconsumer", wheel)]
+    subjects += list(run.image_refs.items())
+    for name, subject in subjects:
+        if isinstance(subject, Path):
+            text = sbom.for_distribution(subject, tools)
+        else:
+            text = _sbom_in_testbed_image(subject, tools)
         bom = json.loads(text)
         problems = sbom.check(bom, run.version)
         if problems:

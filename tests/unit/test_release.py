@@ -148,7 +148,10 @@ def test_the_sbom_check() -> None:
     assert sbom.check({**good, "components": [ours, unnamed]}, version_) == [
         "x has no version or package URL"
     ]
+    from_file = {"name": "streamconsumer", "version": version_}  # a wheel's file, no purl
+    assert sbom.check({**good, "components": [from_file]}, version_) == []
     compile(sbom.in_image_script("/tools"), "in-image", "exec")
+    compile(sbom.in_image_script("/tools", "/venv/bin/python"), "over-a-venv", "exec")
 
 
 @pytest.mark.parametrize("script", ["release/pin-bases.sh", "tests/actionlint/build.sh"])
