@@ -315,7 +315,8 @@ def main() -> int:
         print(f"  {status:<6} {step.name:<15} {step.seconds:6.1f}s  {step.detail}")
     print(
         "  not run here (the workflow only): the arm64 image builds (no binfmt emulation on\n"
-        "  this machine), pushes to ghcr.io, cosign signing, helm push, PyPI trusted publishing"
+        "  this machine), pushes to ghcr.io, cosign signing, helm push, PyPI trusted publishing\n"
+        f"  made: {OUT.relative_to(ROOT)}/ (chart, sbom, podman-build.log), dist/"
     )
     failed = [s.name for s in run.steps if not s.ok]
     verdict = f"FAILED: {', '.join(failed)}" if failed else "passed"
