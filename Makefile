@@ -55,7 +55,7 @@ $(STAMPS)/dynamodb-local: tests/dynamodb/pom.xml
 	@test -n "$$(ls tests/dynamodb/lib/DynamoDBLocal-*.jar)"
 	@touch $@
 
-.PHONY: venv emulators dynamodb-local controlplane helm prometheus kubevalidate node-packages node-binaries node-images
+.PHONY: venv emulators dynamodb-local controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images
 venv: $(STAMPS)/venv  ## create .venv with the package and the dev tools
 emulators: $(STAMPS)/emulators $(STAMPS)/dynamodb-local  ## install the Kinesis emulators and DynamoDB Local
 dynamodb-local: $(STAMPS)/dynamodb-local  ## install DynamoDB Local (Maven Central, Java 17)
@@ -63,6 +63,8 @@ controlplane:  ## build etcd, kube-apiserver, kube-controller-manager, kubectl (
 	@tests/controlplane/build.sh >/dev/null
 helm:  ## build helm from Go modules for the chart tests (cached; a helm on PATH is used)
 	@tests/helm/build.sh >/dev/null
+actionlint:  ## build actionlint from Go modules and apt-get shellcheck, for .github/workflows (cached)
+	@tests/actionlint/build.sh >/dev/null
 prometheus:  ## build prometheus and promtool from Go modules, to test the PromQL we ship (cached)
 	@tests/prometheus/build.sh >/dev/null
 kubevalidate:  ## build the chart's manifest checker once per Kubernetes minor 1.30-1.34 (cached)
@@ -75,7 +77,7 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 	@PYTHONPATH=tests $(BIN)/python -m testbed.images >/dev/null
 
 .PHONY: test
-test: venv emulators controlplane helm prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
+test: venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 .PHONY: lint
@@ -88,6 +90,12 @@ lint: venv  ## ruff and mypy
 fmt: venv  ## format and autofix
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+.PHONY: release-dry-run pin-bases
+release-dry-run: venv helm actionlint node-packages  ## every step of the release workflow that runs here; pushes and signs nothing
+	@PYTHONPATH=tests $(BIN)/python -m release.dry_run
+pin-bases:  ## the digest the images' base tag names today (docker or skopeo, and Docker Hub)
+	@release/pin-bases.sh
 
 .PHONY: soak
 SOAK_MINUTES ?= 20

@@ -49,15 +49,16 @@ class Recipe:
     target: str | None = None  # the Dockerfile's stage to build; None: its last
 
 
-_PACKAGE = ("pyproject.toml", "README.md", "requirements/dev.lock", "operator")
+# What the package's Dockerfiles copy (release.dry_run builds them too).
+PACKAGE = ("pyproject.toml", "README.md", "requirements/dev.lock", "operator")
 _EXAMPLE = ("examples/clickstream",)
 # The previous release (tests/releases/README.md): its committed wheel and pins.
 RELEASES = REPO / "tests" / "releases"
 _RELEASE = ("dev.lock", *sorted(p.name for p in RELEASES.glob("streamconsumer-*.whl")))
 RECIPES = (
-    Recipe("operator", REPO / "operator/Dockerfile", _PACKAGE, "PYTHON"),
-    Recipe("worker", REPO / "worker-image/Dockerfile", _PACKAGE, "PYTHON"),
-    Recipe("worker-spark", REPO / "worker-image/Dockerfile.spark", _PACKAGE, "PYTHON"),
+    Recipe("operator", REPO / "operator/Dockerfile", PACKAGE, "PYTHON"),
+    Recipe("worker", REPO / "worker-image/Dockerfile", PACKAGE, "PYTHON"),
+    Recipe("worker-spark", REPO / "worker-image/Dockerfile.spark", PACKAGE, "PYTHON"),
     Recipe(
         "clickstream", REPO / "examples/clickstream/Dockerfile", _EXAMPLE, "WORKER_IMAGE", "worker"
     ),
@@ -172,7 +173,8 @@ def _slim(rootfs: Path) -> None:
         marker.unlink()
 
 
-def _build_flags() -> list[str]:
+def build_flags() -> list[str]:
+    """podman build flags for this machine (release.dry_run builds with them too)."""
     # chroot isolation: no runc, no cgroups, the host's network. The host's UTS namespace
     # and an /etc/hosts entry for it, because the JVM (Spark's jar fetch) must resolve its
     # own hostname.
@@ -205,7 +207,7 @@ def build(recipe: Recipe, base: str, log: Path, step: str) -> str:
     started = time.monotonic()
     podman.run(
         "build",
-        *_build_flags(),
+        *build_flags(),
         f"--build-arg={arg}",
         *([f"--target={recipe.target}"] if recipe.target else []),
         f"--file={recipe.dockerfile}",
