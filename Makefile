@@ -148,17 +148,28 @@ IMAGE_TAG ?= dev
 OPERATOR_IMAGE ?= streamconsumer/operator:$(IMAGE_TAG)
 WORKER_IMAGE ?= streamconsumer/worker:$(IMAGE_TAG)
 EXAMPLE_IMAGE ?= streamconsumer/clickstream:$(IMAGE_TAG)
+KINESIS_LOCAL_IMAGE ?= streamconsumer/kinesis-local:$(IMAGE_TAG)
+KIND_CONTEXT := kind-$(KIND_CLUSTER)
 
-.PHONY: kind-up images kind-load deploy e2e-kind
-kind-up:  ## create a kind cluster
-	kind create cluster --name $(KIND_CLUSTER)
+.PHONY: kind-up images kind-load deploy e2e-kind kind-tools quickstart-check quickstart kind-down
+kind-tools:
+	@for tool in docker kind kubectl helm; do command -v $$tool >/dev/null || { \
+	  echo "make: $$tool is not on PATH; the kind targets need docker, kind, kubectl and helm" \
+	    "(https://kind.sigs.k8s.io/docs/user/quick-start/). Without Docker: make demo" >&2; \
+	  exit 1; }; done
+	@docker info >/dev/null 2>&1 || { \
+	  echo "make: docker is installed but its engine does not answer (is it running?)" >&2; exit 1; }
+
+kind-up: kind-tools  ## create the kind cluster (unless it exists)
+	@kind get clusters 2>/dev/null | grep -qx '$(KIND_CLUSTER)' \
+	  || kind create cluster --name $(KIND_CLUSTER)
 
 images:  ## build the operator, worker and example images
 	docker build -f operator/Dockerfile -t $(OPERATOR_IMAGE) .
 	docker build -f worker-image/Dockerfile -t $(WORKER_IMAGE) .
 	docker build -f examples/clickstream/Dockerfile --build-arg WORKER_IMAGE=$(WORKER_IMAGE) -t $(EXAMPLE_IMAGE) .
 
-kind-load: images  ## load the images into the kind cluster
+kind-load: kind-up images  ## load the images into the kind cluster
 	kind load docker-image --name $(KIND_CLUSTER) $(OPERATOR_IMAGE) $(WORKER_IMAGE) $(EXAMPLE_IMAGE)
 
 deploy: kind-load  ## install the chart into the kind cluster
@@ -169,3 +180,29 @@ deploy: kind-load  ## install the chart into the kind cluster
 e2e-kind: deploy  ## apply the example (edit its stream and credentials first) and wait for Ready
 	kubectl apply -f examples/clickstream/streamconsumer.yaml
 	kubectl wait streamconsumer/clickstream --for=condition=Ready --timeout=180s
+
+# examples/quickstart names the images of the default IMAGE_TAG (dev).
+QUICKSTART_IMAGES := streamconsumer/clickstream:dev streamconsumer/kinesis-local:dev
+QUICKSTART := kubectl --context $(KIND_CONTEXT) -n quickstart
+quickstart-check: kind-tools
+	@test "$(EXAMPLE_IMAGE) $(KINESIS_LOCAL_IMAGE)" = "$(QUICKSTART_IMAGES)" || { \
+	  echo "make: examples/quickstart runs $(QUICKSTART_IMAGES); leave IMAGE_TAG unset" >&2; exit 1; }
+
+quickstart: quickstart-check kind-up kind-load  ## Docker + kind: the chart, kinesis-local, the clickstream example consuming
+	docker build -f examples/quickstart/kinesis-local/Dockerfile -t $(KINESIS_LOCAL_IMAGE) .
+	kind load docker-image --name $(KIND_CLUSTER) $(KINESIS_LOCAL_IMAGE)
+	helm upgrade --install streamconsumer charts/streamconsumer --kube-context $(KIND_CONTEXT) \
+	  --namespace streamconsumer-system --create-namespace --wait --timeout 5m \
+	  --set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG) \
+	  --values examples/quickstart/values.yaml
+	kubectl --context $(KIND_CONTEXT) apply -k examples/quickstart
+	$(QUICKSTART) rollout status deployment/kinesis-local --timeout=3m
+	$(QUICKSTART) rollout status deployment/clickstream-producer --timeout=3m
+	$(QUICKSTART) wait streamconsumer/clickstream --for=condition=Ready --timeout=3m
+	$(QUICKSTART) get streamconsumers
+	@echo "Page views per minute, as the workers log them:"
+	@echo "  $(QUICKSTART) logs -f -l app.kubernetes.io/name=streamconsumer-worker --max-log-requests=10"
+	@echo "Watch: $(QUICKSTART) get streamconsumers -w    Remove everything: make kind-down"
+
+kind-down: kind-tools  ## delete the kind cluster (the quickstart with it)
+	kind delete cluster --name $(KIND_CLUSTER)

@@ -2,8 +2,10 @@
 
 The base image is Debian bookworm made here by debootstrap (its python3 is 3.11) and
 passed as the Dockerfiles' PYTHON build argument, whose default is the public python
-image users have. Each image is tagged with a digest of what goes into it (Dockerfile,
-build context, build arguments, base), so a warm run finds it and builds nothing.
+image users have. The quickstart's emulator image starts FROM that base plus this
+machine's Node 20 and npm (`node_image`), in place of the node image users have. Each
+image is tagged with a digest of what goes into it (Dockerfile, build context, build
+arguments, base), so a warm run finds it and builds nothing.
 
 Builds reach PyPI and Maven Central as the host does: the host's trust store is lent to
 the download steps as build secrets (`--secret id=ca-bundle` / `id=java-cacerts`), the way
@@ -49,6 +51,7 @@ class Recipe:
     target: str | None = None  # the Dockerfile's stage to build; None: its last
 
 
+NODE = "node"  # a recipe's base: node_image, not another recipe
 # What the package's Dockerfiles copy (release.dry_run builds them too).
 PACKAGE = ("pyproject.toml", "README.md", "requirements/dev.lock", "operator")
 _EXAMPLE = ("examples/clickstream",)
@@ -61,6 +64,14 @@ RECIPES = (
     Recipe("worker-spark", REPO / "worker-image/Dockerfile.spark", PACKAGE, "PYTHON"),
     Recipe(
         "clickstream", REPO / "examples/clickstream/Dockerfile", _EXAMPLE, "WORKER_IMAGE", "worker"
+    ),
+    # The quickstart's in-cluster Kinesis (examples/quickstart), FROM node_image.
+    Recipe(
+        "kinesis-local",
+        REPO / "examples/quickstart/kinesis-local/Dockerfile",
+        ("examples/quickstart/kinesis-local",),
+        "NODE",
+        NODE,
     ),
     Recipe(
         "clickstream-spark",
@@ -158,6 +169,51 @@ def base_image(log: Path) -> str:
     return reference
 
 
+def node_image(base: str, log: Path) -> str:
+    """`base` plus Node and npm as this machine has them (Node 20: `make test` needs it),
+    under /usr/local as in the node:20-bookworm-slim image users build FROM (Debian
+    bookworm with Node's own build of node and npm): copying them costs seconds, where
+    Debian's nodejs is Node 18 and its npm hundreds of packages."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not node or not npm:
+        raise RuntimeError("the kinesis-local image needs node and npm (Node 20) on PATH")
+    binary = Path(node).resolve()
+    npm_root = Path(npm).resolve().parents[1]  # <prefix>/lib/node_modules/npm/bin/npm-cli.js
+    version = subprocess.run(
+        [str(binary), "--version"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if not version.startswith("v20."):
+        raise RuntimeError(
+            f"the kinesis-local image wants Node 20 (node:20-bookworm-slim), not {version}"
+        )
+    tag = content_tag(base.encode(), binary.read_bytes(), (npm_root / "package.json").read_bytes())
+    reference = f"{PREFIX}/{NODE}:{version[1:]}-{tag}"
+    if podman.image_exists(reference):
+        return reference
+    with tempfile.TemporaryDirectory(prefix="node-", dir=podman.ROOT / "tmp") as context:
+        shutil.copy2(binary, Path(context) / "node")
+        shutil.copytree(npm_root, Path(context) / "npm", symlinks=True)
+        (Path(context) / "Dockerfile").write_text(
+            "ARG BASE\nFROM ${BASE}\n"
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
+            "COPY node /usr/local/bin/node\n"
+            "COPY npm /usr/local/lib/node_modules/npm\n"
+            "RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm"
+            " && ln -s ../lib/node_modules/npm/bin/npx-cli.js /usr/local/bin/npx"
+            " && node --version && npm --version\n"
+        )
+        podman.run(
+            "build",
+            "--isolation=chroot",
+            f"--build-arg=BASE={base}",
+            f"--tag={reference}",
+            context,
+            log=log,
+        )
+    _progress(f"base image {reference} made")
+    return reference
+
+
 def _slim(rootfs: Path) -> None:
     """What the python image also leaves out; and pip may install system-wide, as there."""
     for relative in (
@@ -242,6 +298,8 @@ def build_all(log: Path, names: Iterable[str] | None = None) -> dict[str, str]:
             wanted.add(recipe.base)
     todo = [r for r in RECIPES if r.name in wanted]
     refs: dict[str, str] = {"python": base_image(log)}
+    if any(recipe.base == NODE for recipe in todo):
+        refs[NODE] = node_image(refs["python"], log)
     for index, recipe in enumerate(todo, 1):
         base = refs[recipe.base or "python"]
         refs[recipe.name] = build(recipe, base, log, f"{index}/{len(todo)}")

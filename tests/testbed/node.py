@@ -38,6 +38,7 @@ ON_NODE = (
     "worker",
     "clickstream",
     "clickstream-spark",
+    "kinesis-local",  # the quickstart's (tests/realnode/test_quickstart.py)
     # Release N-1 (tests/releases/), for tests/realnode/test_chart_upgrade_previous_images.py
     "operator-previous",
     "clickstream-previous",
