@@ -31,3 +31,17 @@ def test_the_package_image_and_chart_share_one_semantic_version() -> None:
 def test_the_changelog_has_a_place_for_it() -> None:
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert "## [Unreleased]" in changelog or f"## [{streamconsumer.__version__}]" in changelog
+
+
+def test_every_image_reference_of_ours_names_the_version() -> None:
+    """The examples' default base images and the worker image's usage said 0.1.0 after
+    the version moved on: a user building them got the previous release's worker."""
+    ours = re.compile(r"ghcr\.io/streamconsumer/[a-z-]+:([0-9][0-9A-Za-z.-]*)")
+    found = [
+        (path.relative_to(ROOT).as_posix(), tag)
+        for path in [*ROOT.glob("**/Dockerfile*"), *ROOT.glob("*.md"), *ROOT.glob("docs/*.md")]
+        if "node_modules" not in path.parts and "releases" not in path.parts
+        for tag in ours.findall(path.read_text())
+    ]
+    assert found, "the worker image's usage names one"
+    assert [(path, tag) for path, tag in found if tag != streamconsumer.__version__] == []
