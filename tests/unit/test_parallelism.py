@@ -29,7 +29,7 @@ from streamconsumer.worker.calls import PartlyFailed, call_processor, threaded
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.lanes import split, watermark
-from streamconsumer.worker.shard import Deliver
+from streamconsumer.worker.shard import Deliver, Stop
 from testbed.specs import consumer_spec, worker_config
 
 from .shard_drive import Drive
@@ -297,3 +297,82 @@ def test_with_parallelism_each_call_is_at_most_the_batch_size_and_keys_stay_in_o
         mine = [s for call in processor.calls for s in call if "ab"[int(s) % 2] == key]
         assert mine == sorted(mine, key=int)
     assert drive.stored() == ["10"]
+
+
+class HandsOffOnRetry(BaseRecordProcessor):
+    """Record 1 fails once (a partial batch response) while its neighbour of another key
+    is done; its retry succeeds, and a hand-off arrives while that retry runs."""
+
+    def __init__(self) -> None:
+        self.drive: Drive | None = None
+        self.failed_once = False
+        self.done: list[str] = []
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> Any:
+        for record in records:
+            if record.sequence_number == "1" and not self.failed_once:
+                self.failed_once = True
+                return BatchResult(failed=[record])
+            if record.sequence_number == "1":
+                assert self.drive is not None
+                self.drive.machine.revoke(Stop.HANDOFF)
+            self.done.append(record.sequence_number)
+        return None
+
+
+def test_a_hand_off_after_a_bisection_releases_past_the_records_done_ahead() -> None:
+    """Found by the adversarial review: the bisection left a piece holding only record 2,
+    done ahead; the retry of record 1 succeeded while a hand-off came, and the release
+    said 1, so the next owner processed 2 again although nothing before it was undone."""
+    processor = HandsOffOnRetry()
+    policy = FailurePolicy.model_validate({"retries": 0, "then": "skip"})
+    drive = Drive(processor, parallelism=2, policy=policy)
+    processor.drive = drive
+    drive.machine.read(keyed((1, "a"), (2, "b")))
+    drive.run(until=60)
+    assert sorted(processor.done) == ["1", "2"]
+    release = drive.sent[-1]
+    assert release.release
+    assert release.sequence_number == "2"
+
+
+class TenSecondCalls(BaseRecordProcessor):
+    """Each call takes 10 s of the drive's clock; the watchdog's view is noted."""
+
+    def __init__(self, hang_at: str | None = None) -> None:
+        self.drive: Drive | None = None
+        self.hang_at = hang_at
+        self.hung: list[str] = []
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> Any:
+        assert self.drive is not None
+        seconds = 1000.0 if records[0].sequence_number == self.hang_at else 10.0
+        self.drive.now += seconds
+        machine = self.drive.machine
+        if machine.hung(self.drive.now):
+            self.hung.append(machine.hung_call(self.drive.now))
+        return None
+
+
+def test_a_read_in_many_short_calls_is_not_taken_for_a_hung_call() -> None:
+    """Found by the adversarial review: under batchSize the watchdog timed a read's calls
+    in turn as one call: 5 calls of 10 s were 'not returned after 40s (timeoutSeconds
+    30)', the worker restarted before any checkpoint, and did the same read again."""
+    policy = FailurePolicy.model_validate({"timeoutSeconds": 30})
+    processor = TenSecondCalls()
+    drive = Drive(processor, batch_size=2, policy=policy)
+    processor.drive = drive
+    drive.machine.read(keyed(*((i, "k") for i in range(1, 11))))
+    drive.run(until=1000)
+    assert processor.hung == []
+    assert drive.stored()[-1] == "10"
+
+    hanging = TenSecondCalls(hang_at="3")  # one call of the five never comes back in time
+    drive = Drive(hanging, batch_size=2, policy=policy)
+    hanging.drive = drive
+    drive.machine.read(keyed(*((i, "k") for i in range(1, 11))))
+    drive.run(until=1000)
+    assert hanging.hung[0] == (
+        "process_records has not returned after 1010s "
+        "(timeoutSeconds 30 for each of 5 calls in turn)"
+    ), "the drive goes on; a worker would exit"

@@ -279,7 +279,7 @@ class Processor(Model):
         description="process_records calls of one shard in flight at most (as Lambda's "
         "ParallelizationFactor): each read's records are split by partition key (a "
         "DynamoDB item's key) into up to this many calls at once, a key's records always "
-        "in order and never concurrent; the worker checkpoints the first record not yet "
+        "in order and never concurrent; the worker checkpoints up to the first record not yet "
         "done. process_records must then be thread-safe, and a batching processor (Spark) "
         "runs with 1. Needs workers of 0.2.0 or later (docs/parallelism.md).",
         json_schema_extra=added_since("0.2.0"),
@@ -291,8 +291,8 @@ class Processor(Model):
         description="The most records one process_records call gets (as Lambda's BatchSize; "
         "default: all a read brings, reading.maxRecords). A read's records are then "
         "delivered in calls of at most this many, one after another for each key's group "
-        "(processor.parallelism of them at once); the worker checkpoints the first record "
-        "not yet done. A batching processor (Spark) takes whole reads. Needs workers of "
+        "(processor.parallelism of them at once); the worker checkpoints up to the first "
+        "record not yet done. A batching processor (Spark) takes whole reads. Needs workers of "
         "0.2.0 or later (docs/parallelism.md).",
         json_schema_extra=added_since("0.2.0"),
     )
