@@ -12,6 +12,7 @@ from streamconsumer.models.record_filter import RecordFilter
 from streamconsumer.models.resource import (
     MAX_BATCH_SIZE,
     MAX_PARALLELISM,
+    MAX_READS_PER_SECOND,
     KinesisConsumer,
     LogLevel,
 )
@@ -47,7 +48,9 @@ class WorkerConfig(BaseSettings):
     max_records: int = 1000
     idle_between_reads_ms: int = 500
     prefetch: int = 3
-    max_reads_per_second: float = Field(default=2.0, gt=0, json_schema_extra=added_since("0.2.0"))
+    max_reads_per_second: float = Field(
+        default=MAX_READS_PER_SECOND, gt=0, json_schema_extra=added_since("0.2.0")
+    )
     metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
     # SIGTERM: hand every shard off within this (the pod's grace period, less a margin).
     drain_seconds: float = Field(default=25.0, gt=0)

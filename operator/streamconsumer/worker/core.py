@@ -30,6 +30,7 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.api import checkpoint_hold_seconds
 from streamconsumer.models.failure import FailurePolicy
+from streamconsumer.models.resource import MAX_READS_PER_SECOND
 from streamconsumer.processor import Record
 from streamconsumer.worker.shard import CALL_NAMES, LoseLease, ShardMachine, Stop
 
@@ -48,7 +49,7 @@ class WorkerCore:
         rng: random.Random | None = None,
         policy: FailurePolicy | None = None,
         drain_seconds: float = 25.0,
-        max_reads_per_second: float = 2.0,
+        max_reads_per_second: float = MAX_READS_PER_SECOND,
         keep: Callable[[Record], bool] | None = None,
         parallelism: int = 1,
         batch_size: int | None = None,
