@@ -127,9 +127,11 @@ class Bench:
         dynamodb: DynamoDBLocal,
         work: Path,
         records: int,
+        ours_reads_per_second: float | None = None,
     ) -> None:
         self.plane, self.kinesis, self.dynamodb = plane, kinesis, dynamodb
         self.work, self.records = work, records
+        self.ours_reads_per_second = ours_reads_per_second
         self.api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
         self._serial = 0
 
@@ -146,7 +148,15 @@ class Bench:
             )
             return KclSide(self.kinesis, self.dynamodb, stream, name, workdir, chosen)
         return OursSide(
-            self.plane, self.api, self.kinesis, stream, name, workdir, LEASE_SECONDS, MAX_RECORDS
+            self.plane,
+            self.api,
+            self.kinesis,
+            stream,
+            name,
+            workdir,
+            LEASE_SECONDS,
+            MAX_RECORDS,
+            self.ours_reads_per_second,
         )
 
     def fill(self, stream: str, shards: int) -> set[tuple[str, str]]:
@@ -430,6 +440,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--parts", default="throughput,startup,latency,rebalance,failover")
+    parser.add_argument(
+        "--ours-max-reads-per-second",
+        type=float,
+        default=None,
+        help="our reading.maxReadsPerSecond (default: the spec's, 2); KCL's reads are paced "
+        "by its poll interval alone",
+    )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     runs: list[Figures] = []
@@ -455,7 +472,7 @@ def main() -> None:
         cleanup.callback(dynamodb.stop)
         assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
         wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-        bench = Bench(plane, kinesis, dynamodb, work, args.records)
+        bench = Bench(plane, kinesis, dynamodb, work, args.records, args.ours_max_reads_per_second)
         for run in range(1, args.runs + 1):
             figures = one_run(bench, run, parts, say)
             runs.append(figures)
@@ -468,8 +485,9 @@ def main() -> None:
     say(
         f"settings: lease {LEASE_SECONDS} s (KCL failoverTimeMillis), poll interval {IDLE_MS} ms "
         f"(KCL idleTimeBetweenReadsInMillis, our reading.idleBetweenReadsMs), batches of "
-        f"{MAX_RECORDS}; KCL's transport to kinesalite is HTTP/1.1 (a stand-in "
-        "KinesisClientUtil), not its HTTP/2"
+        f"{MAX_RECORDS}, our reading.maxReadsPerSecond "
+        f"{args.ours_max_reads_per_second or 'the default (2)'}; KCL's transport to "
+        "kinesalite is HTTP/1.1 (a stand-in KinesisClientUtil), not its HTTP/2"
     )
 
 

@@ -14,7 +14,7 @@ from bench.peers.kcl import DynamoDBLocal, KclWorker
 from bench.peers.tally import OUT_ENV
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator
-from testbed.scenario import Scenario
+from testbed.scenario import Scenario, SpecOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -112,6 +112,7 @@ class OursSide:
         workdir: Path,
         lease_seconds: float,
         max_records: int,
+        max_reads_per_second: float | None = None,
     ) -> None:
         k8s.CoreV1Api(api).create_namespace(
             k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace))
@@ -119,20 +120,26 @@ class OursSide:
         self.scenario = Scenario(plane, api, kinesis, namespace, stream, workdir)
         self.out = workdir / "tally"
         self.lease_seconds, self.max_records = lease_seconds, max_records
+        self.max_reads_per_second = max_reads_per_second  # None: the spec's default
         self._replicas = 0
 
     def start(self, workers: int) -> None:
         self._replicas = workers
+        options: SpecOptions = {
+            "processor": "bench.peers.ours_app:PeersProcessor",
+            "max_records": self.max_records,
+        }
+        if self.max_reads_per_second is not None:
+            options["max_reads_per_second"] = self.max_reads_per_second
         self.scenario.start(
             shards=None,
             replicas=workers,
             lease_seconds=self.lease_seconds,
-            processor="bench.peers.ours_app:PeersProcessor",
-            max_records=self.max_records,
             pod_env=lambda pod: {
                 "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}",
                 OUT_ENV: str(self.out),
             },
+            **options,
         )
 
     def add(self) -> str:
