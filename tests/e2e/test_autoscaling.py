@@ -16,8 +16,11 @@ def test_lag_scales_up_catches_up_and_scales_down(scenario: Scenario) -> None:
     scenario.start(
         shards=4,
         replicas=1,
-        delay=0.5,
-        processor_env={"RECORD_SERIAL": "1"},  # one worker: one batch at a time
+        # One batch at a time per worker, 1 s each: one worker calls each of its 4 shards
+        # every 4 s or so, twice the target lag, whatever the machine's load (at 0.5 s
+        # the margin was nil, and a loaded CI run kept up with no scale-up).
+        delay=1.0,
+        processor_env={"RECORD_SERIAL": "1"},
         autoscaling={
             "minReplicas": 1,
             "maxReplicas": 4,
@@ -30,7 +33,7 @@ def test_lag_scales_up_catches_up_and_scales_down(scenario: Scenario) -> None:
     assert kubelet is not None
     stop = threading.Event()
 
-    def produce() -> None:  # ~300 records/s; one worker manages ~200
+    def produce() -> None:  # ~300 records/s
         while not stop.wait(0.2):
             scenario.produce(60)
 
