@@ -239,7 +239,7 @@ class WorkerCore:
                     )
                     self.drain(now)
             else:
-                check = min(check, started + machine.call_timeout())
+                check = min(check, started + self._policy.timeout_seconds)
             if check != float("inf"):  # (a hung lease_lost(): nothing more to look for)
                 soonest = check if soonest is None else min(soonest, check)
         return soonest

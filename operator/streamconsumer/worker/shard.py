@@ -37,7 +37,6 @@ The rules it keeps:
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -50,7 +49,6 @@ from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker import lanes
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
 MAX_UNREPORTED_NOTES = 8  # passed-over notes kept apart while heartbeats go unanswered
@@ -204,7 +202,6 @@ class ShardMachine:
         self.parallelism = parallelism  # process_records calls of a Deliver in flight at most
         self.batch_size = batch_size  # records of one process_records call at most
         self._done_ahead: frozenset[tuple[int, int]] = frozenset()  # done after a failed one
-        self._calls_in_turn = 1  # process_records calls the call in flight makes in turn
         self._keep = keep  # processor.filter: None keeps every record
         self.assignment = assignment
         self.shard_id = assignment.shard_id
@@ -274,27 +271,18 @@ class ShardMachine:
         """When the call in flight began; None when there is none."""
         return self._call_started
 
-    def call_timeout(self) -> float:
-        """How long the call in flight may run: the policy's timeoutSeconds for each
-        process_records call it makes one after another (processor.batchSize), so a read
-        of many short calls is not taken for a hung one."""
-        return self._policy.timeout_seconds * self._calls_in_turn
-
     def hung(self, now: float) -> bool:
-        """Has the call in flight run past its timeout?"""
+        """Has the call in flight run past the policy's timeout?"""
         started = self._call_started
-        return started is not None and now - started >= self.call_timeout()
+        return started is not None and now - started >= self._policy.timeout_seconds
 
     def hung_call(self, now: float) -> str:
         """What a hung call is, for Degraded and the worker's log."""
         assert self._call is not None
         assert self._call_started is not None
-        timeout = f"timeoutSeconds {self._policy.timeout_seconds:g}"
-        if self._calls_in_turn > 1:
-            timeout += f" for each of {self._calls_in_turn} calls in turn"
         return (
             f"{CALL_NAMES[type(self._call)]} has not returned after "
-            f"{now - self._call_started:.0f}s ({timeout})"
+            f"{now - self._call_started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
         )
 
     def wants_read(self) -> bool:
@@ -487,18 +475,8 @@ class ShardMachine:
 
     def _begin(self, call: Call, batch: ReadResult | None = None) -> Call:
         self._call = call
-        self._calls_in_turn = self._in_turn(call)
         self.progress.begin(batch.records if batch else ())
         return call
-
-    def _in_turn(self, call: Call) -> int:
-        """How many process_records calls `call` makes one after another: a Deliver
-        cuts each group of keys into calls of at most processor.batchSize records."""
-        if not isinstance(call, Deliver) or self.batch_size is None:
-            return 1
-        todo = [r for r in call.batch.records if r.position not in call.done]
-        groups = lanes.split(todo, self.parallelism)
-        return max((math.ceil(len(group) / self.batch_size) for group in groups), default=1)
 
     def _exhausted(self, now: float, batch: ReadResult | None = None) -> bool:
         """The head batch has used up its retries (count or time); a piece of a bisected
