@@ -33,14 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import record
-from streamconsumer.core.lineage import Shard
-from streamconsumer.models import StartPosition
 from streamconsumer.models.resource import MAX_READS_PER_SECOND
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
-from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
-from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import InProcessOperator
+from testbed.in_process import TimedReads, run_worker
 from testbed.kinesis import (
     REGION,
     KinesisEmulator,
@@ -108,33 +104,6 @@ class SlowCalls(BaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-class TimedReads:
-    """The stream source, each read's start, duration and record count noted per shard."""
-
-    def __init__(self, source: StreamSource) -> None:
-        self.source = source
-        self.reads: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.source, name)
-
-    def list_shards(self) -> list[Shard]:
-        return self.source.list_shards()
-
-    def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader:
-        reader = self.source.open_reader(shard_id, start)
-        reads = self.reads[shard_id]
-
-        class Timed:
-            def read(self) -> ReadResult:
-                started = time.perf_counter()
-                result = reader.read()
-                reads.append((started, time.perf_counter() - started, len(result.records)))
-                return result
-
-        return Timed()  # type: ignore[return-value]
-
-
 def fill(emulator: KinesisEmulator, stream: str) -> int:
     """READS_PER_SHARD x READ_SIZE records on each shard (keys chosen by the shards' hash
     ranges, so that every shard's backlog is the same); returns how many in all."""
@@ -180,32 +149,24 @@ def measure(emulator: KinesisEmulator, variant: Variant) -> Shares:
         **variant.settings,
     )
     source = TimedReads(worker_source(config))
-    operator = InProcessOperator(source.list_shards())
-    worker = Worker(config, operator, source, SlowCalls)  # type: ignore[arg-type]
-    runner = threading.Thread(target=worker.run, daemon=True)
-    runner.start()
-    deadline = time.monotonic() + 180
-    while calls.done() < total and time.monotonic() < deadline:
-        time.sleep(0.05)
-    worker.drain()
-    runner.join(30)
+    run_worker(config, source, SlowCalls, lambda: calls.done() >= total, 180)
     assert calls.done() >= total, f"{variant.title}: {calls.done()} of {total} records done"
     busy: dict[str, float] = {}
     rates: dict[str, float] = {}
     for shard, spans in calls.spans.items():
         first, last = spans[0][0], spans[-1][1]
         busy[shard] = sum(end - start for start, end in spans) / (last - first)
-        during = [r for r in source.reads[shard] if first - 1.0 <= r[0] <= last and r[2]]
+        during = [r for r in source.reads[shard] if first - 1.0 <= r.started <= last and r.records]
         # reads that brought records: from the first one's start to the last one's
         if len(during) > 1:
-            rates[shard] = (len(during) - 1) / (during[-1][0] - during[0][0])
-    full = [r for reads in source.reads.values() for r in reads if r[2]]
+            rates[shard] = (len(during) - 1) / (during[-1].started - during[0].started)
+    full = [r for reads in source.reads.values() for r in reads if r.records]
     return Shares(
         busy,
         rates,
         sum(len(spans) for spans in calls.spans.values()),
-        sum(r[2] for r in full) / len(full),
-        sorted(r[1] for r in full)[len(full) // 2],
+        sum(r.records for r in full) / len(full),
+        sorted(r.seconds for r in full)[len(full) // 2],
     )
 
 

@@ -26,20 +26,16 @@ import sys
 import threading
 import time
 import zlib
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from unittest import mock
 
 from bench.results import record
-from streamconsumer.core.lineage import Shard
-from streamconsumer.models import StartPosition
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
-from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
 from streamconsumer.worker import lanes
-from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import InProcessOperator
+from testbed.in_process import TimedReads, run_worker
 from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records
 from testbed.specs import worker_config
 
@@ -100,45 +96,17 @@ class ApiCalls(BaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-class CountedReads:
-    """The stream source, its reads' start times counted per shard."""
-
-    def __init__(self, source: StreamSource) -> None:
-        self.source = source
-        self.reads: dict[str, list[float]] = defaultdict(list)
-        self.durations: list[float] = []  # of reads that brought records
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.source, name)
-
-    def list_shards(self) -> list[Shard]:
-        return self.source.list_shards()
-
-    def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader:
-        reader = self.source.open_reader(shard_id, start)
-        reads, durations = self.reads[shard_id], self.durations
-
-        class Counted:
-            def read(self) -> ReadResult:
-                started = time.perf_counter()
-                reads.append(started)
-                result = reader.read()
-                if result.records:
-                    durations.append(time.perf_counter() - started)
-                return result
-
-        return Counted()  # type: ignore[return-value]
-
-    def most_in_a_second(self) -> int:
-        most = 0
-        for times in self.reads.values():
-            window: deque[float] = deque()
-            for moment in times:
-                window.append(moment)
-                while moment - window[0] >= 1.0:
-                    window.popleft()
-                most = max(most, len(window))
-        return most
+def most_in_a_second(source: TimedReads) -> int:
+    """The most reads of one shard begun within one second."""
+    most = 0
+    for reads in source.reads.values():
+        window: deque[float] = deque()
+        for read in reads:
+            window.append(read.started)
+            while read.started - window[0] >= 1.0:
+                window.popleft()
+            most = max(most, len(window))
+    return most
 
 
 def hashed_lanes(records: Sequence[Record], parallelism: int) -> list[list[int]]:
@@ -171,21 +139,13 @@ def measure(
         max_reads_per_second=READS_PER_SECOND,
         drain_seconds=10,
     )
-    source = CountedReads(worker_source(config))
-    operator = InProcessOperator(source.list_shards())
-    worker = Worker(config, operator, source, ApiCalls)  # type: ignore[arg-type]
-    runner = threading.Thread(target=worker.run, daemon=True)
-    runner.start()
-    deadline = time.monotonic() + 120
-    while ledger.done < RECORDS and time.monotonic() < deadline:
-        time.sleep(0.05)
-    worker.drain()
-    runner.join(30)
+    source = TimedReads(worker_source(config))
+    run_worker(config, source, ApiCalls, lambda: ledger.done >= RECORDS, 120)
     assert ledger.done >= RECORDS, f"parallelism {parallelism}: {ledger.done} records done"
     assert ledger.first_call is not None
     rate = RECORDS / (ledger.last_done - ledger.first_call)
-    median = sorted(source.durations)[len(source.durations) // 2]
-    return rate, ledger.violations, source.most_in_a_second(), median
+    durations = sorted(r.seconds for reads in source.reads.values() for r in reads if r.records)
+    return rate, ledger.violations, most_in_a_second(source), durations[len(durations) // 2]
 
 
 def main() -> None:

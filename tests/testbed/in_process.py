@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.core.leases import CheckpointRefused
@@ -15,8 +18,13 @@ from streamconsumer.models import (
     CheckpointResponse,
     HeartbeatRequest,
     HeartbeatResponse,
+    StartPosition,
 )
+from streamconsumer.processor import ProcessorFactory
+from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
 from streamconsumer.worker.client import OperatorRefused
+from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.runtime import Worker
 from testbed.specs import consumer_spec
 
 SPEC = consumer_spec(lease_seconds=3)
@@ -66,3 +74,57 @@ class InProcessOperator:
 
     def close(self) -> None:
         pass
+
+
+class Read(NamedTuple):
+    started: float  # perf_counter
+    seconds: float
+    records: int
+
+
+class TimedReads:
+    """A stream source whose reads are noted per shard: when each began, how long it
+    took and how many records it brought (benchmarks of the worker's pacing)."""
+
+    def __init__(self, source: StreamSource) -> None:
+        self.source = source
+        self.reads: dict[str, list[Read]] = defaultdict(list)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.source, name)
+
+    def list_shards(self) -> list[Shard]:
+        return self.source.list_shards()
+
+    def open_reader(self, shard_id: str, start: StartPosition) -> ShardReader:
+        reader = self.source.open_reader(shard_id, start)
+        reads = self.reads[shard_id]
+
+        class Timed:
+            def read(self) -> ReadResult:
+                started = time.perf_counter()
+                result = reader.read()
+                reads.append(Read(started, time.perf_counter() - started, len(result.records)))
+                return result
+
+        return Timed()  # type: ignore[return-value]
+
+
+def run_worker(
+    config: WorkerConfig,
+    source: TimedReads,
+    processor: ProcessorFactory,
+    done: Callable[[], bool],
+    timeout: float,
+) -> None:
+    """The threaded worker runtime on `source`, leased by an InProcessOperator, until
+    `done()` or `timeout` seconds; then drained."""
+    operator = InProcessOperator(source.list_shards())
+    worker = Worker(config, operator, source, processor)  # type: ignore[arg-type]
+    runner = threading.Thread(target=worker.run, daemon=True)
+    runner.start()
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.drain()
+    runner.join(30)
