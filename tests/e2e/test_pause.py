@@ -32,6 +32,18 @@ def ready_reason(scenario: Scenario) -> str | None:
     return next((c["reason"] for c in conditions if c["type"] == "Ready"), None)
 
 
+def audit_trail(scenario: Scenario) -> str:
+    body = scenario.consumers.get(scenario.name)
+    assert scenario.operator is not None
+    assert scenario.operator.server is not None
+    return (
+        f"pausedBy: {(body.get('status') or {}).get('pausedBy')!r}\n"
+        f"annotations: {body['metadata'].get('annotations')}\n"
+        f"events: {scenario.events()}\n"
+        f"operator log:\n{scenario.operator.server.log_tail(60)}"
+    )
+
+
 def test_pause_hands_everything_off_and_resume_carries_on(scenario: Scenario) -> None:
     scenario.start(shards=4, replicas=2)
     scenario.produce(100)
@@ -41,7 +53,12 @@ def test_pause_hands_everything_off_and_resume_carries_on(scenario: Scenario) ->
     wait_for(lambda: ready_reason(scenario) == "Paused", 30, "every shard let go")
     # Who asked (docs/security.md#audit): the CLI's user, in status and in an Event; the
     # annotation that named them is gone once recorded.
-    wait_for(lambda: scenario.status().get("pausedBy") == ADMIN, 30, "who paused, in status")
+    wait_for(
+        lambda: scenario.status().get("pausedBy") == ADMIN,
+        30,
+        "who paused, in status",
+        details=lambda: audit_trail(scenario),
+    )
     assert ("Paused", f"paused by {ADMIN}: workers hand their shards off") in scenario.events()
     annotations = scenario.consumers.get(scenario.name)["metadata"].get("annotations") or {}
     assert REQUESTED_BY not in annotations

@@ -15,6 +15,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from streamconsumer import audit, cli
+from streamconsumer.controller.status import Conflict, KubeStatusApi
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
 from streamconsumer.models.resource import (
     REQUESTED_BY,
@@ -99,6 +100,43 @@ def test_a_reset_names_its_requester_for_the_reset_only_never_for_an_earlier_pau
     assert audit.asked_by(both, audit.RESET_FIELD) == "bob"
     assert "bob" not in audit.asked_by(both, audit.PAUSED_FIELD), "bob never paused"
     assert "bob" not in audit.pause_requester(both), "nor as a new term finds it"
+
+
+def test_a_status_write_between_the_request_and_its_handling_keeps_the_requester(
+    api_client: k8s.ApiClient, namespace: str, as_user: dict[str, k8s.CustomObjectsApi]
+) -> None:
+    """Found by a red CI run: the operator replaces status (a PUT of /status whose
+    metadata carries no annotations), and the apiserver, which keeps the stored
+    annotations, still counts them as taken from their owners. A status write landing
+    between alice's pause and its handling left her name standing but owned by no one,
+    and the pause was recorded as the CLI's field manager's."""
+    cli.ask(as_user["alice"], namespace, NAME, {"spec": {"paused": True}})
+    paused = StreamConsumers(api_client, namespace).get(NAME)
+    status_api = KubeStatusApi(api_client, namespace, NAME)
+    write = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": NAME,
+            "namespace": namespace,
+            "resourceVersion": paused["metadata"]["resourceVersion"],
+        },
+        "spec": paused["spec"],
+        "status": {"observedGeneration": 1, "pausedBy": "someone"},
+    }
+    status_api.replace_status(write)
+    written = StreamConsumers(api_client, namespace).get(NAME)
+    assert written["metadata"]["annotations"][REQUESTED_BY] == "alice"
+    assert audit.asked_by(written, audit.PAUSED_FIELD) == "alice"
+    assert audit.pause_requester(written) == "alice"
+    # Still a replacement of status, conditional on the resourceVersion it was read at.
+    write["status"] = {"observedGeneration": 2}
+    with pytest.raises(Conflict):
+        status_api.replace_status(write)
+    write["metadata"]["resourceVersion"] = written["metadata"]["resourceVersion"]
+    replaced = status_api.replace_status(write)["status"]
+    assert replaced["observedGeneration"] == 2
+    assert "pausedBy" not in replaced
 
 
 def test_a_request_whose_user_is_unknown_carries_no_earlier_name(

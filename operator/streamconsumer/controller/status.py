@@ -296,7 +296,8 @@ class StatusApi(Protocol):
         ...
 
     def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
-        """PUT of the status subresource; raises Conflict, StatusInvalid, StatusUnavailable."""
+        """Replaces the status of `body` if the object is still at its resourceVersion;
+        raises Conflict, StatusInvalid, StatusUnavailable."""
         ...
 
 
@@ -419,6 +420,11 @@ class StatusWriter:
         return self.resource_version
 
 
+def _set(path: str, value: Any) -> dict[str, Any]:
+    """A JSON patch operation that sets `path` (`add` replaces a member that exists)."""
+    return {"op": "add", "path": path, "value": value}
+
+
 def _table(body: dict[str, Any]) -> tuple[Any, Any]:
     """The lease table a stored status holds (what a term's write puts there)."""
     status = body.get("status") or {}
@@ -442,14 +448,29 @@ class KubeStatusApi:
         )
 
     def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        # A JSON patch, not a PUT: a PUT's object carries no annotations, and the
+        # apiserver, though it keeps the stored ones, takes them from their owners in
+        # managedFields (who asked for a pause was lost; an annotation a GitOps tool
+        # applies would no longer be its own). A patch starts from the stored object.
+        # The resourceVersion set in it is a precondition, as in a PUT: 409 if it moved.
+        version = body["metadata"].get("resourceVersion")
+        patch = [
+            *([] if version is None else [_set("/metadata/resourceVersion", version)]),
+            _set("/status", body["status"]),
+        ]
         return cast(
             dict[str, Any],
-            self._call(self._api.replace_namespaced_custom_object_status, *self._where, body),
+            self._call(
+                self._api.patch_namespaced_custom_object_status,
+                *self._where,
+                patch,
+                _content_type="application/json-patch+json",
+            ),
         )
 
-    def _call(self, method: Any, *args: Any) -> Any:
+    def _call(self, method: Any, *args: Any, **options: Any) -> Any:
         try:
-            return method(*args, _request_timeout=self._timeout)
+            return method(*args, _request_timeout=self._timeout, **options)
         except ApiException as error:
             if error.status == 409:
                 raise Conflict(error.reason) from None
