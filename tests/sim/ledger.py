@@ -94,6 +94,11 @@ class Ledger:
     key_of: Callable[[int], int] | None = None
     done_ahead: set[int] = field(default_factory=set)  # done past a record that failed
     _done_under: dict[int, tuple[str, int]] = field(default_factory=dict)  # shard, epoch
+    # shard -> index of its first record still owed when its current epoch began
+    _owed_from: dict[str, int] = field(default_factory=dict)
+    # a record done ahead, done again by a new owner that started behind it: the replay
+    # a planned move may make (docs/design.md#per-key-parallelism), counted per record
+    _replayed_ahead: Counter[int] = field(default_factory=Counter)
 
     def _first_owed(self, shard_id: str) -> int:
         """Index of the shard's first record the consumer owes (0 but under LATEST)."""
@@ -132,6 +137,8 @@ class Ledger:
                 raise Violation(f"{shard_id}: {worker} delivers under epoch {epoch} after {last}")
             if epoch == last[0] and worker != last[1]:
                 raise Violation(f"{shard_id}: epoch {epoch} used by {last[1]} and {worker}")
+        if last is None or epoch > last[0]:
+            self._owed_from[shard_id] = self._pointer(shard_id)
         self._epochs[shard_id] = (epoch, worker)
         expected = self._reset_expected.get(shard_id)
         if expected is not None and epoch >= expected[0] and records:
@@ -180,6 +187,12 @@ class Ledger:
         for sequence in sequences:
             if sequence in self.done_ahead and self._done_under.get(sequence) == (shard_id, epoch):
                 raise Violation(f"{shard_id}: {sequence} done again by its owner (epoch {epoch})")
+            if (
+                sequence in self.done_ahead
+                and self.done_times[sequence]
+                and self._behind(shard_id, sequence)
+            ):
+                self._replayed_ahead[sequence] += 1
             self._done_under[sequence] = (shard_id, epoch)
         if self.key_of is not None:
             self._advance_by_key(shard_id, [s for s in sequences if s not in self.passed])
@@ -232,6 +245,12 @@ class Ledger:
         while pointer < len(shard.sequences) and shard.sequences[pointer] in done_now:
             pointer = self._past_passed(shard, pointer + 1)
         self._next_undone[shard_id] = pointer
+
+    def _behind(self, shard_id: str, sequence: int) -> bool:
+        """Was a record before `sequence` still owed when the shard's owner started? Only
+        then could no checkpoint cover `sequence`, done ahead of it."""
+        index = bisect.bisect_left(self._shard(shard_id).sequences, sequence)
+        return index > self._owed_from.get(shard_id, 0)
 
     def _past_passed(self, shard: SimShard, pointer: int) -> int:
         """Past records not owed (and, under parallelism, records done ahead of others)."""
@@ -365,9 +384,11 @@ class Ledger:
         )
 
     def duplicates(self, planned: bool = False) -> int:
-        """Records done more than once (`planned`: but those a planned move may replay)."""
+        """Records done more than once (`planned`: but the replays a planned move may make
+        of records done ahead of one that failed, while the checkpoint could not pass
+        them)."""
         return sum(
-            times - 1
+            times - 1 - (self._replayed_ahead[sequence] if planned else 0)
             for sequence, times in self.done_times.items()
-            if times > 1 and not (planned and sequence in self.done_ahead)
+            if times > 1
         )
