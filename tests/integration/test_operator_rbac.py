@@ -22,7 +22,7 @@ OPERATOR = "sc-operator"
 # Resource -> verbs the operator uses where StreamConsumers live, and nothing more.
 IN_WATCHED_NAMESPACES = {
     "streamconsumers.streamconsumer.io": {"get", "list", "watch", "patch"},
-    "streamconsumers.streamconsumer.io/status": {"get", "update", "patch"},
+    "streamconsumers.streamconsumer.io/status": {"get", "patch"},
     "deployments.apps": {"get", "create", "patch", "delete"},  # a refused spec's workers
     "serviceaccounts": {"get", "create", "patch"},
     "configmaps": {"get", "create", "patch"},

@@ -506,9 +506,8 @@ class SimWorker:
             machine.partly_failed(
                 self.clock(), partly.done, str(partly), self._wall(), partly.ahead
             )
-            # A processor call returned (under batchSize or parallelism, one of the
-            # call's): the shard is processing, not held up by a dead letter.
-            running.unwritable = None
+            if partly.done:  # records done: past the dead letter, as the worker counts it
+                running.unwritable = None
         except Exception as error:
             if isinstance(step, Deliver):  # (but for the records an earlier call did)
                 records = [r for r in step.batch.records if r.position not in step.done]

@@ -454,10 +454,9 @@ class KubeStatusApi:
         # applies would no longer be its own). A patch starts from the stored object.
         # The resourceVersion set in it is a precondition, as in a PUT: 409 if it moved.
         version = body["metadata"].get("resourceVersion")
-        patch = [
-            *([] if version is None else [_set("/metadata/resourceVersion", version)]),
-            _set("/status", body["status"]),
-        ]
+        if version is None:  # the term fence needs every write conditional
+            raise ValueError("a status write names the resourceVersion it replaces")
+        patch = [_set("/metadata/resourceVersion", version), _set("/status", body["status"])]
         return cast(
             dict[str, Any],
             self._call(
