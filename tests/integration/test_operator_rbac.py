@@ -99,6 +99,9 @@ def test_the_operator_has_exactly_the_rights_it_needs_and_only_where_it_watches(
     baseline = rights(control_plane, nobody, namespace)  # what every account may do
     watched = minus(rights(control_plane, operator, namespace), baseline)
     assert watched == IN_WATCHED_NAMESPACES | EVERYWHERE
+    # Where it runs, its leader Lease: read, created once, then patched at each renewal.
+    at_home = minus(rights(control_plane, operator, release), baseline)
+    assert at_home["leases.coordination.k8s.io"] == {"get", "create", "patch"}
 
     elsewhere_ns = f"elsewhere-{uuid.uuid4().hex[:6]}"
     control_plane.kubectl("create", "namespace", elsewhere_ns)

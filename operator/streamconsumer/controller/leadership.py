@@ -87,22 +87,36 @@ class KubeLeaseLock:
         }
         if action.act is not Act.RENEW:
             spec["acquireTime"] = now
-        # A plain body, not V1Lease: MicroTime must keep its fraction (see _micro_time).
-        body: Any = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": spec,
-        }
+        # Plain JSON, not V1Lease: MicroTime must keep its fraction (see _micro_time).
         try:
             if action.act is Act.CREATE:
+                body: Any = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": spec,
+                }
                 written = self._api.create_namespaced_lease(
                     self.namespace, body, _request_timeout=self._timeout
                 )
             else:
-                body["metadata"]["resourceVersion"] = action.expected_version
-                written = self._api.replace_namespaced_lease(
-                    self.name, self.namespace, body, _request_timeout=self._timeout
+                # A JSON patch of the spec, conditional on the version read (409 if it
+                # moved), not a PUT of a bare object: that would drop the labels,
+                # annotations and owners anyone else put on the Lease at every renewal.
+                patch: list[dict[str, Any]] = [
+                    {
+                        "op": "add",
+                        "path": "/metadata/resourceVersion",
+                        "value": action.expected_version,
+                    },
+                    {"op": "add", "path": "/spec", "value": spec},
+                ]
+                written = self._api.patch_namespaced_lease(
+                    self.name,
+                    self.namespace,
+                    patch,
+                    _content_type="application/json-patch+json",
+                    _request_timeout=self._timeout,
                 )
         except ApiException as error:
             if error.status == 409:
