@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 from kubernetes import config as k8s_config
 
+from streamconsumer.models.resource import MAX_READS_PER_SECOND
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -444,8 +446,8 @@ def main() -> None:
         "--ours-max-reads-per-second",
         type=float,
         default=None,
-        help="our reading.maxReadsPerSecond (default: the spec's, 2); KCL's reads are paced "
-        "by its poll interval alone",
+        help=f"our reading.maxReadsPerSecond (default: the spec's, {MAX_READS_PER_SECOND:g}); "
+        "KCL's reads are paced by its poll interval alone",
     )
     args = parser.parse_args()
     parts = set(args.parts.split(","))
@@ -482,11 +484,11 @@ def main() -> None:
     record(results)
     show(table, len(runs))
     say(f"figures in bench/results.json; each run's in {log.relative_to(ROOT)}/{stamp}-run*.json")
+    reads = args.ours_max_reads_per_second or f"the default ({MAX_READS_PER_SECOND:g})"
     say(
         f"settings: lease {LEASE_SECONDS} s (KCL failoverTimeMillis), poll interval {IDLE_MS} ms "
         f"(KCL idleTimeBetweenReadsInMillis, our reading.idleBetweenReadsMs), batches of "
-        f"{MAX_RECORDS}, our reading.maxReadsPerSecond "
-        f"{args.ours_max_reads_per_second or 'the default (2)'}; KCL's transport to "
+        f"{MAX_RECORDS}, our reading.maxReadsPerSecond {reads}; KCL's transport to "
         "kinesalite is HTTP/1.1 (a stand-in KinesisClientUtil), not its HTTP/2"
     )
 
