@@ -24,6 +24,7 @@ from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
 from streamconsumer.controller.jobs import Job, Jobs, Outcome, ThreadJobs
+from streamconsumer.controller.owned import JSON_PATCH, replacing
 from streamconsumer.core.election import Act, Action, Election, LeaseRecord
 
 log = logging.getLogger(__name__)
@@ -103,19 +104,11 @@ class KubeLeaseLock:
                 # A JSON patch of the spec, conditional on the version read (409 if it
                 # moved), not a PUT of a bare object: that would drop the labels,
                 # annotations and owners anyone else put on the Lease at every renewal.
-                patch: list[dict[str, Any]] = [
-                    {
-                        "op": "add",
-                        "path": "/metadata/resourceVersion",
-                        "value": action.expected_version,
-                    },
-                    {"op": "add", "path": "/spec", "value": spec},
-                ]
                 written = self._api.patch_namespaced_lease(
                     self.name,
                     self.namespace,
-                    patch,
-                    _content_type="application/json-patch+json",
+                    replacing(action.expected_version, "/spec", spec),
+                    _content_type=JSON_PATCH,
                     _request_timeout=self._timeout,
                 )
         except ApiException as error:

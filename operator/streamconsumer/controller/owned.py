@@ -48,6 +48,19 @@ class NotApplied(Exception):
         super().__init__(f"{kind} {name} was refused ({error.status}): {api_message(error)}")
 
 
+JSON_PATCH = "application/json-patch+json"
+
+
+def replacing(version: str, path: str, value: Any) -> list[dict[str, Any]]:
+    """A JSON patch that sets `path` to `value` if the object is still at `version` (409
+    if it moved), leaving the rest as stored: unlike a PUT of a bare object, it takes no
+    label or annotation away, nor its owner in managedFields."""
+    return [
+        {"op": "add", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "add", "path": path, "value": value},  # `add` replaces a member that exists
+    ]
+
+
 def api_message(error: ApiException) -> str:
     """The apiserver's own message (a Status object's `message`), else its reason."""
     try:

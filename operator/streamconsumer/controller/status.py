@@ -23,7 +23,7 @@ from streamconsumer.controller.lease_coordinator import (
     LeaseCoordinator,
     durable_fields,
 )
-from streamconsumer.controller.owned import api_message
+from streamconsumer.controller.owned import JSON_PATCH, api_message, replacing
 from streamconsumer.controller.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -420,11 +420,6 @@ class StatusWriter:
         return self.resource_version
 
 
-def _set(path: str, value: Any) -> dict[str, Any]:
-    """A JSON patch operation that sets `path` (`add` replaces a member that exists)."""
-    return {"op": "add", "path": path, "value": value}
-
-
 def _table(body: dict[str, Any]) -> tuple[Any, Any]:
     """The lease table a stored status holds (what a term's write puts there)."""
     status = body.get("status") or {}
@@ -456,14 +451,14 @@ class KubeStatusApi:
         version = body["metadata"].get("resourceVersion")
         if version is None:  # the term fence needs every write conditional
             raise ValueError("a status write names the resourceVersion it replaces")
-        patch = [_set("/metadata/resourceVersion", version), _set("/status", body["status"])]
+        patch = replacing(version, "/status", body["status"])
         return cast(
             dict[str, Any],
             self._call(
                 self._api.patch_namespaced_custom_object_status,
                 *self._where,
                 patch,
-                _content_type="application/json-patch+json",
+                _content_type=JSON_PATCH,
             ),
         )
 
