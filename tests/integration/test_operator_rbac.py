@@ -5,6 +5,7 @@ namespaces only; tenants get StreamConsumer rights through the built-in roles.""
 from __future__ import annotations
 
 import subprocess
+import tarfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,8 @@ OPERATOR = "sc-operator"
 # Resource -> verbs the operator uses where StreamConsumers live, and nothing more.
 IN_WATCHED_NAMESPACES = {
     "streamconsumers.streamconsumer.io": {"get", "list", "watch", "patch"},
-    "streamconsumers.streamconsumer.io/status": {"get", "patch"},
+    # update: the previous release's operator PUTs the status while an upgrade rolls.
+    "streamconsumers.streamconsumer.io/status": {"get", "update", "patch"},
     "deployments.apps": {"get", "create", "patch", "delete"},  # a refused spec's workers
     "serviceaccounts": {"get", "create", "patch"},
     "configmaps": {"get", "create", "patch"},
@@ -99,9 +101,9 @@ def test_the_operator_has_exactly_the_rights_it_needs_and_only_where_it_watches(
     baseline = rights(control_plane, nobody, namespace)  # what every account may do
     watched = minus(rights(control_plane, operator, namespace), baseline)
     assert watched == IN_WATCHED_NAMESPACES | EVERYWHERE
-    # Where it runs, its leader Lease: read, created once, then patched at each renewal.
+    # Where it runs, its leader Lease: read, created once, then PUT at each renewal.
     at_home = minus(rights(control_plane, operator, release), baseline)
-    assert at_home["leases.coordination.k8s.io"] == {"get", "create", "patch"}
+    assert at_home["leases.coordination.k8s.io"] == {"get", "create", "update"}
 
     elsewhere_ns = f"elsewhere-{uuid.uuid4().hex[:6]}"
     control_plane.kubectl("create", "namespace", elsewhere_ns)
@@ -149,3 +151,43 @@ def test_a_namespace_editor_may_manage_streamconsumers_and_a_viewer_read_them(
     assert not may("viewer", "patch")
     roles = yaml.safe_load(control_plane.kubectl("get", "clusterrole", "view", "-o", "yaml").stdout)
     assert any("streamconsumers" in rule.get("resources", []) for rule in roles["rules"])
+
+
+def _operator_verbs(helm: Path, chart: Path) -> dict[str, set[str]]:
+    """The operator's Roles in `chart` as rendered: "group/resource" -> verbs."""
+    rendered = subprocess.run(
+        [str(helm), "template", "sc", str(chart), "--kube-version", "1.34.4"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    verbs: dict[str, set[str]] = {}
+    for document in yaml.safe_load_all(rendered):
+        if not document or document["kind"] not in ("Role", "ClusterRole"):
+            continue
+        if document["metadata"]["name"].endswith(("-edit", "-view")):
+            continue  # the tenants' aggregated roles
+        for rule in document.get("rules") or []:
+            for group in rule.get("apiGroups") or []:
+                for resource in rule.get("resources") or []:
+                    verbs.setdefault(f"{group}/{resource}", set()).update(rule["verbs"])
+    return verbs
+
+
+@pytest.mark.parametrize("previous", ["chart.tgz", "chart-0.1.0-crds-folder.tar.gz"])
+def test_the_previous_releases_operator_keeps_its_write_verbs_through_an_upgrade(
+    helm: Path, tmp_path: Path, previous: str
+) -> None:
+    """While an upgrade rolls, the previous release's operator leads under this chart's
+    Roles: its Lease renewals and status writes must still be allowed. (The other way
+    round, this operator under the previous chart's Roles, is the real node's
+    test_chart_upgrade.py.)"""
+    with tarfile.open(REPO / "tests" / "releases" / previous) as archive:
+        archive.extractall(tmp_path, filter="data")
+    [old_chart] = [p.parent for p in tmp_path.rglob("Chart.yaml")]
+    old = _operator_verbs(helm, old_chart)
+    new = _operator_verbs(helm, REPO / "charts" / "streamconsumer")
+    for resource in ("coordination.k8s.io/leases", "streamconsumer.io/streamconsumers/status"):
+        assert old[resource], f"the previous chart grants nothing on {resource}?"
+        missing = old[resource] - new[resource]
+        assert not missing, f"{resource}: this chart drops {missing}, which {previous} used"

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime
 import functools
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -24,7 +26,6 @@ from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
 from streamconsumer.controller.jobs import Job, Jobs, Outcome, ThreadJobs
-from streamconsumer.controller.owned import JSON_PATCH, replacing
 from streamconsumer.core.election import Act, Action, Election, LeaseRecord
 
 log = logging.getLogger(__name__)
@@ -58,22 +59,33 @@ class KubeLeaseLock:
         self.namespace = namespace
         self.name = name
         self._timeout = timeout
+        self._read: dict[str, Any] | None = None  # the Lease as last read
+
+    def _bare(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+        }
 
     def get(self) -> LeaseRecord | None:
         try:
-            lease = self._api.read_namespaced_lease(
-                self.name, self.namespace, _request_timeout=self._timeout
+            response: Any = self._api.read_namespaced_lease(
+                self.name, self.namespace, _request_timeout=self._timeout, _preload_content=False
             )
         except ApiException as error:
             if error.status == 404:
+                self._read = None
                 return None
             raise
-        spec = lease.spec or k8s.V1LeaseSpec()
+        lease = json.loads(response.data)
+        self._read = lease
+        spec = lease.get("spec") or {}
         return LeaseRecord(
-            holder=spec.holder_identity or None,
-            lease_seconds=float(spec.lease_duration_seconds or 0),
-            transitions=spec.lease_transitions or 0,
-            version=_resource_version(lease),
+            holder=spec.get("holderIdentity") or None,
+            lease_seconds=float(spec.get("leaseDurationSeconds") or 0),
+            transitions=spec.get("leaseTransitions") or 0,
+            version=lease["metadata"]["resourceVersion"],
         )
 
     def swap(self, action: Action, holder: str | None, lease_seconds: float) -> LeaseRecord:
@@ -91,24 +103,24 @@ class KubeLeaseLock:
         # Plain JSON, not V1Lease: MicroTime must keep its fraction (see _micro_time).
         try:
             if action.act is Act.CREATE:
-                body: Any = {
-                    "apiVersion": "coordination.k8s.io/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": spec,
-                }
+                body: Any = {**self._bare(), "spec": spec}
                 written = self._api.create_namespaced_lease(
                     self.namespace, body, _request_timeout=self._timeout
                 )
             else:
-                # A JSON patch of the spec, conditional on the version read (409 if it
-                # moved), not a PUT of a bare object: that would drop the labels,
-                # annotations and owners anyone else put on the Lease at every renewal.
-                written = self._api.patch_namespaced_lease(
+                # The Lease as read with our spec, conditional on the version the action
+                # was decided on (409 if it moved): a bare object would drop the labels,
+                # annotations and owners others put on it at every renewal. A PUT, not a
+                # patch: this release and the previous one need the same verbs while both
+                # run during an upgrade (docs/upgrades.md, the operator's rights).
+                body = copy.deepcopy(self._read) if self._read else self._bare()
+                body["metadata"].pop("managedFields", None)  # the apiserver keeps its own
+                body["metadata"]["resourceVersion"] = action.expected_version
+                body["spec"] = spec
+                written = self._api.replace_namespaced_lease(
                     self.name,
                     self.namespace,
-                    replacing(action.expected_version, "/spec", spec),
-                    _content_type=JSON_PATCH,
+                    body,
                     _request_timeout=self._timeout,
                 )
         except ApiException as error:
