@@ -415,12 +415,14 @@ class SimReplica:
 
     # --- the worker API ------------------------------------------------------------------
 
+    def _leading(self) -> bool:
+        return self.lifecycle.leading and self.elector.leading()
+
     def serve(self, path: str, headers: dict[str, str], body: bytes, respond: Respond) -> None:
         """As WorkerApi, through the production `answers`: the same checks, bytes and
         replies; a held checkpoint is answered once saved or when its hold runs out."""
-        leading = self.lifecycle.leading and self.elector.leading()
         token = answers.front_door(
-            leading, headers.get(WIRE_VERSION_HEADER), headers.get("Authorization")
+            self._leading(), headers.get(WIRE_VERSION_HEADER), headers.get("Authorization")
         )
         if isinstance(token, Reply):
             respond(token)
@@ -435,7 +437,7 @@ class SimReplica:
         if len(body) > limit:
             respond(answers.too_large(limit))
             return
-        reply = route.receive(consumer, body, caller, self.clock())
+        reply = route.receive(consumer, body, caller, self.clock(), self._leading())
         if reply.status == 200 and path == answers.CHECKPOINT.path:
             self.operators.ledger.accepted(reply.body["shardId"], reply.body.get("checkpoint"))
         if (hold := reply.hold) is None:

@@ -633,3 +633,42 @@ def test_a_waiting_checkpoint_is_answered_before_the_worker_gives_up_on_it() -> 
 
     answer = asyncio.run(run())  # a timeout here: held past the lease
     assert (answer["checkpoint"], answer["persisted"]) == ("7", False)
+
+
+def test_a_call_whose_term_ends_while_its_token_is_reviewed_changes_nothing() -> None:
+    """Found by the freeze test (e2e test_operator_freeze): a call admitted at the front
+    door while this replica led, whose TokenReview outlived the term (the process frozen
+    there, resumed after a standby took over), was still acted on: the deposed replica
+    accepted a checkpoint. It is refused, the connection closed, nothing changed."""
+    leads = [True]
+    reviewing, term_over = asyncio.Event(), asyncio.Event()
+
+    class ReviewedAcrossTheTermsEnd:
+        async def review(self, token: str, source: str = "") -> Caller | None:
+            reviewing.set()
+            await term_over.wait()
+            return WORKER
+
+    api, coordinator = managed()
+    granted(api, coordinator)
+    api = WorkerApi(api.registry, ReviewedAcrossTheTermsEnd(), api.clock, lambda: leads[0])
+    before = (coordinator.leases["s0"], coordinator.version)
+    request = {"worker": "w", "shardId": "s0", "epoch": 1, "sequenceNumber": "7"}
+
+    async def run() -> tuple[int, dict[str, Any]]:
+        async with TestClient(TestServer(api.app())) as client:
+            sent = asyncio.create_task(
+                client.post(
+                    f"{BASE}/checkpoint", json=request, headers={"Authorization": "Bearer t"}
+                )
+            )
+            await reviewing.wait()
+            leads[0] = False  # the Lease ran out while the review was out
+            term_over.set()
+            response = await sent
+            return response.status, await response.json()
+
+    status, answer = asyncio.run(run())
+    assert status == 503, f"a replica that no longer leads answered {answer}"
+    assert answer["error"] == "unavailable"
+    assert (coordinator.leases["s0"], coordinator.version) == before

@@ -131,12 +131,16 @@ def too_slow(seconds: float) -> Reply:
     return Reply(408, body.wire(), close=True)
 
 
+def not_leading() -> Reply:
+    # Close the connection too: a worker's keep-alive would otherwise stay on this pod (a
+    # Service keeps established connections where they are).
+    return unavailable("this operator replica does not lead; the leader serves", close=True)
+
+
 def front_door(leading: bool, wire_version: str | None, authorization: str | None) -> Reply | str:
     """The checks before the token is reviewed: the bearer token, or the reply."""
     if not leading:
-        # Close the connection too: a worker's keep-alive would otherwise stay on this
-        # pod (a Service keeps established connections where they are).
-        return unavailable("this operator replica does not lead; the leader serves", close=True)
+        return not_leading()
     version = read_wire_version(wire_version)
     if version is None or version < OLDEST_WIRE_VERSION:
         return error(
@@ -201,8 +205,15 @@ class Route(Generic[Message]):
     body_limit: Callable[[ManagedConsumer], int]
     handle: Callable[[ManagedConsumer, Message, float], Reply]
 
-    def receive(self, consumer: ManagedConsumer, body: bytes, caller: Caller, now: float) -> Reply:
-        """The reply to an admitted caller's body (already cut at `body_limit`)."""
+    def receive(
+        self, consumer: ManagedConsumer, body: bytes, caller: Caller, now: float, leading: bool
+    ) -> Reply:
+        """The reply to an admitted caller's body (already cut at `body_limit`). `leading`:
+        whether this replica leads now; it did at the front door, but a term can end while
+        the token is reviewed or the body read (a process frozen there, resumed after a
+        takeover), and a replica that no longer leads must never act on a call."""
+        if not leading:
+            return not_leading()
         try:
             message = self.model.model_validate_json(body)
         except ValidationError as invalid:
@@ -240,6 +251,7 @@ def checkpoint(consumer: ManagedConsumer, message: CheckpointRequest, now: float
         metrics.CHECKPOINTS.labels(consumer.namespace, consumer.name, result).inc()
         return error(409 if refused.lease_lost else 400, str(refused))
     metrics.CHECKPOINTS.labels(consumer.namespace, consumer.name, "ok").inc()
+    metrics.LAST_CHECKPOINT.labels(consumer.namespace, consumer.name).set_to_current_time()
     consumer.wake()
     body = CheckpointResponse(
         shard_id=message.shard_id, epoch=lease.epoch, checkpoint=lease.checkpoint, persisted=False

@@ -157,7 +157,7 @@ class WorkerApi:
             return answers.too_slow(self.body_timeout)
         if body is None:
             return answers.too_large(limit)
-        reply = route.receive(consumer, body, caller, self.clock())
+        reply = route.receive(consumer, body, caller, self.clock(), self.leading())
         if reply.hold is None:
             return reply
         try:

@@ -38,6 +38,13 @@ CHECKPOINTS = Counter(
     [*_CONSUMER, "result"],
     registry=REGISTRY,
 )
+LAST_CHECKPOINT = Gauge(
+    "streamconsumer_last_checkpoint_timestamp_seconds",
+    "When this replica last accepted a checkpoint of the consumer (Unix time): its age "
+    "tells a consumer that stopped making progress.",
+    _CONSUMER,
+    registry=REGISTRY,
+)
 REFUSED_CALLS = Counter(
     "streamconsumer_worker_api_refusals",
     "Worker API calls refused: 401 (no token, or one not ours), 403 (not this consumer's "
@@ -146,8 +153,9 @@ class ConsumerGauges:
 
 
 def forget(namespace: str, consumer: str) -> None:
-    """Removes the counters of a consumer that was deleted."""
-    for counter in _COUNTERS:
+    """Removes the counters of a consumer that was deleted (and the time of its last
+    checkpoint here, kept like them)."""
+    for counter in (*_COUNTERS, LAST_CHECKPOINT):
         with contextlib.suppress(KeyError):
             counter.remove(namespace, consumer)
     for family, last in _COUNTERS_BY:
