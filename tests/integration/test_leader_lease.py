@@ -34,6 +34,16 @@ def test_renewals_keep_the_leases_labels_and_refuse_a_stale_version(
     assert lease.spec.holder_identity == "replica-a"
     assert renewed.version == lease.metadata.resource_version
 
-    with pytest.raises(LockConflict):
+    with pytest.raises(LockConflict):  # a version older than the one read
         lock.swap(Action(Act.ACQUIRE, created.version, 1), "replica-b", 15.0)
-    assert lock.get() == renewed  # the stale swap changed nothing
+    read = lock.get()
+    assert read is not None
+    assert read == renewed  # the stale swap changed nothing
+    k8s.CoordinationV1Api(api_client).patch_namespaced_lease(
+        NAME, namespace, {"metadata": {"labels": {"team": "billing"}}}
+    )
+    with pytest.raises(LockConflict):  # moved on since it was read: the apiserver's 409
+        lock.swap(Action(Act.ACQUIRE, read.version, 1), "replica-b", 15.0)
+    lease = k8s.CoordinationV1Api(api_client).read_namespaced_lease(NAME, namespace)
+    assert lease.spec is not None
+    assert lease.spec.holder_identity == "replica-a"

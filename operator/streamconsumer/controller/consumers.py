@@ -111,13 +111,15 @@ async def consume(
         if driver.deposed:
             context.deposed(f"{namespace}/{name}: {driver.loop.deposed}")
         elif deleted() and context.leading():
-            where = "discarded (checkpointRetention.onDelete: Discard)"
+            where: str | None = "discarded (checkpointRetention.onDelete: Discard)"
             if keeping:
                 where = await _keep(context, status_api, body, namespace, name, spec, farewell)
             # Said on the object too, once this daemon is over: that change is also what
             # has kopf look at it again and let it go, not after the backoff. Made while
             # the daemon still runs, kopf could look at it first and wait out the backoff.
-            _after_this_daemon(kept.mark(context.api_client, namespace, name, where))
+            # Not by a replica whose term ended meanwhile: the leader says it.
+            if where is not None:
+                _after_this_daemon(kept.mark(context.api_client, namespace, name, where))
     finally:
         registry.remove(namespace, name)
         if deleted():
@@ -231,16 +233,20 @@ async def _keep(
     name: str,
     spec: StreamConsumerSpec,
     farewell: kept.Farewell,
-) -> str:
+) -> str | None:
     """Keeps the lease table as the status last holds it, with the stream it is of (the
-    status says, but for a consumer that never listed: the stream as it is now)."""
+    status says, but for a consumer that never listed: the stream as it is now); says
+    where (None: not by this replica, whose term ended first)."""
     try:
         last = await executors.run_in(executors.KUBERNETES, status_api.get)
         now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         said = (last.get("status") or {}).get(kept_table.STREAM) is not None
         stream = None if said else await _stream_or_none(context, namespace, name, spec)
         table = kept_table.table(namespace, name, spec, last, now, farewell.drained, stream)
-        await kept.keep(context.api_client, namespace, table)
+        await kept.keep(context.api_client, namespace, table, context.leading)
+    except kept.NoLongerLeading as ended:
+        log.warning("%s/%s: %s", namespace, name, ended)
+        return None
     except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:
         message = f"the checkpoints could not be kept: {error}"
         _emit(body, Event("Warning", "CheckpointsLost", message))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client as k8s
@@ -49,12 +49,23 @@ async def read(api_client: k8s.ApiClient, namespace: str, name: str) -> Mapping[
     return found.data if found is not None and kept_for(found.metadata, name) else None
 
 
-async def keep(api_client: k8s.ApiClient, namespace: str, kept: KeptTable) -> None:
-    """Writes the table; raises NotOurs where a ConfigMap of that name is not ours."""
+class NoLongerLeading(Exception):
+    """The term ended before the table was written: the leader keeps it."""
+
+
+async def keep(
+    api_client: k8s.ApiClient, namespace: str, kept: KeptTable, leading: Callable[[], bool]
+) -> None:
+    """Writes the table; raises NotOurs where a ConfigMap of that name is not ours, and
+    NoLongerLeading where this replica's term ended first."""
     manifest = config_map(kept, kept_checkpoints(kept.consumer))
     found = await _get(api_client, namespace, kept.consumer)
     if found is not None and not kept_for(found.metadata, kept.consumer):
         raise NotOurs("ConfigMap", manifest["metadata"]["name"])
+    # After the last await: a replica frozen before here and resumed after a takeover
+    # would force its older table over the one the new leader kept since.
+    if not leading():
+        raise NoLongerLeading(f"not kept here: the term ended ({kept.consumer})")
     apply = functools.partial(
         k8s.CoreV1Api(api_client).patch_namespaced_config_map,
         manifest["metadata"]["name"],

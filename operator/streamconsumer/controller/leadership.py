@@ -113,9 +113,13 @@ class KubeLeaseLock:
                 # annotations and owners others put on it at every renewal. A PUT, not a
                 # patch: this release and the previous one need the same verbs while both
                 # run during an upgrade (docs/upgrades.md, the operator's rights).
-                body = copy.deepcopy(self._read) if self._read else self._bare()
+                read = self._read
+                if read is None or read["metadata"]["resourceVersion"] != action.expected_version:
+                    # A late read (a timed-out job's thread finishing) replaced the one
+                    # the action was decided on: read again rather than send its labels.
+                    raise LockConflict("the Lease read last is not the one decided on")
+                body = copy.deepcopy(read)
                 body["metadata"].pop("managedFields", None)  # the apiserver keeps its own
-                body["metadata"]["resourceVersion"] = action.expected_version
                 body["spec"] = spec
                 written = self._api.replace_namespaced_lease(
                     self.name,

@@ -1,8 +1,9 @@
 """Operator metrics (Prometheus), served at /metrics on their own plain-HTTP port (never the
 worker API's: monitoring needs no worker token). Times are in seconds, Prometheus' unit. The
 lag gauge is what an HPA (external metric) or KEDA (prometheus scaler) can scale on. A
-consumer's series go when its loop stops here (deleted, or this replica no longer leads), and
-a shard's when it leaves the lease table, so cardinality follows the live shards."""
+consumer's gauges go when its loop stops here (deleted, or this replica no longer leads), its
+counters (and the time of its last checkpoint) when it is deleted, and a shard's series when it
+leaves the lease table, so cardinality follows the live shards."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ CHECKPOINTS = Counter(
 )
 LAST_CHECKPOINT = Gauge(
     "streamconsumer_last_checkpoint_timestamp_seconds",
-    "When this replica last accepted a checkpoint of the consumer (Unix time): its age "
-    "tells a consumer that stopped making progress.",
+    "When this replica last accepted a checkpoint call of the consumer (Unix time), a "
+    "repeated one included; kept like the counters.",
     _CONSUMER,
     registry=REGISTRY,
 )

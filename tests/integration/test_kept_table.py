@@ -1,0 +1,49 @@
+"""The table of a deleted consumer's checkpoints, kept in a ConfigMap on the real
+apiserver (controller/kept.py::keep): written while this replica leads, never by one
+whose term ended before the write."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+from streamconsumer.controller import kept
+from streamconsumer.controller.names import kept_checkpoints
+from streamconsumer.models import kept as kept_table
+from testbed.specs import consumer_spec
+
+NOW = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.UTC)
+BODY = {
+    "metadata": {"creationTimestamp": "2026-11-01T00:00:00Z"},
+    "status": {"leases": {"s0": {"epoch": 3, "checkpoint": "49", "state": "Active"}}},
+}
+
+
+def _kept(api_client: k8s.ApiClient, namespace: str) -> dict[str, str] | None:
+    try:
+        found = k8s.CoreV1Api(api_client).read_namespaced_config_map(
+            kept_checkpoints("clicks"), namespace
+        )
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    return dict(found.data or {})
+
+
+def test_a_replica_whose_term_ended_before_the_write_keeps_nothing(
+    api_client: k8s.ApiClient, namespace: str
+) -> None:
+    """Found by review: a replica frozen while it read what to keep, resumed after a
+    standby took over and kept a newer table, forced its older one over it."""
+    older = kept_table.table(namespace, "clicks", consumer_spec(), BODY, NOW, drained=True)
+    with pytest.raises(kept.NoLongerLeading):
+        asyncio.run(kept.keep(api_client, namespace, older, lambda: False))
+    assert _kept(api_client, namespace) is None
+
+    asyncio.run(kept.keep(api_client, namespace, older, lambda: True))
+    assert _kept(api_client, namespace), "a leader keeps it"
