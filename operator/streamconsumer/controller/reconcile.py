@@ -78,6 +78,11 @@ async def apply_children(
     ]
     try:
         for manifest in manifests:
+            if not context.leading():
+                # The term ended on the way (frozen in an earlier apply, resumed after a
+                # takeover): the new leader applies what it reads, maybe a newer spec.
+                logger.info("not applying the workers' objects: this replica leads no more")
+                return
             kopf.adopt(manifest, owner=body)
             apply = functools.partial(
                 apply_owned, context.api_client, manifest, namespace, body.metadata.uid
