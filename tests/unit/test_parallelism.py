@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 from streamconsumer.controller.auth import AUDIENCE
 from streamconsumer.controller.children import deployment
+from streamconsumer.deadletter import DeadLetters
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import (
     BaseRecordProcessor,
@@ -31,6 +33,7 @@ from streamconsumer.worker.lanes import split, watermark
 from streamconsumer.worker.shard import Deliver, Stop
 from testbed.specs import consumer_spec, worker_config
 
+from .letter_targets import StubTarget
 from .shard_drive import Drive
 
 
@@ -333,3 +336,60 @@ def test_a_hand_off_after_a_bisection_releases_past_the_records_done_ahead() -> 
     release = drive.sent[-1]
     assert release.release
     assert release.sequence_number == "2"
+
+
+# --- a dead letter too large to write ---------------------------------------------------------
+
+NOW = 1_800_000_000.0  # the wall clock when the drive starts
+SQS_LIMIT = 256 * 1024
+
+
+def old(sequence: int, key: str, size: int = 1) -> Record:
+    """A record that arrived two minutes before NOW: past a maxRecordAgeSeconds of 60."""
+    arrived = datetime.fromtimestamp(NOW - 120, UTC)
+    return Record(
+        b"x" * size,
+        key,
+        str(sequence),
+        approximate_arrival_timestamp=arrived,
+        checkpoint_sequence=str(sequence),
+    )
+
+
+def test_a_block_on_a_record_done_ahead_moves_to_the_earlier_record_still_failing() -> None:
+    """Records 1 (key a) and 2 (key b, 200 KiB: over an SQS message as a dead letter) are
+    too old to retry and both fail: their dead letter cannot be written, so the shard
+    blocks naming 2. The processor's retry does 2 (its other group) while 1 still fails:
+    the block named a record already done and kept the shard blocked on it, never trying
+    the failure policy on 1. Record 1 is dead-lettered now, and the shard moves on."""
+    processor = Keyed(failing={"1": 10**6, "2": 1})
+    queue = StubTarget("SQS message", SQS_LIMIT)
+    policy = FailurePolicy.model_validate(
+        {
+            "then": "deadLetter",
+            "deadLetter": {"sqs": {"queueURL": "http://q"}},
+            "maxRecordAgeSeconds": 60,
+        }
+    )
+    drive = Drive(processor, parallelism=2, policy=policy, dead_letter_writer=DeadLetters(queue))
+    drive.epoch = NOW
+    drive.machine.read(ReadResult([old(1, "a"), old(2, "b", 200 * 1024)], millis_behind_latest=0))
+    for tick in range(1, 100):  # until the dead letter of 1 and 2 is refused
+        drive.run(until=tick / 100)
+        failing = drive.machine.held(drive.now).failing
+        if failing is not None and failing.blocked:
+            break
+    assert failing is not None
+    assert failing.blocked
+    assert "record 2 " in failing.error, "blocked on the letter too large"
+    assert processor.done == []
+    assert queue.requests == 0
+
+    drive.run(until=120)
+    assert processor.done == ["2"], "2 done in the retry, 1 still failing"
+    failing = drive.machine.held(drive.now).failing
+    assert failing is None or "record 2 " not in failing.error, "blocked on a record done"
+    assert [letter.record.sequence_number for letter in queue.sent] == ["1"]
+    assert [[r.sequence_number for r in d.batch.records] for d in drive.dead_letters] == [["1"]]
+    assert drive.stored()[-1] == "2", "nothing is left undone"
+    assert drive.machine.held(drive.now).failing is None

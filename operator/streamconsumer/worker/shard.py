@@ -235,6 +235,7 @@ class ShardMachine:
         self._notes_sent = 0  # the first n of them went with the heartbeat in flight
         self._dead_letter_failures = 0
         self._unwritable = ""  # why the head batch's dead letters never can be written
+        self._unwritable_in: frozenset[tuple[int, int]] = frozenset()  # the letters refused
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
         self._too_old = 0  # the head batch's first n records are past maxRecordAgeSeconds
         self._send_failures = 0
@@ -550,6 +551,7 @@ class ShardMachine:
         self._call_failures = self._dead_letter_failures = 0
         self._failing_since = None
         self._error = self._unwritable = ""
+        self._unwritable_in = frozenset()
         self._too_old = 0
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
@@ -685,6 +687,8 @@ class ShardMachine:
             self._failed(now, f"{error}, yet {refused}", wall)
             return
         self._done_ahead |= ahead
+        if self._unwritable_in & self._done_ahead:  # the refused letters are not all due now
+            self._unwritable, self._unwritable_in = "", frozenset()  # the policy tries again
         if done:  # progress: what is left is a new head, failed once (its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
             self._recovered()
@@ -721,6 +725,7 @@ class ShardMachine:
         call, self._call, self._call_started = self._call, None, None
         assert isinstance(call, DeadLetter), "only a dead-letter write is refused so"
         self._unwritable = reason
+        self._unwritable_in = frozenset(r.position for r in call.batch.records)
         self._retry_call_at = now + self._retry.delay(self._call_failures)
 
     def answered(self, answer: Answer, now: float) -> None:
