@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 from typing import Any, cast
 
 import kopf
@@ -45,17 +46,13 @@ def test_a_term_that_ends_between_two_applies_applies_nothing_more(
     monkeypatch.setattr(reconcile, "apply_owned", apply_owned)
     context = cast(
         OperatorContext,
-        type(
-            "Context",
-            (),
-            {
-                "config": OperatorConfig(),
-                "api_client": None,
-                "registry": Registry(lambda: 0.0),
-                "tls": None,
-                "leading": staticmethod(lambda: leads[0]),
-            },
-        )(),
+        SimpleNamespace(
+            config=OperatorConfig(),
+            api_client=None,
+            registry=Registry(lambda: 0.0),
+            tls=None,
+            leading=lambda: leads[0],
+        ),
     )
     logger = cast(kopf.Logger, logging.getLogger(__name__))
     asyncio.run(reconcile.apply_children(context, BODY, "c", "n", logger))

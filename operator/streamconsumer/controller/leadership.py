@@ -61,13 +61,6 @@ class KubeLeaseLock:
         self._timeout = timeout
         self._read: dict[str, Any] | None = None  # the Lease as last read
 
-    def _bare(self) -> dict[str, Any]:
-        return {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-        }
-
     def get(self) -> LeaseRecord | None:
         try:
             response: Any = self._api.read_namespaced_lease(
@@ -103,7 +96,12 @@ class KubeLeaseLock:
         # Plain JSON, not V1Lease: MicroTime must keep its fraction (see _micro_time).
         try:
             if action.act is Act.CREATE:
-                body: Any = {**self._bare(), "spec": spec}
+                body: Any = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": self.name, "namespace": self.namespace},
+                    "spec": spec,
+                }
                 written = self._api.create_namespaced_lease(
                     self.namespace, body, _request_timeout=self._timeout
                 )
