@@ -42,6 +42,14 @@ cuts a read into calls of at most that many records.
 Records that `spec.processor.filter` drops never reach the processor: a checkpoint at a
 later record covers them, and the worker checkpoints past those at the end of a read.
 
+Any lifecycle method may be `async def`, and so may the function (`async def
+handle(records)`): the worker runs every async call of the process on one event loop in
+a thread of its own, so its shards' calls share that loop and what lives on it (a client
+session, a connection pool), and waits for each call as for any other. A coroutine must
+not block that loop (`time.sleep`, a blocking client): every shard's calls would wait.
+A checkpointer given to an async call refuses checkpoints once the call has returned
+(from a task it left running). See streamconsumer.awaiting.
+
 Checkpoints are forward-only and never pass a record that was not delivered to you:
 checkpoint() records that every record delivered so far is done; checkpoint(record)
 that everything up to and including `record` is done. The worker stores a checkpoint
@@ -375,22 +383,33 @@ class FunctionProcessor(BaseRecordProcessor):
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
         result = self.handle(list(records))  # its own copy: ours names what failed
-        failed = first_failed(records, result)
-        if failed == len(records):
-            checkpointer.checkpoint()
-        elif failed:
-            checkpointer.checkpoint(records[failed - 1])
+        checkpoint_what_returned(records, result, checkpointer)
         return result
 
 
+def checkpoint_what_returned(
+    records: Sequence[Record], result: object, checkpointer: Checkpointer
+) -> None:
+    """A function's checkpoint once it returned `result` for `records`: all of them, or
+    up to the record before the first one it reports failed."""
+    failed = first_failed(records, result)
+    if failed == len(records):
+        checkpointer.checkpoint()
+    elif failed:
+        checkpointer.checkpoint(records[failed - 1])
+
+
 ProcessorFactory = Callable[[], RecordProcessor]
-_LIFECYCLE = ("initialize", "process_records", "lease_lost", "shard_ended", "shutdown_requested")
+LIFECYCLE = ("initialize", "process_records", "lease_lost", "shard_ended", "shutdown_requested")
 
 
 def load_processor(entrypoint: str) -> ProcessorFactory:
     """Resolves "package.module:Name" to a factory of per-shard processors.
 
-    `Name` may be a processor class (one instance per shard) or a plain function."""
+    `Name` may be a processor class (one instance per shard) or a plain function, either
+    of them async (`streamconsumer.awaiting`)."""
+    from streamconsumer import awaiting  # (it builds on this module)
+
     module_name, sep, attribute = entrypoint.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f'entrypoint {entrypoint!r} must look like "package.module:Name"')
@@ -404,15 +423,20 @@ def load_processor(entrypoint: str) -> ProcessorFactory:
     if target is None:
         raise ValueError(f"entrypoint {entrypoint!r}: {module_name} has no {attribute}")
     if isinstance(target, type):
-        missing = [m for m in _LIFECYCLE if not callable(getattr(target, m, None))]
+        missing = [m for m in LIFECYCLE if not callable(getattr(target, m, None))]
         if missing:
             raise ValueError(
                 f"entrypoint {entrypoint!r}: class lacks {', '.join(missing)}; "
-                "subclass streamconsumer.processor.BaseRecordProcessor"
+                "subclass streamconsumer.processor.BaseRecordProcessor (or "
+                "streamconsumer.awaiting.AsyncBaseRecordProcessor)"
             )
+        if awaiting.is_async(target):
+            return awaiting.AsyncFactory(target)
         return cast(ProcessorFactory, target)
     if callable(target):
         function = target
+        if awaiting.is_async(function):
+            return lambda: awaiting.synchronous(function)
         return lambda: FunctionProcessor(function)
     raise ValueError(f"entrypoint {entrypoint!r} is neither a processor class nor a function")
 

@@ -11,7 +11,9 @@ Each call is wrapped as in the worker: a checkpoint your code asks for is stored
 call returns (`checkpoints` lists them in order); a call that raises stores nothing. A
 partial batch response is read as the worker reads it: `process` returns the records the
 worker would deliver again (from the first failed one on), and raises BatchResultError
-for a result the worker would count as the whole batch failing.
+for a result the worker would count as the whole batch failing. An async processor (or
+`async def` function) runs as in the worker, on the process's one event loop in a thread
+of its own: call the harness from a plain (not async) test.
 
 What the worker does when a batch keeps failing is the failure policy's: `deliver` runs
 the worker's own shard state machine on a batch, under the policy given to the harness
@@ -28,11 +30,12 @@ is the worker's pydantic model, and nothing else here needs a dependency."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from streamconsumer import awaiting
 from streamconsumer.processor import (
     SHARD_END,
     Checkpointer,
@@ -119,7 +122,9 @@ class ProcessorHarness:
 
     def __init__(
         self,
-        processor: RecordProcessor | Callable[[list[Record]], ProcessResult],
+        processor: RecordProcessor
+        | awaiting.AsyncRecordProcessor
+        | Callable[[list[Record]], ProcessResult | Awaitable[ProcessResult]],
         shard_id: str = "shardId-000000000000",
         start_sequence: str | None = None,
         parents: tuple[str, ...] = (),
@@ -127,8 +132,10 @@ class ProcessorHarness:
         consumer: str = "default/harness",
         letter_limit: int | None = None,
     ) -> None:
-        if not isinstance(processor, RecordProcessor):
-            processor = FunctionProcessor(processor)
+        if awaiting.is_async(processor):
+            processor = awaiting.synchronous(processor)  # as the worker runs it
+        elif not isinstance(processor, RecordProcessor):
+            processor = FunctionProcessor(cast(Callable[[list[Record]], ProcessResult], processor))
         self.processor: RecordProcessor = processor
         self.shard = ShardInfo(shard_id, start_sequence, parents)
         self.progress = Progress(shard_id, start_sequence)

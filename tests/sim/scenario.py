@@ -19,12 +19,15 @@ from sim.operator import SimApiServer, SimOperators
 from sim.stream import KEYS, SimSource, SimStream
 from sim.worker import (
     SLOW_CALL_SECONDS,
+    AsyncRecorder,
     Recorder,
     SimWorker,
     Sink,
     Trouble,
+    stepped,
 )
 from sim.world import Network, World, wall
+from streamconsumer.awaiting import AwaitingProcessor
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import MAX_CHECKPOINT_HOLD_SECONDS
 from streamconsumer.models.resource import (
@@ -122,6 +125,7 @@ class Run:
     stuck_seconds: float | None = None  # leases.stuckShardSeconds (None: the default)
     parallelism: int = 1  # processor.parallelism (a sink runs with 1 all the same)
     batch_size: int | None = None  # processor.batchSize (a sink takes whole reads)
+    asynchronous: bool = False  # the recorder written async (streamconsumer.awaiting)
 
 
 @dataclass
@@ -268,7 +272,10 @@ class Simulation:
         def processor(worker: SimWorker) -> RecordProcessor:
             if self.run.processor == "sink":
                 return Sink(self.ledger, self.trouble, worker.clock)
-            return Recorder(self.ledger, self.trouble, self.run.checkpoint_every)
+            recorder = Recorder(self.ledger, self.trouble, self.run.checkpoint_every)
+            if self.run.asynchronous:
+                return AwaitingProcessor(AsyncRecorder(recorder), run=stepped)
+            return recorder
 
         spec = StreamConsumerSpec.model_validate(self.api.spec)  # as the pod's env has it
         worker = SimWorker(

@@ -8,15 +8,18 @@ letter cannot fit must say so in every heartbeat (blocked, naming the record).""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import InitVar, dataclass, field
+from typing import Any
 
 from sim.ledger import Delivery, Ledger, Violation
 from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World, run_in_process, wall
+from streamconsumer.awaiting import AsyncBaseRecordProcessor
 from streamconsumer.controller.answers import CHECKPOINT as CHECKPOINT_ROUTE
 from streamconsumer.controller.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
@@ -33,6 +36,7 @@ from streamconsumer.processor import (
     ProcessResult,
     Record,
     RecordProcessor,
+    ShardInfo,
 )
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
@@ -153,6 +157,44 @@ class Recorder(BaseRecordProcessor):
         if self.batches % 2:
             return BatchResult(failed=[r.sequence_number for r in rest])
         return BatchResult(failed=[rest[0]])  # the first failed is enough
+
+
+class AsyncRecorder(AsyncBaseRecordProcessor):
+    """The Recorder written async: the worker's AwaitingProcessor calls it, each
+    coroutine stepped to its end in its turn (`stepped`), so that the simulation runs
+    the async path (its per-call checkpointer too) with no loop thread."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    async def initialize(self, shard: ShardInfo) -> None:
+        await asyncio.sleep(0)
+        self.recorder.initialize(shard)
+
+    async def process_records(
+        self, records: list[Record], checkpointer: Checkpointer
+    ) -> ProcessResult:
+        await asyncio.sleep(0)
+        return self.recorder.process_records(records, checkpointer)
+
+    async def shard_ended(self, checkpointer: Checkpointer) -> None:
+        await asyncio.sleep(0)
+        self.recorder.shard_ended(checkpointer)
+
+    async def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        await asyncio.sleep(0)
+        self.recorder.shutdown_requested(checkpointer)
+
+
+def stepped(awaitable: Awaitable[Any]) -> Any:
+    """Runs a coroutine that awaits nothing but `asyncio.sleep(0)` to its end, now."""
+    steps = awaitable.__await__()
+    try:
+        while True:
+            if steps.send(None) is not None:
+                raise RuntimeError("a simulated processor awaited a real future")
+    except StopIteration as end:
+        return end.value
 
 
 class Sink(BatchingProcessor):

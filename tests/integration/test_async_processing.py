@@ -1,0 +1,111 @@
+"""An async processor through the real threaded worker runtime on the Kinesis emulator
+(its leases from an in-process LeaseCoordinator), loaded from its entrypoint as the
+worker's process loads it: every call on the process's one event loop, the calls of a
+shard's groups (processor.parallelism) at once on it, each key's records in order, a
+failing call retried, and the drain's shutdown_requested awaited before the release."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import ClassVar
+
+import pytest
+
+from streamconsumer import awaiting
+from streamconsumer.processor import Checkpointer, Record, load_processor
+from streamconsumer.worker.runtime import Worker
+from streamconsumer.worker.source import worker_source
+from testbed.in_process import InProcessOperator
+from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records
+from testbed.specs import worker_config
+
+KEYS = 5
+ROUNDS = 12
+
+
+class AsyncSlow(awaiting.AsyncBaseRecordProcessor):
+    """An awaited "API call" of 5 ms a record; the first call holding key-2's sixth
+    record raises. Runs on the loop's one thread: its counters need no lock."""
+
+    done: ClassVar[list[tuple[str, bytes]]] = []
+    threads: ClassVar[set[str]] = set()
+    shutdowns: ClassVar[list[str]] = []
+    in_flight = most_in_flight = 0
+    failed = False
+
+    async def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        cls = type(self)
+        cls.threads.add(threading.current_thread().name)
+        if b"key-2 5" in [r.data for r in records] and not cls.failed:
+            cls.failed = True
+            raise RuntimeError("the API said no, once")
+        cls.in_flight += 1
+        cls.most_in_flight = max(cls.most_in_flight, cls.in_flight)
+        try:
+            for record in records:
+                await asyncio.sleep(0.005)
+                cls.done.append((record.partition_key, record.data))
+        finally:
+            cls.in_flight -= 1
+
+    async def shutdown_requested(self, checkpointer: Checkpointer) -> None:
+        await asyncio.sleep(0.01)
+        type(self).shutdowns.append(self.shard.shard_id)
+        checkpointer.checkpoint()
+
+
+@pytest.fixture
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+@pytest.mark.usefixtures("credentials")
+def test_an_async_processor_runs_on_one_loop_with_the_workers_guarantees(
+    kinesis: KinesisEmulator, stream_name: str
+) -> None:
+    create_stream(kinesis.client, stream_name, shards=2)
+    put_records(
+        kinesis.client,
+        stream_name,
+        [(f"key-{k}", b"key-%d %d" % (k, n)) for n in range(ROUNDS) for k in range(KEYS)],
+    )
+    total = KEYS * ROUNDS
+    config = worker_config(
+        stream_name=stream_name,
+        endpoint_url=kinesis.endpoint_url,
+        region=REGION,
+        parallelism=3,
+        max_records=25,
+        idle_between_reads_ms=50,
+        drain_seconds=10,
+        on_failure={"initialBackoffSeconds": 0.1},
+    )
+    factory = load_processor(f"{__name__}:AsyncSlow")
+    source = worker_source(config)
+    operator = InProcessOperator(source.list_shards())
+    worker = Worker(config, operator, source, factory)  # type: ignore[arg-type]
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(AsyncSlow.done) < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker.drain()
+        runner.join(20)
+    assert not runner.is_alive(), "the worker did not drain"
+
+    assert len(AsyncSlow.done) == total, "every record once"
+    for k in range(KEYS):
+        mine = [d for key, d in AsyncSlow.done if key == f"key-{k}"]
+        assert mine == [b"key-%d %d" % (k, n) for n in range(ROUNDS)], f"key-{k} in order"
+    assert AsyncSlow.failed, "the failing call happened, and was retried"
+    assert AsyncSlow.threads == {awaiting.LOOP_THREAD_NAME}
+    assert AsyncSlow.most_in_flight > 1, "calls ran at once on the loop"
+    assert sorted(AsyncSlow.shutdowns) == sorted(operator.coordinator.leases)
+    for lease in operator.coordinator.leases.values():
+        assert lease.owner is None, "released on drain"
+        assert lease.checkpoint is not None, "with its position"

@@ -1,0 +1,254 @@
+"""Async processors (issue 29): `async def` lifecycle methods and functions run on the
+process's one event loop, in its own thread, behind the synchronous face the worker
+calls (streamconsumer.awaiting)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+import types
+from typing import Any, ClassVar
+
+import pytest
+
+from streamconsumer import awaiting
+from streamconsumer.processor import (
+    BaseRecordProcessor,
+    BatchResult,
+    Checkpointer,
+    CheckpointError,
+    Progress,
+    Record,
+    ShardInfo,
+    load_processor,
+    warm_up,
+)
+from streamconsumer.testing import ProcessorHarness, make_records
+
+
+class AsyncPages(awaiting.AsyncBaseRecordProcessor):
+    """Every method async; notes the thread and loop each ran on."""
+
+    seen: ClassVar[list[tuple[str, str, int]]] = []
+    wants_empty_batches = True
+
+    def note(self, method: str) -> None:
+        loop = id(asyncio.get_running_loop())
+        self.seen.append((method, threading.current_thread().name, loop))
+
+    async def warm_up(self) -> None:
+        self.note("warm_up")
+
+    async def initialize(self, shard: ShardInfo) -> None:
+        await asyncio.sleep(0)
+        self.shard = shard
+        self.note("initialize")
+
+    async def process_records(
+        self, records: list[Record], checkpointer: Checkpointer
+    ) -> BatchResult | None:
+        await asyncio.sleep(0)
+        self.note("process_records")
+        data = [r.data for r in records]
+        if b"bad" in data:
+            first = data.index(b"bad")
+            if first:
+                checkpointer.checkpoint(records[first - 1])
+            return BatchResult(failed=records[first:])
+        checkpointer.checkpoint()
+        return None
+
+    async def shard_ended(self, checkpointer: Checkpointer) -> None:
+        self.note("shard_ended")
+        checkpointer.checkpoint()
+
+    async def lease_lost(self) -> None:
+        self.note("lease_lost")
+
+
+def entrypoint(monkeypatch: pytest.MonkeyPatch, **names: Any) -> str:
+    module = types.ModuleType("async_entrypoints")
+    for name, value in names.items():
+        setattr(module, name, value)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    return module.__name__ + ":" + next(iter(names))
+
+
+def test_an_async_class_from_its_entrypoint_runs_every_call_on_the_one_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    AsyncPages.seen.clear()
+    factory = load_processor(entrypoint(monkeypatch, AsyncPages=AsyncPages))
+    assert getattr(factory, "wants_empty_batches", False), "kept for the worker"
+    warm_up(factory)
+    harness = ProcessorHarness(factory())
+    harness.initialize()
+    records = make_records(b"a", b"b", b"bad", b"c")
+    assert harness.process(records) == records[2:], "the partial response, read as ever"
+    assert harness.checkpoints == ["2"]
+    assert harness.process(records[3:]) == []
+    harness.end_shard()
+    harness.lose_lease()
+    assert harness.checkpoints == ["2", "4", "SHARD_END"]
+    methods = [method for method, _, _ in AsyncPages.seen]
+    assert methods == [
+        "warm_up",
+        "initialize",
+        "process_records",
+        "process_records",
+        "shard_ended",
+        "lease_lost",
+    ]
+    assert {thread for _, thread, _ in AsyncPages.seen} == {awaiting.LOOP_THREAD_NAME}
+    assert {loop for _, _, loop in AsyncPages.seen} == {id(awaiting.process_loop().loop)}
+
+
+def test_an_async_function_is_checkpointed_when_it_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    handled: list[bytes] = []
+
+    async def handle(records: list[Record]) -> BatchResult | None:
+        await asyncio.sleep(0)
+        handled.extend(r.data for r in records)
+        return BatchResult(failed=[records[-1]]) if records[-1].data == b"later" else None
+
+    factory = load_processor(entrypoint(monkeypatch, handle=handle))
+    harness = ProcessorHarness(factory())
+    records = make_records(b"a", b"b", b"later")
+    assert harness.process(records) == records[2:]
+    assert harness.checkpoints == ["2"]
+    # The harness wraps an async function as the worker does.
+    direct = ProcessorHarness(handle)
+    assert direct.process(records[:2]) == []
+    assert direct.checkpoints == ["2"]
+    assert handled == [b"a", b"b", b"later", b"a", b"b"]
+
+
+def test_calls_of_several_shards_run_at_once_on_the_loop() -> None:
+    """Two shards' calls wait for each other: they finish only if the loop runs them at
+    once, as it would two I/O calls."""
+    arrived = {name: asyncio.Event() for name in ("one", "two")}
+    loop = awaiting.process_loop().loop
+
+    class Meets(awaiting.AsyncBaseRecordProcessor):
+        async def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            mine, other = ("one", "two") if records[0].data == b"one" else ("two", "one")
+            loop.call_soon(arrived[mine].set)
+            await asyncio.wait_for(arrived[other].wait(), 10)
+
+    outcomes: list[object] = []
+
+    def shard(data: bytes) -> None:
+        harness = ProcessorHarness(Meets(), shard_id=data.decode())
+        outcomes.append(harness.process(make_records(data)))
+
+    threads = [threading.Thread(target=shard, args=(data,)) for data in (b"one", b"two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+    assert outcomes == [[], []]
+
+
+def test_a_task_left_running_may_not_checkpoint_after_its_call_returned() -> None:
+    late: list[BaseException | None] = []
+    finished = threading.Event()
+
+    class LeavesATask(awaiting.AsyncBaseRecordProcessor):
+        async def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            async def later() -> None:
+                await asyncio.sleep(0.05)
+                try:
+                    checkpointer.checkpoint(records[-1])
+                    late.append(None)
+                except CheckpointError as error:
+                    late.append(error)
+                finished.set()
+
+            self.task = asyncio.create_task(later())  # (held: a task may be collected)
+
+    harness = ProcessorHarness(LeavesATask())
+    harness.process(make_records(b"a", b"b"))
+    assert finished.wait(10)
+    assert isinstance(late[0], CheckpointError), late
+    assert "after the call" in str(late[0])
+    assert harness.checkpoints == []
+    assert harness.progress.requested is None, "nothing asked for behind the worker's back"
+
+
+def test_a_cancelled_coroutine_is_a_failed_call_that_the_failure_policy_retries() -> None:
+    calls: list[int] = []
+
+    async def handle(records: list[Record]) -> None:
+        calls.append(len(records))
+        if len(calls) == 1:
+            raise asyncio.CancelledError()  # (a BaseException inside asyncio)
+
+    harness = ProcessorHarness(handle, policy={"retries": 2, "initialBackoffSeconds": 0.01})
+    records = make_records(b"a", b"b")
+    delivery = harness.deliver(records)
+    assert delivery.attempts[0].error is not None
+    assert "ProcessorCancelled" in delivery.attempts[0].error
+    assert delivery.done == records
+    assert delivery.checkpoints == ["2"]
+
+
+def test_a_hung_coroutine_is_reported_as_any_hung_call() -> None:
+    release = threading.Event()
+
+    async def handle(records: list[Record]) -> None:
+        await asyncio.to_thread(release.wait)
+
+    harness = ProcessorHarness(handle, policy={"timeoutSeconds": 1})
+    try:
+        delivery = harness.deliver(make_records(b"a"))
+    finally:
+        release.set()
+    assert delivery.hung is not None
+    assert delivery.done == []
+
+
+def test_a_coroutine_raising_system_exit_fails_its_call_and_the_loop_goes_on() -> None:
+    async def handle(records: list[Record]) -> None:
+        if records[0].data == b"exit":
+            raise SystemExit(1)  # it would end run_forever, and every shard's calls with it
+
+    harness = ProcessorHarness(handle)
+    with pytest.raises(awaiting.ProcessorExited, match="SystemExit"):
+        harness.process(make_records(b"exit"))
+    assert harness.process(make_records(b"next")) == []
+    assert harness.checkpoints == ["1"]
+
+
+def test_a_loop_stopped_by_its_processor_fails_later_calls_instead_of_hanging() -> None:
+    loop = awaiting.EventLoopThread("a-loop-of-this-test")
+
+    class Stops(awaiting.AsyncBaseRecordProcessor):
+        async def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            asyncio.get_running_loop().stop()
+
+    processor = awaiting.AwaitingProcessor(Stops(), run=loop.run)
+    checkpointer = Checkpointer(Progress("shard"))
+    # That call never returns (its answer needed the loop): the watchdog's to time.
+    threading.Thread(
+        target=processor.process_records, args=(make_records(b"a"), checkpointer), daemon=True
+    ).start()
+    for _ in range(500):
+        if not loop.loop.is_running():
+            break
+        threading.Event().wait(0.01)
+    with pytest.raises(RuntimeError, match="event loop has stopped"):
+        processor.process_records(make_records(b"b"), checkpointer)
+
+
+def test_a_sync_processor_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Plain(BaseRecordProcessor):
+        def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            checkpointer.checkpoint()
+
+    assert load_processor(entrypoint(monkeypatch, Plain=Plain)) is Plain
+    assert not awaiting.is_async(Plain)
+    assert not awaiting.is_async(lambda records: None)
+    assert awaiting.is_async(AsyncPages)
