@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from streamconsumer.processor import (
     LIFECYCLE,
     Checkpointer,
     CheckpointError,
+    ProcessorExited,
     ProcessResult,
     Record,
     RecordProcessor,
@@ -28,6 +30,7 @@ from streamconsumer.processor import (
     checkpoint_what_returned,
 )
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Runner = Callable[[Awaitable[Any]], Any]  # waits for an awaitable, returns its result
 LOOP_THREAD_NAME = "processor-loop"
@@ -44,8 +47,20 @@ class EventLoopThread:
 
     def __init__(self, name: str = LOOP_THREAD_NAME) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run_for_ever, name=name, daemon=True)
         self._thread.start()
+
+    def _run_for_ever(self) -> None:
+        """The loop serves every shard: what a processor does to it (`loop.stop()`, a
+        task raising SystemExit out of it) must not end it for the others."""
+        while not self.loop.is_closed():
+            try:
+                self.loop.run_forever()
+            except BaseException as error:  # (SystemExit or the like, from a task)
+                log.error("a processor's task ended the event loop (%r): it goes on", error)
+            else:
+                if not self.loop.is_closed():
+                    log.error("a processor stopped the event loop: it goes on")
 
     def run(self, awaitable: Awaitable[T]) -> T:
         refused = None
@@ -64,6 +79,10 @@ class EventLoopThread:
             return future.result()
         except concurrent.futures.CancelledError:
             raise ProcessorCancelled("the processor's coroutine was cancelled") from None
+        except Exception:
+            raise
+        except BaseException as exit_:  # (from a task it awaited: gather, create_task)
+            raise ProcessorExited(f"the processor raised {type(exit_).__name__}") from exit_
 
 
 _shared: EventLoopThread | None = None
@@ -80,8 +99,9 @@ def process_loop() -> EventLoopThread:
 
 
 def _forget_loop() -> None:
-    global _shared
-    _shared = None  # a forked child has the loop's object but not its thread
+    global _shared, _shared_lock
+    # A forked child has the loop's object but not its thread, and maybe the lock taken.
+    _shared, _shared_lock = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_loop)
@@ -132,6 +152,12 @@ class AwaitingProcessor:
         self.processor = processor
         self._run = run
 
+    def __getattr__(self, name: str) -> Any:
+        """The processor's own attributes (`wants_empty_batches`, a test's counters)."""
+        if name == "processor":  # (not set yet: while unpickling, say)
+            raise AttributeError(name)
+        return getattr(self.processor, name)
+
     def warm_up(self) -> None:
         hook = getattr(self.processor, "warm_up", None)
         if callable(hook):
@@ -155,7 +181,12 @@ class AwaitingProcessor:
     def _with(self, checkpointer: Checkpointer, call: Callable[[Checkpointer], object]) -> Any:
         own = CallCheckpointer(checkpointer)
         try:
-            return self._wait(call(own))
+            result = call(own)
+            if inspect.isawaitable(result):
+                # Closed on the loop as the coroutine ends, before the loop runs anything
+                # else (a task it left), not when this thread wakes up later.
+                result = _closing(result, own)
+            return self._wait(result)
         finally:
             own.open = False
 
@@ -166,9 +197,11 @@ class AwaitingProcessor:
         return run(result)
 
 
-class ProcessorExited(RuntimeError):
-    """The processor's coroutine raised SystemExit or KeyboardInterrupt: a failed call.
-    Let through, it would end the loop's thread, and with it every shard's calls."""
+async def _closing(awaitable: Awaitable[T], checkpointer: CallCheckpointer) -> T:
+    try:
+        return await awaitable
+    finally:
+        checkpointer.open = False
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:

@@ -60,6 +60,7 @@ the batch, which is delivered again.
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -134,10 +135,35 @@ class BatchResultError(TypeError):
     whole batch counts as failed."""
 
 
+class NotAwaitedError(TypeError):
+    """A lifecycle method returned a coroutine (or another awaitable) that nothing awaits:
+    a method the worker cannot tell is async (a decorated one), or a missing `await`.
+    The call counts as failed, never as done."""
+
+
+class ProcessorExited(RuntimeError):
+    """The processor raised a BaseException that is not an Exception (SystemExit,
+    KeyboardInterrupt, GeneratorExit, ...): a failed call, retried as any other. Let
+    through, it would end the thread that made the call (or the event loop of every async
+    call), and leave the shard waiting on a call that never returns."""
+
+
+def refuse_awaitable(result: object, method: str) -> None:
+    """Raises NotAwaitedError if `result`, what `method` returned, is an awaitable."""
+    if inspect.isawaitable(result) or inspect.isasyncgen(result):
+        if inspect.iscoroutine(result):
+            result.close()  # (no "never awaited" warning on top of the error)
+        raise NotAwaitedError(
+            f"{method} returned a {type(result).__name__} that nothing awaits: write it "
+            "`async def` (streamconsumer.awaiting), or await what it calls"
+        )
+
+
 def first_failed(records: Sequence[Record], result: object) -> int:
     """The index in `records` of the first record `result` reports failed; len(records)
     when none did. Raises BatchResultError when `result` does not fit the batch: a failure
     is never read as a success, and an unknown name never as a skip."""
+    refuse_awaitable(result, "process_records")
     if not isinstance(result, BatchResult):
         return len(records)  # None, or a value that reports nothing (see ProcessResult)
     failed: object = result.failed
@@ -383,6 +409,10 @@ class FunctionProcessor(BaseRecordProcessor):
 
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
         result = self.handle(list(records))  # its own copy: ours names what failed
+        if inspect.isawaitable(result):  # (an async callable object, a decorated function)
+            from streamconsumer.awaiting import process_loop  # (it builds on this module)
+
+            result = process_loop().run(result)
         checkpoint_what_returned(records, result, checkpointer)
         return result
 

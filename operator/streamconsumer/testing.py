@@ -46,6 +46,7 @@ from streamconsumer.processor import (
     RecordProcessor,
     ShardInfo,
     first_failed,
+    refuse_awaitable,
 )
 
 if TYPE_CHECKING:
@@ -148,7 +149,7 @@ class ProcessorHarness:
         self._driver: ShardDriver | None = None
 
     def initialize(self) -> None:
-        self._call(lambda: self.processor.initialize(self.shard))
+        self._call(lambda: self.processor.initialize(self.shard), "initialize")
         self._initialized = True
 
     def deliver(self, records: Sequence[Record]) -> Delivery:
@@ -216,23 +217,25 @@ class ProcessorHarness:
     def end_shard(self) -> None:
         """shard_ended(), then SHARD_END stored, as the worker does at a shard's end."""
         self.progress.shard_ended()
-        self._call(lambda: self.processor.shard_ended(self.checkpointer))
+        self._call(lambda: self.processor.shard_ended(self.checkpointer), "shard_ended")
         if self.progress.requested != SHARD_END:
             self.checkpointer.checkpoint()
             self._store()
 
     def shutdown(self) -> None:
-        self._call(lambda: self.processor.shutdown_requested(self.checkpointer))
+        self._call(
+            lambda: self.processor.shutdown_requested(self.checkpointer), "shutdown_requested"
+        )
 
     def lose_lease(self) -> None:
         """lease_lost(), as when the operator gave the shard to another worker: the
         processor may no longer checkpoint (what it asks is dropped, as by the worker)."""
-        self.processor.lease_lost()
+        refuse_awaitable(self.processor.lease_lost(), "lease_lost")  # type: ignore[func-returns-value]
 
-    def _call(self, call: Callable[[], None], records: Sequence[Record] = ()) -> None:
-        self.progress.begin(records)
+    def _call(self, call: Callable[[], object], method: str) -> None:
+        self.progress.begin()
         try:
-            call()
+            refuse_awaitable(call(), method)
         except BaseException:
             self.progress.raised()
             raise

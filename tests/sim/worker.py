@@ -40,7 +40,14 @@ from streamconsumer.processor import (
 )
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
-from streamconsumer.worker.calls import GroupCall, PartlyFailed, Stopped, call_processor
+from streamconsumer.worker.calls import (
+    GroupCall,
+    Interrupted,
+    MachineParts,
+    PartlyFailed,
+    Stopped,
+    call_processor,
+)
 from streamconsumer.worker.client import (
     OperatorRefused,
     OperatorUnavailable,
@@ -527,6 +534,7 @@ class SimWorker:
                     running.processor,
                     lambda: self.make_processor(self),
                     self._fanout,
+                    MachineParts(machine, self.clock),
                 )
         except Violation:
             raise  # the ledger's, raised inside a call: never mistaken for a failure
@@ -536,6 +544,13 @@ class SimWorker:
             # dead-lettered together, without bisecting.
             running.unwritable = refused.sequence_number
             machine.cannot_dead_letter(self.clock(), str(refused))
+        except Interrupted as cut:
+            assert isinstance(step, Deliver)
+            # (The records left are not failed: the ledger counts no failure for them.)
+            self.ledger.done_ahead.update(
+                int(r.sequence_number) for r in step.batch.records if r.position in cut.ahead
+            )
+            machine.interrupted(cut.done, cut.ahead)
         except PartlyFailed as partly:
             assert isinstance(step, Deliver)
             failed = [

@@ -17,7 +17,14 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.calls import Fanout, PartlyFailed, call_processor, in_turn
+from streamconsumer.worker.calls import (
+    Fanout,
+    Interrupted,
+    MachineParts,
+    PartlyFailed,
+    call_processor,
+    in_turn,
+)
 from streamconsumer.worker.shard import (
     Answer,
     DeadLetter,
@@ -105,6 +112,8 @@ class Drive:
             else:
                 try:
                     self.call_processor(step)
+                except Interrupted as cut:
+                    machine.interrupted(cut.done, cut.ahead)
                 except PartlyFailed as partly:
                     machine.partly_failed(
                         self.now, partly.done, str(partly), self.wall(), partly.ahead
@@ -133,7 +142,14 @@ class Drive:
             self.machine.returned(self.now)
 
     def call_processor(self, step: ProcessorCall) -> None:
-        call_processor(step, self.machine, self.processor, lambda: self.processor, self.fanout)
+        call_processor(
+            step,
+            self.machine,
+            self.processor,
+            lambda: self.processor,
+            self.fanout,
+            MachineParts(self.machine, lambda: self.now),  # a processor may move `now` on
+        )
 
     def stored(self) -> list[str | None]:
         return [r.sequence_number for r in self.sent]

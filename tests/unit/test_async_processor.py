@@ -18,7 +18,8 @@ from streamconsumer.processor import (
     BatchResult,
     Checkpointer,
     CheckpointError,
-    Progress,
+    NotAwaitedError,
+    ProcessorExited,
     Record,
     ShardInfo,
     load_processor,
@@ -216,31 +217,113 @@ def test_a_coroutine_raising_system_exit_fails_its_call_and_the_loop_goes_on() -
             raise SystemExit(1)  # it would end run_forever, and every shard's calls with it
 
     harness = ProcessorHarness(handle)
-    with pytest.raises(awaiting.ProcessorExited, match="SystemExit"):
+    with pytest.raises(ProcessorExited, match="SystemExit"):
         harness.process(make_records(b"exit"))
     assert harness.process(make_records(b"next")) == []
     assert harness.checkpoints == ["1"]
 
 
-def test_a_loop_stopped_by_its_processor_fails_later_calls_instead_of_hanging() -> None:
-    loop = awaiting.EventLoopThread("a-loop-of-this-test")
+def test_a_processor_that_stops_the_loop_or_exits_it_from_a_task_leaves_it_running() -> None:
+    """The loop serves every shard: a processor's `loop.stop()`, or SystemExit from a task
+    it awaits (gather ends run_forever with it), fails at most its own call."""
 
     class Stops(awaiting.AsyncBaseRecordProcessor):
         async def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
-            asyncio.get_running_loop().stop()
+            if records[0].data == b"stop":
+                asyncio.get_running_loop().stop()
+            if records[0].data == b"exit":
 
-    processor = awaiting.AwaitingProcessor(Stops(), run=loop.run)
-    checkpointer = Checkpointer(Progress("shard"))
-    # That call never returns (its answer needed the loop): the watchdog's to time.
-    threading.Thread(
-        target=processor.process_records, args=(make_records(b"a"), checkpointer), daemon=True
-    ).start()
-    for _ in range(500):
-        if not loop.loop.is_running():
-            break
-        threading.Event().wait(0.01)
-    with pytest.raises(RuntimeError, match="event loop has stopped"):
-        processor.process_records(make_records(b"b"), checkpointer)
+                async def task() -> None:
+                    raise SystemExit(1)
+
+                await asyncio.gather(task())
+            checkpointer.checkpoint()
+
+    harness = ProcessorHarness(Stops())
+    assert harness.process(make_records(b"stop")) == []
+    with pytest.raises(ProcessorExited, match="SystemExit"):
+        harness.process(make_records(b"exit"))
+    other = ProcessorHarness(Stops(), shard_id="another")
+    assert other.process(make_records(b"fine")) == []
+    assert other.checkpoints == ["1"]
+
+
+def test_a_task_scheduled_as_the_call_returns_cannot_checkpoint_either() -> None:
+    """The checkpointer closes on the loop as the coroutine ends, not when the shard's
+    thread wakes up: a callback the loop runs right after is refused, every time."""
+    outcomes: list[str] = []
+
+    class Schedules(awaiting.AsyncBaseRecordProcessor):
+        async def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            def late() -> None:
+                try:
+                    checkpointer.checkpoint(records[-1])
+                    outcomes.append("accepted")
+                except CheckpointError:
+                    outcomes.append("refused")
+
+            asyncio.get_running_loop().call_soon(late)
+
+    for _ in range(50):
+        ProcessorHarness(Schedules()).process(make_records(b"a"))
+    deadline = threading.Event()
+    while len(outcomes) < 50 and not deadline.wait(0.01):
+        pass
+    assert outcomes == ["refused"] * 50
+
+
+class Decorated(BaseRecordProcessor):
+    """A method the worker cannot tell is async: a plain decorator around `async def`."""
+
+    @staticmethod
+    def wrap(method: Any) -> Any:
+        def plain(*args: Any) -> Any:
+            return method(*args)
+
+        return plain
+
+    async def _process(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+
+    async def _ended(self, checkpointer: Checkpointer) -> None:
+        checkpointer.checkpoint()
+
+    process_records = wrap(_process)
+    shard_ended = wrap(_ended)
+
+
+def test_an_awaitable_nothing_awaits_fails_its_call_and_is_never_done() -> None:
+    assert not awaiting.is_async(Decorated.process_records)
+    harness = ProcessorHarness(Decorated())
+    records = make_records(b"a", b"b")
+    with pytest.raises(NotAwaitedError, match="process_records returned a coroutine"):
+        harness.process(records)
+    delivery = ProcessorHarness(Decorated(), policy={"retries": 1}).deliver(records)
+    assert delivery.done == []
+    assert delivery.checkpoints == []
+    assert delivery.blocked is not None
+    assert "NotAwaitedError" in delivery.blocked
+    with pytest.raises(NotAwaitedError, match="shard_ended"):
+        harness.end_shard()
+    assert "SHARD_END" not in harness.checkpoints, "no flush, no SHARD_END"
+
+
+def test_an_async_callable_object_or_a_wrapped_function_is_awaited() -> None:
+    seen: list[bytes] = []
+
+    class Handler:
+        async def __call__(self, records: list[Record]) -> None:
+            seen.extend(r.data for r in records)
+
+    assert ProcessorHarness(Handler()).process(make_records(b"a")) == []
+    assert ProcessorHarness(lambda records: Handler()(records)).process(make_records(b"b")) == []
+    assert seen == [b"a", b"b"]
+
+
+def test_an_async_processors_own_attributes_are_the_workers_to_read() -> None:
+    harness = ProcessorHarness(AsyncPages())
+    assert getattr(harness.processor, "wants_empty_batches", False)
+    assert harness.processor.seen is AsyncPages.seen  # type: ignore[attr-defined]
 
 
 def test_a_sync_processor_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:

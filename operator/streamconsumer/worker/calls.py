@@ -9,10 +9,15 @@ turns). For the ShardMachine it stays one call: hand-offs, drains, the timeout a
 failure policy wait for or cover every group. The worker then checkpoints the low
 watermark itself (`lanes.watermark`); a group's own checkpoints may name only its own
 records and move nothing, since they cannot know what the other groups have done
-(docs/design.md#per-key-parallelism)."""
+(docs/design.md#per-key-parallelism).
+
+Each of those calls is timed on its own (`onFailure.timeoutSeconds` is per call), and
+none begins once the shard is lost or fenced, or, with one group, handed off: the
+Deliver then ends early, `Interrupted` (`ShardMachine.part_begins`)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,12 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from streamconsumer.processor import (
     Checkpointer,
     CheckpointError,
+    ProcessorExited,
     ProcessorFactory,
     Progress,
     Record,
     RecordProcessor,
     ShardInfo,
     first_failed,
+    refuse_awaitable,
 )
 from streamconsumer.worker import lanes
 from streamconsumer.worker.shard import (
@@ -66,6 +73,44 @@ class PartlyFailed(Exception):
         )
 
 
+class Interrupted(Exception):
+    """A Deliver's calls stopped short, none failing: the shard is lost, fenced or handed
+    off (`ShardMachine.interrupted`). The first `done` records are done, and those at the
+    positions `ahead`."""
+
+    def __init__(self, records: Sequence[Record], done: int, ahead: frozenset[tuple[int, int]]):
+        super().__init__(
+            f"{len(records) - done - len(ahead)} of {len(records)} records left for later: "
+            "the shard is stopping"
+        )
+        self.done = done
+        self.ahead = ahead
+
+
+class MachineParts:
+    """How a driver tells the ShardMachine about each process_records call of a Deliver
+    (`part_begins`, `part_ended`), under the driver's lock and on its clock: the
+    runtime's lock and monotonic time, the simulation's turn and simulated time."""
+
+    def __init__(
+        self,
+        machine: ShardMachine,
+        clock: Callable[[], float],
+        lock: contextlib.AbstractContextManager[object] | None = None,
+    ) -> None:
+        self._machine = machine
+        self._clock = clock
+        self._lock = lock if lock is not None else contextlib.nullcontext()
+
+    def begin(self, group: int) -> bool:
+        with self._lock:
+            return self._machine.part_begins(group, self._clock())
+
+    def end(self, group: int) -> None:
+        with self._lock:
+            self._machine.part_ended(group, self._clock())
+
+
 GroupCall = Callable[[], int]  # one group's calls: how many of its records are done
 
 
@@ -90,6 +135,8 @@ def in_turn(calls: Sequence[GroupCall]) -> list[int | Exception]:
             outcomes.append(call())
         except Exception as error:
             outcomes.append(error)
+        except BaseException as exit_:  # kept: the other groups are still waited for
+            outcomes.append(ProcessorExited(f"the processor raised {type(exit_).__name__}"))
     return outcomes
 
 
@@ -136,46 +183,73 @@ def call_processor(
     processor: RecordProcessor | None,
     factory: ProcessorFactory,
     fanout: Fanout = in_turn,
+    parts: MachineParts | None = None,
 ) -> RecordProcessor:
     """Makes `call` on the shard's processor (Initialize creates it first) and returns the
     processor; raises what the processor raised, PartlyFailed when process_records reports
-    failed records, and BatchResultError when what it returned is not a batch result.
-    `fanout` runs the groups of a Deliver under a parallelism above 1."""
+    failed records, BatchResultError when what it returned is not a batch result, and
+    Interrupted when a Deliver's calls stopped short. `fanout` runs the groups of a
+    Deliver under a parallelism above 1; `parts` times their calls (None: the machine,
+    unlocked, on the clock of the call's start: a driver without threads or time)."""
+    try:
+        return _call(call, machine, processor, factory, fanout, parts)
+    except Exception:
+        raise
+    except BaseException as exit_:  # (not the worker's: it is the processor's)
+        raise ProcessorExited(f"the processor raised {type(exit_).__name__}") from exit_
+
+
+def _call(
+    call: ProcessorCall,
+    machine: ShardMachine,
+    processor: RecordProcessor | None,
+    factory: ProcessorFactory,
+    fanout: Fanout,
+    parts: MachineParts | None,
+) -> RecordProcessor:
     if isinstance(call, Initialize):
         processor = factory()
         assignment = machine.assignment
-        processor.initialize(
-            ShardInfo(machine.shard_id, assignment.start.sequence_number, tuple(assignment.parents))
+        shard = ShardInfo(
+            machine.shard_id, assignment.start.sequence_number, tuple(assignment.parents)
         )
+        refuse_awaitable(processor.initialize(shard), "initialize")  # type: ignore[func-returns-value]
         return processor
     assert processor is not None, "initialize comes first"
     checkpointer = machine.checkpointer
     in_groups = machine.parallelism > 1 or machine.batch_size is not None
     if isinstance(call, Deliver) and in_groups and call.batch.records:
-        _deliver_in_groups(call, machine, processor, fanout)
+        started = machine.call_started or 0.0
+        _deliver_in_groups(
+            call, machine, processor, fanout, parts or MachineParts(machine, lambda: started)
+        )
     elif isinstance(call, Deliver):
         records = call.batch.records  # the user gets a copy: what it does to it is its own
         done = first_failed(records, processor.process_records(list(records), checkpointer))
         if done < len(records):
             raise PartlyFailed(records, done)
     elif isinstance(call, EndShard):
-        processor.shard_ended(checkpointer)
+        refuse_awaitable(processor.shard_ended(checkpointer), "shard_ended")  # type: ignore[func-returns-value]
     elif isinstance(call, Shutdown):
-        processor.shutdown_requested(checkpointer)
+        refuse_awaitable(processor.shutdown_requested(checkpointer), "shutdown_requested")  # type: ignore[func-returns-value]
     elif isinstance(call, LoseLease):
-        processor.lease_lost()
+        refuse_awaitable(processor.lease_lost(), "lease_lost")  # type: ignore[func-returns-value]
     else:
         raise TypeError(f"not a processor call: {call!r}")
     return processor
 
 
 def _deliver_in_groups(
-    call: Deliver, machine: ShardMachine, processor: RecordProcessor, fanout: Fanout
+    call: Deliver,
+    machine: ShardMachine,
+    processor: RecordProcessor,
+    fanout: Fanout,
+    parts: MachineParts,
 ) -> None:
     """The records not done yet, in groups by key, each one process_records call run by
     `fanout`; then the checkpoint at the low watermark. When no record is done raises the
     first group's error, if one raised; else PartlyFailed, with the records done beyond
-    the watermark."""
+    the watermark; Interrupted when calls were not made and none failed."""
     records = call.batch.records
     done = {i for i, record in enumerate(records) if record.position in call.done}
     todo = [i for i in range(len(records)) if i not in done]
@@ -185,12 +259,17 @@ def _deliver_in_groups(
     ]
 
     size = machine.batch_size or len(records)
+    cut_short: set[int] = set()  # the groups whose next call was not made
 
-    def run(group: list[int]) -> int:
-        """The group's records in calls of at most `size`, in order, until one fails."""
+    def run(index: int, group: list[int]) -> int:
+        """The group's records in calls of at most `size`, in order, until one fails or
+        the machine says no more."""
         mine = [records[i] for i in group]
         finished = 0
         for start in range(0, len(mine), size):
+            if not parts.begin(index):
+                cut_short.add(index)
+                break
             part = mine[start : start + size]
             checkpointer = GroupCheckpointer(machine.progress, part)
             try:
@@ -199,12 +278,14 @@ def _deliver_in_groups(
                 if finished:
                     raise Stopped(finished, error) from error
                 raise
+            finally:
+                parts.end(index)
             finished += did
             if did < len(part):
                 break
         return finished
 
-    outcomes = fanout([functools.partial(run, group) for group in groups])
+    outcomes = fanout([functools.partial(run, i, group) for i, group in enumerate(groups)])
     errors: list[Exception] = []
     for group, outcome in zip(groups, outcomes, strict=True):
         if isinstance(outcome, Stopped):
@@ -222,4 +303,10 @@ def _deliver_in_groups(
     if not done and errors:
         raise errors[0]  # nothing done: as a call that raised
     ahead = frozenset(records[i].position for i in done if i >= low)
+    failed = errors or any(
+        outcome != len(group) and i not in cut_short
+        for i, (group, outcome) in enumerate(zip(groups, outcomes, strict=True))
+    )
+    if not failed:
+        raise Interrupted(records, low, ahead)
     raise PartlyFailed(records, low, ahead, errors[0] if errors else None)

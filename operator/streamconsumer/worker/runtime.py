@@ -20,7 +20,15 @@ from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, Record, RecordProcessor
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
-from streamconsumer.worker.calls import Fanout, PartlyFailed, call_processor, in_turn, threaded
+from streamconsumer.worker.calls import (
+    Fanout,
+    Interrupted,
+    MachineParts,
+    PartlyFailed,
+    call_processor,
+    in_turn,
+    threaded,
+)
 from streamconsumer.worker.client import (
     OperatorClient,
     OperatorRefused,
@@ -257,6 +265,7 @@ class Worker:
     ) -> None:
         processor: RecordProcessor | None = None
         shard = machine.shard_id
+        parts = MachineParts(machine, time.monotonic, changed)
         while True:
             with changed:
                 # Whatever the last step changed (a batch done, taken, or retried) may
@@ -294,11 +303,19 @@ class Worker:
                 continue
             started = time.perf_counter()
             try:
-                processor = call_processor(step, machine, processor, self._factory, fanout)
+                processor = call_processor(step, machine, processor, self._factory, fanout, parts)
                 if isinstance(step, Deliver):
                     metrics.batch_processed(
                         shard, _newly_done(step, len(step.batch.records)), started
                     )
+            except Interrupted as cut:
+                assert isinstance(step, Deliver)
+                done = _newly_done(step, cut.done, cut.ahead)
+                metrics.batch_processed(shard, done, started)
+                log.info("%s: %s", shard, cut)
+                with changed:
+                    machine.interrupted(cut.done, cut.ahead)
+                continue
             except PartlyFailed as partly:
                 assert isinstance(step, Deliver)
                 done = _newly_done(step, partly.done, partly.ahead)

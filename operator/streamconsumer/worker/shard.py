@@ -222,6 +222,11 @@ class ShardMachine:
         self._stop: Stop | None = None
         self._call: Call | None = None
         self._call_started: float | None = None
+        # A Deliver made of several process_records calls (calls.py: groups, parts in turn
+        # under batchSize) is timed per call: when each group's running call began, and
+        # when the last began or ended (the clock between a group's calls).
+        self._parts: dict[int, float] = {}
+        self._part_event: float | None = None
         self._in_flight: CheckpointRequest | None = None
         self._final: CheckpointRequest | None = None  # the release or SHARD_END to store
         self._initialized = False
@@ -269,22 +274,49 @@ class ShardMachine:
 
     @property
     def call_started(self) -> float | None:
-        """When the call in flight began; None when there is none."""
-        return self._call_started
+        """When the call in flight began; None when there is none. Of a Deliver made of
+        several process_records calls, when the oldest of those running began: the
+        timeout is each call's, not the whole read's."""
+        if self._parts:
+            return min(self._parts.values())
+        return self._part_event if self._part_event is not None else self._call_started
 
     def hung(self, now: float) -> bool:
         """Has the call in flight run past the policy's timeout?"""
-        started = self._call_started
+        started = self.call_started
         return started is not None and now - started >= self._policy.timeout_seconds
 
     def hung_call(self, now: float) -> str:
         """What a hung call is, for Degraded and the worker's log."""
+        started = self.call_started
         assert self._call is not None
-        assert self._call_started is not None
+        assert started is not None
         return (
             f"{CALL_NAMES[type(self._call)]} has not returned after "
-            f"{now - self._call_started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
+            f"{now - started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
         )
+
+    def part_begins(self, group: int, now: float) -> bool:
+        """A process_records call of the Deliver in flight is about to begin: one of a
+        group's calls in turn (processor.batchSize), or a group's first (parallelism).
+        False when it must not: the shard is lost or fenced, or handed off with one
+        group (the calls done so far are a prefix of the batch, so the release at the
+        checkpoint replays nothing; with groups at once it would replay the records the
+        others did, so a hand-off waits for them). The Deliver then ends `interrupted`."""
+        handing_off = self._stop is Stop.HANDOFF and self.parallelism == 1
+        if self._stop is Stop.LOST or handing_off or now >= self._deadline:
+            return False
+        self._parts[group] = self._part_event = now
+        return True
+
+    def part_ended(self, group: int, now: float) -> None:
+        self._parts.pop(group, None)
+        self._part_event = now
+
+    def _end_call(self) -> Call | None:
+        call, self._call, self._call_started = self._call, None, None
+        self._parts, self._part_event = {}, None
+        return call
 
     def wants_read(self) -> bool:
         return (
@@ -330,7 +362,7 @@ class ShardMachine:
     def held(self, now: float) -> HeldShard:
         done = self.progress.done
         failing = None
-        started = self._call_started
+        started = self.call_started
         if started is not None and self.hung(now):
             failing = Failing(
                 attempts=self._call_failures + 1,
@@ -623,7 +655,7 @@ class ShardMachine:
 
     def returned(self, now: float) -> None:
         """The processor call from the last step returned."""
-        call, self._call, self._call_started = self._call, None, None
+        call = self._end_call()
         if isinstance(call, Skip):
             self._pass_over(call.batch, "skip")
             return
@@ -646,7 +678,7 @@ class ShardMachine:
     def raised(self, now: float, error: str = "", wall: float | None = None) -> None:
         """The call from the last step raised `error`: nothing it did counts. `wall`: the
         time (seconds since the epoch) for the records' age (maxRecordAgeSeconds)."""
-        call, self._call, self._call_started = self._call, None, None
+        call = self._end_call()
         if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
             self._error = f"{call.error} (dead-letter target: {error})"
             self._retry_call_at = now + self._retry.delay(self._dead_letter_failures)
@@ -680,7 +712,7 @@ class ShardMachine:
         assert isinstance(call, Deliver), "only process_records reports failed records"
         records = call.batch.records
         assert 0 <= done < len(records), f"{done} records done of {len(records)}"
-        self._call, self._call_started = None, None
+        self._end_call()
         try:
             self.progress.partly_returned(records[done - 1] if done else None)
         except CheckpointError as refused:
@@ -693,6 +725,22 @@ class ShardMachine:
             self._batches[0] = replace(self._batches[0], records=records[done:])
             self._recovered()
         self._failed(now, error, wall)
+
+    def interrupted(self, done: int, ahead: frozenset[tuple[int, int]] = frozenset()) -> None:
+        """The Deliver call from the last step stopped short, as `part_begins` said: its
+        batch's first `done` records are done, and those at the positions `ahead`; the
+        rest are the head batch again, not failed. What comes next is the hand-off, the
+        loss, or once the fence is renewed, the rest of the batch."""
+        call = self._call
+        assert isinstance(call, Deliver), "only a Deliver's calls are cut short"
+        records = call.batch.records
+        assert 0 <= done < len(records), f"{done} records done of {len(records)}"
+        self._end_call()
+        # (Its calls' checkpoints store nothing: the one asked for is the watermark.)
+        self.progress.partly_returned(records[done - 1] if done else None)
+        self._done_ahead |= ahead
+        if done:
+            self._batches[0] = replace(self._batches[0], records=records[done:])
 
     def _failed(self, now: float, error: str, wall: float | None = None) -> None:
         self._retry_call_at = now + self._retry.delay(self._call_failures)
@@ -722,7 +770,7 @@ class ShardMachine:
         """The DeadLetter call found a letter its target can never hold (`reason` names
         the record): the batch blocks the shard as under `block`, reported and retried
         by the processor until it returns, or a hand-off or loss comes."""
-        call, self._call, self._call_started = self._call, None, None
+        call = self._end_call()
         assert isinstance(call, DeadLetter), "only a dead-letter write is refused so"
         self._unwritable = reason
         self._unwritable_in = frozenset(r.position for r in call.batch.records)
