@@ -178,3 +178,105 @@ def test_a_base_exception_fails_its_call_and_the_other_groups_are_waited_for() -
         drive.run(until=5)
     assert sorted(calls) == ["k0", "k0", "k1"], "k0 retried; k1's call not made twice"
     assert drive.stored()[-1] == "2"
+
+
+# --- found by a helper's review of the above, each failing before its fix ---------------
+
+
+def test_the_rest_of_an_interrupted_batch_has_not_failed_yet() -> None:
+    """[1,2] fails once, then returns as the fence closes before [3]: after the renewal
+    [3] is delivered, not skipped with [1,2]'s failure (retryForSeconds 5, then skip)."""
+    processor, drive = driven(
+        fence=10.0, policy=FailurePolicy(retries=100, retry_for_seconds=5, then="skip")
+    )
+
+    def once_then_fence(number: int, drive: Drive) -> None:
+        if number == 1:
+            raise RuntimeError("transient")
+        if number == 2:
+            drive.now = 10.0
+
+    processor.during = once_then_fence
+    drive.machine.read(batch(1, 2, 3))
+    drive.run(until=10.5)
+    assert drive.machine.held(drive.now).failing is None
+    drive.machine.renew(1000.0)
+    drive.now = 20.0
+    drive.run(until=30)
+    assert processor.calls == [["1", "2"], ["1", "2"], ["3"]]
+    assert drive.skipped == []
+    assert drive.stored()[-1] == "3"
+
+
+def test_a_hand_off_never_cuts_a_kpl_aggregate() -> None:
+    """A release inside an aggregate is at the record before it (checkpoint_sequence), so
+    the next owner would do its parts again: a hand-off stops after a whole record only."""
+    aggregate = [
+        Record(
+            b"d", "k", "100", sub_sequence_number=i, checkpoint_sequence="100" if i == 3 else "50"
+        )
+        for i in range(4)
+    ]
+    records = [
+        Record(b"d", "k", "50", checkpoint_sequence="50"),
+        *aggregate,
+        Record(b"d", "k", "200", checkpoint_sequence="200"),
+        Record(b"d", "k", "300", checkpoint_sequence="300"),
+        Record(b"d", "k", "400", checkpoint_sequence="400"),
+    ]
+    processor, drive = driven()
+    processor.during = lambda number, drive: (
+        drive.machine.revoke(Stop.HANDOFF) if number == 1 else None
+    )
+    drive.machine.read(type(batch())(records, millis_behind_latest=0))
+    drive.run(until=5)
+    assert processor.calls == [["50", "100"], ["100", "100"], ["100", "200"]], "whole"
+    assert drive.sent[-1].release
+    assert drive.sent[-1].sequence_number == "200"
+
+
+def test_a_fence_passed_between_calls_is_no_call_outliving_it() -> None:
+    """The watchdog wakes at the fence; if no call runs then (the next one will not
+    begin), the worker is not ended for a call past its fence."""
+    from streamconsumer.worker.core import WorkerCore
+
+    processor, drive = driven(fence=10.0)
+    core = WorkerCore("w", prefetch=10)
+    core.machines["s"] = drive.machine
+    verdicts: list[str | None] = []
+
+    def between_calls(number: int, drive: Drive) -> None:
+        drive.now = 9.999
+
+    processor.during = between_calls
+    original = drive.machine.part_ended
+
+    def ended(group: int, now: float) -> None:
+        original(group, now)
+        core.watch(10.0)  # the watchdog, at the fence, before the next call is refused
+        verdicts.append(core.overran)
+        drive.now = 10.0  # (the thread's own work between calls crosses the fence)
+
+    drive.machine.part_ended = ended  # type: ignore[method-assign]
+    drive.machine.read(batch(1, 2, 3, 4))
+    drive.run(until=0.5)
+    assert processor.calls == [["1", "2"]]
+    assert verdicts == [None]
+
+
+def test_a_base_exception_in_a_later_call_keeps_the_earlier_calls_done() -> None:
+    class Exits(BaseRecordProcessor):
+        def __init__(self) -> None:
+            self.calls: list[list[str]] = []
+
+        def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+            self.calls.append([r.sequence_number for r in records])
+            if len(self.calls) == 2:
+                raise SystemExit(3)
+
+    processor = Exits()
+    drive = Drive(processor, batch_size=2)
+    drive.machine.read(batch(1, 2, 3, 4))
+    drive.run(until=5)
+    assert processor.calls == [["1", "2"], ["3", "4"], ["3", "4"]]
+    assert drive.stored() == ["2", "4"]

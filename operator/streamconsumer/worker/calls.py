@@ -102,9 +102,9 @@ class MachineParts:
         self._clock = clock
         self._lock = lock if lock is not None else contextlib.nullcontext()
 
-    def begin(self, group: int) -> bool:
+    def begin(self, group: int, whole: bool = True) -> bool:
         with self._lock:
-            return self._machine.part_begins(group, self._clock())
+            return self._machine.part_begins(group, self._clock(), whole)
 
     def end(self, group: int) -> None:
         with self._lock:
@@ -267,7 +267,15 @@ def _deliver_in_groups(
         mine = [records[i] for i in group]
         finished = 0
         for start in range(0, len(mine), size):
-            if not parts.begin(index):
+            # A hand-off may stop only after a whole record: a release inside a KPL
+            # aggregate would replay its parts done (checkpoint_sequence is the one before).
+            last = mine[start - 1] if start else None
+            whole = (
+                last is None
+                or last.sub_sequence_number is None
+                or (last.checkpoint_sequence == last.sequence_number)
+            )
+            if not parts.begin(index, whole):
                 cut_short.add(index)
                 break
             part = mine[start : start + size]
@@ -278,6 +286,11 @@ def _deliver_in_groups(
                 if finished:
                     raise Stopped(finished, error) from error
                 raise
+            except BaseException as exit_:  # earlier calls' records stay done, as above
+                exited = ProcessorExited(f"the processor raised {type(exit_).__name__}")
+                if finished:
+                    raise Stopped(finished, exited) from exit_
+                raise exited from exit_
             finally:
                 parts.end(index)
             finished += did

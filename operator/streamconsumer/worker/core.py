@@ -222,14 +222,15 @@ class WorkerCore:
             name = CALL_NAMES[type(call)]
             check = float("inf")
             if not isinstance(call, LoseLease):
-                if now >= machine.fence_deadline:
+                if now >= machine.fence_deadline and not machine.between_parts:
                     self.overran = (
                         f"{machine.shard_id}: {name} was still running when the shard's "
                         "lease ran out (no heartbeat was answered in time); exiting at once, "
                         "so that no other worker processes the shard at the same time"
                     )
                     return None
-                check = machine.fence_deadline
+                # (Past it between calls: none begins, and none runs to outlive it.)
+                check = machine.fence_deadline if now < machine.fence_deadline else check
             if machine.hung(now):
                 if self.hung is None:
                     self.hung = (

@@ -296,18 +296,24 @@ class ShardMachine:
             f"{now - started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
         )
 
-    def part_begins(self, group: int, now: float) -> bool:
+    def part_begins(self, group: int, now: float, whole: bool = True) -> bool:
         """A process_records call of the Deliver in flight is about to begin: one of a
         group's calls in turn (processor.batchSize), or a group's first (parallelism).
         False when it must not: the shard is lost or fenced, or handed off with one
         group (the calls done so far are a prefix of the batch, so the release at the
         checkpoint replays nothing; with groups at once it would replay the records the
         others did, so a hand-off waits for them). The Deliver then ends `interrupted`."""
-        handing_off = self._stop is Stop.HANDOFF and self.parallelism == 1
+        handing_off = self._stop is Stop.HANDOFF and self.parallelism == 1 and whole
         if self._stop is Stop.LOST or handing_off or now >= self._deadline:
             return False
         self._parts[group] = self._part_event = now
         return True
+
+    @property
+    def between_parts(self) -> bool:
+        """A Deliver made of several calls, none of them running now: only the driver's
+        own code runs (no call begins once fenced), so its fence does not end the process."""
+        return self._part_event is not None and not self._parts
 
     def part_ended(self, group: int, now: float) -> None:
         self._parts.pop(group, None)
@@ -736,11 +742,15 @@ class ShardMachine:
         records = call.batch.records
         assert 0 <= done < len(records), f"{done} records done of {len(records)}"
         self._end_call()
-        # (Its calls' checkpoints store nothing: the one asked for is the watermark.)
-        self.progress.partly_returned(records[done - 1] if done else None)
+        try:  # (its calls' checkpoints store nothing: the one asked for is the watermark)
+            self.progress.partly_returned(records[done - 1] if done else None)
+        except CheckpointError:  # never past the watermark; if it were, nothing counts
+            self.progress.raised()
+            return
         self._done_ahead |= ahead
-        if done:
+        if done:  # progress: the rest never failed (as partly_failed: its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
+            self._recovered()
 
     def _failed(self, now: float, error: str, wall: float | None = None) -> None:
         self._retry_call_at = now + self._retry.delay(self._call_failures)
