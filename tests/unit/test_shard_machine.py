@@ -317,3 +317,27 @@ def test_reads_keep_to_the_shards_budget() -> None:
     assert machine.read_allowed_at() == 10.5
     machine.read(batch(1))
     assert machine.wants_read(), "room in the buffer: the budget alone says when"
+
+
+def test_a_sigterm_while_the_main_thread_holds_the_workers_lock_still_drains() -> None:
+    """The SIGTERM handler runs between two bytecodes of the main thread, which may then
+    hold the worker's lock (run() and the heartbeat take it); before, the handler took
+    it too and the worker hung for ever. The lock is held here as run() would hold it."""
+    Recorder.seen = []
+    source = ListSource()
+    operator = InProcessOperator(source.list_shards())
+    worker = Worker(worker_config(drain_seconds=10), operator, source, Recorder)  # type: ignore[arg-type]
+    handled = threading.Event()
+
+    def handler() -> None:
+        with worker._lock:  # where the main thread would be
+            worker.drain()
+        handled.set()
+
+    thread = threading.Thread(target=handler, daemon=True)
+    thread.start()
+    assert handled.wait(5), "the handler waited for a lock its own thread holds"
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    runner.join(15)
+    assert not runner.is_alive(), "the worker did not drain from the moment noted"

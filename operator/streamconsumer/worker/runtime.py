@@ -94,6 +94,7 @@ class Worker:
         self._wake = threading.Event()
         self._calls_changed = threading.Event()  # wakes the watchdog: a call began
         self._threads: list[threading.Thread] = []
+        self._drain_asked_at: float | None = None  # SIGTERM's moment, until run() drains
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -104,7 +105,9 @@ class Worker:
         watchdog = threading.Thread(target=self._watch, name="watchdog", daemon=True)
         watchdog.start()
         while True:
+            self._drain_if_asked()
             self._heartbeat()
+            self._drain_if_asked()
             with self._lock:
                 done, interval = self.core.done(time.monotonic()), self.core.interval
                 if self.core.draining and self.core.machines:
@@ -148,10 +151,18 @@ class Worker:
             self._calls_changed.clear()
 
     def drain(self, *_: object) -> None:
-        """Begin a graceful shutdown (the SIGTERM handler)."""
-        with self._lock:
-            self.core.drain(time.monotonic())
+        """Begin a graceful shutdown (the SIGTERM handler). A handler runs between two
+        bytecodes of the main thread, which may hold `_lock` right then (run() and the
+        heartbeat take it): it only notes the moment, and run() drains from it."""
+        if self._drain_asked_at is None:
+            self._drain_asked_at = time.monotonic()
         self._wake.set()
+
+    def _drain_if_asked(self) -> None:
+        asked = self._drain_asked_at
+        if asked is not None:
+            with self._lock:
+                self.core.drain(asked)  # (a no-op once draining)
 
     # --- heartbeats --------------------------------------------------------------------
 
