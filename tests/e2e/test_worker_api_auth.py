@@ -109,6 +109,16 @@ def test_forged_and_malformed_calls_are_refused(scenario: Scenario) -> None:
             403,
         ),
         "speaks for another worker": (checkpoint(pod_token, worker="someone-else"), 403),
+        "speaks for another pod's process": (
+            checkpoint(pod_token, worker="someone-else#0"),
+            403,
+        ),
+        "speaks for a process of the real worker's pod": (
+            checkpoint(intruder_token, worker=f"{worker}#0"),
+            403,
+        ),
+        # Its own process (processor.processes) may speak; this one holds no lease.
+        "a process of its own pod": (checkpoint(pod_token, worker=f"{worker}#0"), 409),
         "a pod that is not one of the workers": (
             checkpoint(intruder_token, worker="intruder"),
             403,

@@ -226,16 +226,18 @@ class LocalKubelet:
         )
 
     def _terminate(self, pod: RunningPod, grace: float | None = None) -> None:
+        """As a container runtime stops a container: SIGTERM to its main process alone
+        (what else runs is the main process' to stop: a supervisor of worker processes
+        passes it on), then SIGKILL to whatever is left once it ends or the grace is over."""
         pod.stopping = True
         if pod.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(pod.process.pid, signal.SIGTERM)
-            try:
+                pod.process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 pod.process.wait(pod.grace if grace is None else grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pod.process.pid, signal.SIGKILL)
-                pod.process.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pod.process.pid, signal.SIGKILL)
+        pod.process.wait()
         # The process is gone: the Pod object may go too (a no-op unless it was deleted).
         self._finish_deletion(pod.name)
 

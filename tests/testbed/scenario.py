@@ -50,6 +50,7 @@ class SpecOptions(TypedDict, total=False):
     filter: dict[str, Any] | None  # processor.filter
     stuck_shard_seconds: float  # the spec's default (the stuck-shard watchdog)
     max_reads_per_second: float  # the spec's default (reading.maxReadsPerSecond)
+    processes: int  # 1 (processor.processes)
 
 
 class Scenario:
@@ -125,6 +126,7 @@ class Scenario:
                     ],
                     **({"onFailure": on_failure} if on_failure else {}),
                     **({"filter": options["filter"]} if options.get("filter") else {}),
+                    **({"processes": options["processes"]} if "processes" in options else {}),
                 },
                 "replicas": replicas,
                 "initialPosition": options.get("initial_position", "TRIM_HORIZON"),

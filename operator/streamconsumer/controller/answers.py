@@ -37,6 +37,7 @@ from streamconsumer.models.api import (
     WIRE_VERSION_HEADER,
     checkpoint_hold_seconds,
     heartbeat_body_limit,
+    worker_process,
 )
 from streamconsumer.models.api import wire_version as read_wire_version
 from streamconsumer.models.base import WireModel
@@ -219,7 +220,7 @@ class Route(Generic[Message]):
         except ValidationError as invalid:
             return error(400, _validation_message(invalid))
         worker = getattr(message, "worker", None)
-        if caller.pod_name is None or caller.pod_name != worker:
+        if caller.pod_name is None or not speaks_for(caller.pod_name, worker, consumer):
             account = f"{caller.namespace}/{caller.service_account}"
             return error(
                 403,
@@ -227,6 +228,23 @@ class Route(Generic[Message]):
                 refusal=Refusal(OTHER_WORKER, account, caller.pod_name, worker),
             )
         return self.handle(consumer, message, now)
+
+
+def speaks_for(pod: str, worker: str | None, consumer: ManagedConsumer) -> bool:
+    """Whether a pod's token speaks for `worker`: the pod itself (a worker of any release),
+    or one of the processes the spec gives each pod (`pod#0`...), or one of its processes
+    the operator knows already (a rollout to fewer processes: the old pod's hand off)."""
+    if worker is None:
+        return False
+    of, index = worker_process(worker)
+    if of != pod:
+        return False
+    coordinator = consumer.coordinator
+    return (
+        index is None
+        or index < coordinator.spec.processor.processes
+        or worker in coordinator.workers
+    )
 
 
 def too_large(limit: int) -> Reply:

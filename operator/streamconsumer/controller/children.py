@@ -131,6 +131,7 @@ def deployment(
             "filter": spec.processor.filter,
             "parallelism": spec.processor.parallelism,
             "batch_size": spec.processor.batch_size,
+            "processes": spec.processor.processes,
         }
     )
     # The worker's own settings come last: of two entries of one name the last wins,

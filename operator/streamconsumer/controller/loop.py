@@ -13,6 +13,7 @@ on a table that a late write from an older term may still replace."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -326,9 +327,11 @@ class ConsumerLoop:
         if self.autoscaler is None or not coordinator.shards_known or stopped:
             return None  # paused: the backlog grows by design, workers stay as they are
         lag = max(self.coordinator.lag_millis().values(), default=0) / 1000
-        decided = self.autoscaler.decide(
-            now, self.coordinator.spec.autoscaling, lag, len(self.coordinator.assignable())
+        # It counts pods; each runs processor.processes workers, each with shards of its own.
+        pods_with_work = math.ceil(
+            len(self.coordinator.assignable()) / coordinator.spec.processor.processes
         )
+        decided = self.autoscaler.decide(now, coordinator.spec.autoscaling, lag, pods_with_work)
         return None if decided is None else (decided[0], decided[1], lag)
 
     def scaled(self, before: int, after: int, lag: float, now: float) -> None:

@@ -103,6 +103,30 @@ def report_text(value: object) -> object:
 
 ReportText = Annotated[str, BeforeValidator(report_text)]
 WorkerName = Annotated[str, Field(min_length=1, max_length=253)]
+PROCESS_SEPARATOR = "#"
+"""Between a pod's name and a process' index in a worker name (`pod#1`): no pod's name
+holds it (DNS-1123), so a process' name is never another pod's."""
+_PROCESS_WORKER = re.compile(rf"(.+){PROCESS_SEPARATOR}(0|[1-9][0-9]{{0,2}})")
+
+
+def process_worker(pod: str, index: int) -> str:
+    """The worker name of process `index` of a pod running processor.processes of them."""
+    return f"{pod}{PROCESS_SEPARATOR}{index}"
+
+
+def worker_process(worker: str) -> tuple[str, int | None]:
+    """The pod a worker name is of, and the process' index (None: the pod's one worker).
+    One spelling per process: `pod#07` is no process' name."""
+    match = _PROCESS_WORKER.fullmatch(worker)
+    return (match.group(1), int(match.group(2))) if match else (worker, None)
+
+
+def worker_pod(worker: str) -> str:
+    """The pod a worker name speaks for: the pod itself, or the pod of one of its
+    processes (docs/parallelism.md#processes)."""
+    return worker_process(worker)[0]
+
+
 ShardId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
 """Kinesis and DynamoDB Streams shard ids: letters, digits, `_.:-`, up to 128."""
 Epoch = Annotated[int, Field(ge=1, le=MAX_WIRE_INT)]

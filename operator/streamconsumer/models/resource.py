@@ -202,6 +202,7 @@ class LogLevel(StrEnum):
 
 MAX_PARALLELISM = 100  # process_records calls of one shard in flight at most
 MAX_BATCH_SIZE = 10_000  # records of one process_records call at most (GetRecords' limit)
+MAX_PROCESSES = 64  # worker processes of one pod at most
 
 
 class Processor(Model):
@@ -294,6 +295,17 @@ class Processor(Model):
         "(processor.parallelism of them at once); the worker checkpoints up to the first "
         "record not yet done. A batching processor (Spark) takes whole reads. Needs workers of "
         "0.2.0 or later (docs/parallelism.md).",
+        json_schema_extra=added_since("0.2.0"),
+    )
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PROCESSES,
+        description="Worker processes in each pod, for a processor that is CPU-bound (one "
+        "core each; give the pod the resources). Each process is a worker of its own, named "
+        "`<pod>#<index>`, with its own shards (leases.maxPerWorker counts per process); the "
+        "lag autoscaler counts pods. Needs workers of 0.2.0 or later: an older worker runs "
+        "one process (docs/parallelism.md#processes).",
         json_schema_extra=added_since("0.2.0"),
     )
 

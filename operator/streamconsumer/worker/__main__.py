@@ -14,6 +14,7 @@ from streamconsumer.processor import load_processor, warm_up
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig
+from streamconsumer.worker.processes import supervise
 from streamconsumer.worker.runtime import EXIT_CALL_STUCK, Worker
 from streamconsumer.worker.source import worker_source
 
@@ -40,7 +41,9 @@ def main() -> None:
     configure_logging(worker_level, "WARNING")  # until the settings are read
     config = WorkerConfig.from_env()
     configure_logging(worker_level, config.processor_log_level)
-    metrics.serve(config.metrics_port)
+    if config.processes > 1:  # a supervisor over that many workers of one process each
+        sys.exit(supervise(config))
+    metrics.serve(config.metrics_port, config.metrics_address)
     try:
         factory = load_processor(config.entrypoint)
     except ValueError as error:

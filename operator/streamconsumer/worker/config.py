@@ -12,6 +12,7 @@ from streamconsumer.models.record_filter import RecordFilter
 from streamconsumer.models.resource import (
     MAX_BATCH_SIZE,
     MAX_PARALLELISM,
+    MAX_PROCESSES,
     MAX_READS_PER_SECOND,
     KinesisConsumer,
     LogLevel,
@@ -52,6 +53,9 @@ class WorkerConfig(BaseSettings):
         default=MAX_READS_PER_SECOND, gt=0, json_schema_extra=added_since("0.2.0")
     )
     metrics_port: int | None = Field(default=None, ge=0, le=65535)  # None or 0: no metrics
+    # A process of several serves its metrics on localhost only: the pod's port serves
+    # them all (worker/processes.py).
+    metrics_address: str = Field(default="0.0.0.0", json_schema_extra=added_since("0.2.0"))
     # SIGTERM: hand every shard off within this (the pod's grace period, less a margin).
     drain_seconds: float = Field(default=25.0, gt=0)
     # Exit (non-zero) once the operator has refused this worker for this long: its pod
@@ -70,6 +74,11 @@ class WorkerConfig(BaseSettings):
     # processor.batchSize (None: a read's records in one call).
     batch_size: int | None = Field(
         default=None, ge=1, le=MAX_BATCH_SIZE, json_schema_extra=added_since("0.2.0")
+    )
+
+    # processor.processes (a worker of 0.1 ignores it: it runs one process).
+    processes: int = Field(
+        default=1, ge=1, le=MAX_PROCESSES, json_schema_extra=added_since("0.2.0")
     )
 
     @field_validator("source")

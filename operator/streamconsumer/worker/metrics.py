@@ -109,6 +109,6 @@ def shard_left(shard: str) -> None:
             READ_FAILURES.remove(shard, throttled)
 
 
-def serve(port: int | None) -> None:
+def serve(port: int | None, address: str = "0.0.0.0") -> None:
     if port:
-        start_http_server(port)
+        start_http_server(port, address)
