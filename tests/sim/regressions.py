@@ -659,4 +659,18 @@ REGRESSIONS: dict[str, Regression] = {
         reverts.batch_size_forgets_earlier_calls,
         "duplicates although every fault was planned",
     ),
+    # processor.processes: pods of two worker processes, each a worker with shards of its
+    # own, speaking with its pod's token ...
+    "29 processes: a pod's token speaks for its processes": Regression(
+        Run(seed=1, shards=2, replicas=1, processes=2, duration=30),
+        reverts.a_process_speaks_only_as_its_pod,
+        "never processed",
+    ),
+    # ... and a scale-down's SIGTERM, sent to the pod's supervisor, reaches each process:
+    # they hand off, and nothing is processed twice.
+    "29 processes: a scale-down hands every process' shards off": Regression(
+        Run(seed=1, shards=4, replicas=2, processes=2, faults=(F(10.0, "scale", 1),)),
+        reverts.sigterm_stays_with_the_supervisor,
+        "a planned move did not finish within the grace period",
+    ),
 }

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from streamconsumer.controller import answers
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.driver import ConsumerDriver
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
@@ -22,6 +23,7 @@ from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker import lanes
 from streamconsumer.worker.calls import Stopped
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.processes import PodProcesses
 from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
 
 Revert = Callable[[pytest.MonkeyPatch], None]
@@ -597,3 +599,21 @@ def batch_size_forgets_earlier_calls(patch: pytest.MonkeyPatch) -> None:
         init(self, 0, cause)
 
     patch.setattr(Stopped, "__init__", forgetting)
+
+
+def a_process_speaks_only_as_its_pod(patch: pytest.MonkeyPatch) -> None:
+    """29: the worker API takes a worker name only if it is the token's pod's: the
+    processes of a pod (`pod#1`) are refused."""
+    patch.setattr(answers, "worker_process", lambda worker: (worker, None))
+
+
+def sigterm_stays_with_the_supervisor(patch: pytest.MonkeyPatch) -> None:
+    """29: the supervisor takes SIGTERM and passes it on to no process: they run on until
+    the pod is killed."""
+    drain = PodProcesses.drain
+
+    def kept(self: PodProcesses, now: float) -> list[int]:
+        drain(self, now)
+        return []
+
+    patch.setattr(PodProcesses, "drain", kept)

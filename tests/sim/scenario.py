@@ -18,6 +18,7 @@ from sim.ledger import Ledger, Violation
 from sim.operator import SimApiServer, SimOperators
 from sim.stream import KEYS, SimSource, SimStream
 from sim.worker import (
+    DRAIN_SECONDS,
     SLOW_CALL_SECONDS,
     AsyncRecorder,
     Recorder,
@@ -29,7 +30,7 @@ from sim.worker import (
 from sim.world import Network, World, wall
 from streamconsumer.awaiting import AwaitingProcessor
 from streamconsumer.core.lineage import SHARD_END
-from streamconsumer.models.api import MAX_CHECKPOINT_HOLD_SECONDS
+from streamconsumer.models.api import MAX_CHECKPOINT_HOLD_SECONDS, process_worker, worker_pod
 from streamconsumer.models.resource import (
     RESET_ANNOTATION,
     ResetPosition,
@@ -38,9 +39,9 @@ from streamconsumer.models.resource import (
 )
 from streamconsumer.processor import RecordProcessor
 from streamconsumer.worker.core import MAX_REQUEST_SECONDS
+from streamconsumer.worker.processes import PodProcesses
 
 SETTLE = 90.0  # the quiet period after the faults, in which everything must be processed
-GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
 LEASES = (3.0, 4.0, 6.0, 10.0)
 POLICY_RETRIES = 2
 CALL_TIMEOUT = 15.0  # processor.onFailure.timeoutSeconds: some slow calls are hung
@@ -126,6 +127,7 @@ class Run:
     parallelism: int = 1  # processor.parallelism (a sink runs with 1 all the same)
     batch_size: int | None = None  # processor.batchSize (a sink takes whole reads)
     asynchronous: bool = False  # the recorder written async (streamconsumer.awaiting)
+    processes: int = 1  # processor.processes: worker processes per pod
 
 
 @dataclass
@@ -141,52 +143,139 @@ class Outcome:
     status_writes: int
 
 
-class Deployment:
-    """The ReplicaSet: keeps `replicas` live workers, replaces dead ones, drains the
-    newest on scale-down and kills a draining worker after its grace period. A process
-    that ends by itself (its watchdog) or crashes (some worker_crash faults) is restarted
-    in its pod, as the kubelet restarts a container: a new process under the same name;
-    other dead workers' pods are replaced."""
+GRACE_PERIOD = 30.0  # the pod's terminationGracePeriodSeconds
 
-    def __init__(self, world: World, spawn: Callable[[str], SimWorker], replicas: int) -> None:
+
+class Deployment:
+    """The ReplicaSet: keeps `replicas` live pods, replaces dead ones, drains the newest
+    on scale-down and kills a draining pod's processes after its grace period. A pod
+    runs `processes` workers (processor.processes: `pod#0`, `pod#1`...; one named as its
+    pod otherwise), supervised by the worker's own PodProcesses: when a process ends by
+    itself the others drain. A pod whose process ended by itself (its watchdog) or crashed
+    (some worker_crash faults) is restarted, as the kubelet restarts a container: new
+    processes under the same names; other dead pods are replaced."""
+
+    def __init__(
+        self,
+        world: World,
+        spawn: Callable[[str], SimWorker],
+        replicas: int,
+        processes: int = 1,
+    ) -> None:
         self.world = world
         self.spawn = spawn
         self.replicas = replicas
+        self.processes = processes
         self.workers: list[SimWorker] = []
         self.started = 0
+        self._supervisors: dict[str, PodProcesses] = {}  # by pod, while a process runs
+        self._restart_pods: set[str] = set()  # pods of this incarnation a process crashed in
+        self._dying: set[str] = set()  # pods being killed whole
+        self._deleting: dict[str, float] = {}  # pods scaled down: since when
 
-    def live(self) -> list[SimWorker]:
-        return [w for w in self.workers if w.alive and w.drain_started is None]
+    def _pods(self) -> dict[str, list[SimWorker]]:
+        """The pods with a process running, and those processes."""
+        pods: dict[str, list[SimWorker]] = {}
+        for worker in self.workers:
+            if worker.alive:
+                pods.setdefault(worker_pod(worker.name), []).append(worker)
+        return pods
+
+    def live(self) -> list[str]:
+        """The pods running, not being deleted, none of their processes draining."""
+        return [
+            pod
+            for pod, processes in self._pods().items()
+            if pod not in self._deleting and all(w.drain_started is None for w in processes)
+        ]
+
+    def _index(self, worker: SimWorker) -> int:
+        return int(worker.name.rpartition("#")[2]) if self.processes > 1 else 0
+
+    def _start(self, pod: str) -> None:
+        self._supervisors[pod] = PodProcesses(self.processes, DRAIN_SECONDS)
+        if self.processes == 1:
+            self.workers.append(self.spawn(pod))
+            return
+        for index in range(self.processes):
+            self.workers.append(self.spawn(process_worker(pod, index)))
 
     def reconcile(self) -> None:
         live = self.live()
         while len(live) < self.replicas:
             self.started += 1
-            worker = self.spawn(f"worker-{self.started}")
-            self.workers.append(worker)
-            live.append(worker)
+            pod = f"worker-{self.started}"
+            self._start(pod)
+            live.append(pod)
         while len(live) > self.replicas:
-            victim = live.pop()
-            victim.drain()
-            self.world.after(GRACE_PERIOD, functools.partial(self._grace_over, victim))
+            self._delete(live.pop())
 
-    def _grace_over(self, worker: SimWorker) -> None:
-        if worker.alive:
-            worker.killed_at_deadline = True
-            worker.kill()
+    def _delete(self, pod: str) -> None:
+        """The kubelet's SIGTERM, to the pod's supervisor: it passes it on; the kubelet kills
+        what still runs at the end of the grace period."""
+        self._deleting[pod] = self.world.now
+        supervisor = self._supervisors[pod]
+        self._terminate(pod, supervisor.drain(self.world.now))
+        self.world.after(GRACE_PERIOD, functools.partial(self._kill, pod, supervisor, False))
+
+    def _terminate(self, pod: str, indexes: list[int]) -> None:
+        for worker in self._pods().get(pod, []):
+            if self._index(worker) in indexes:
+                worker.drain()
+
+    def deleted_at(self, worker: SimWorker) -> float | None:
+        """When `worker`'s pod began to be deleted (a planned move), if it is."""
+        return self._deleting.get(worker_pod(worker.name))
+
+    def _kill(self, pod: str, supervisor: PodProcesses, by_supervisor: bool) -> None:
+        """The kubelet kills the pod's processes, or the supervisor those overdue in their
+        drain."""
+        if self._supervisors.get(pod) is not supervisor:
+            return  # that incarnation of the pod has ended
+        overdue = supervisor.overdue(self.world.now)
+        for worker in self._pods().get(pod, []):
+            if not by_supervisor or self._index(worker) in overdue:
+                worker.killed_at_deadline = True
+                worker.kill()
 
     def exited(self, worker: SimWorker) -> None:
+        pod = worker_pod(worker.name)
+        if worker.crashed:
+            self._restart_pods.add(pod)
+        supervisor = self._supervisors[pod]
+        planned = worker.drain_started is not None and not worker.killed_at_deadline
+        status = 0 if planned and not worker.crashed else 1
+        others = supervisor.ended(self._index(worker), status, self.world.now)
+        if others and pod not in self._dying:  # (not killed with it)
+            self._terminate(pod, others)
+            assert supervisor.kill_at is not None
+            kill = functools.partial(self._kill, pod, supervisor, True)
+            self.world.at(supervisor.kill_at, kill)
+        if not supervisor.done:
+            return
+        del self._supervisors[pod]
+        self._deleting.pop(pod, None)
         # Pods are replaced a little later, as a ReplicaSet does.
         later = self.world.rng.uniform(0.5, 2.0)
-        if worker.crashed:
-            self.world.after(later, functools.partial(self._restart, worker.name))
+        if pod in self._restart_pods:
+            self._restart_pods.discard(pod)
+            self.world.after(later, functools.partial(self._restart, pod))
         else:
             self.world.after(later, self.reconcile)
 
-    def _restart(self, name: str) -> None:
+    def _restart(self, pod: str) -> None:
         if len(self.live()) < self.replicas:
-            self.workers.append(self.spawn(name))
+            self._start(pod)
         self.reconcile()
+
+    def kill_pod(self, worker: SimWorker) -> None:
+        """`worker`'s pod dies with every process in it (a node lost, the container
+        killed): none of them is drained by the supervisor first."""
+        pod = worker_pod(worker.name)
+        self._dying.add(pod)
+        for process in self._pods().get(pod, []):
+            process.kill()
+        self._dying.discard(pod)
 
 
 class Simulation:
@@ -216,6 +305,8 @@ class Simulation:
                 self.ledger.key_of = lambda sequence: sequence % KEYS
         if run.batch_size is not None:
             processor["batchSize"] = run.batch_size
+        if run.processes > 1:
+            processor["processes"] = run.processes
         if run.filtered:
             kept = [f"k{n}" for n in range(1, KEYS)]
             processor["filter"] = {"patterns": [{"partitionKey": {"equalsAny": kept}}]}
@@ -252,7 +343,7 @@ class Simulation:
         )
         self.network = Network(world)
         self.trouble = Trouble(world)
-        self.deployment = Deployment(world, self._spawn, run.replicas)
+        self.deployment = Deployment(world, self._spawn, run.replicas, run.processes)
         self.faults: Counter[str] = Counter()
         self.outages: list[tuple[float, float]] = []  # operator unable to answer or save
         self.killed: list[str] = []
@@ -299,8 +390,12 @@ class Simulation:
     def _exited(self, worker: SimWorker) -> None:
         if worker.killed_at_deadline or worker.drain_started is None or worker.crashed:
             self.killed.append(worker.name)
-        if worker.killed_at_deadline and worker.drain_started is not None:
-            drain = (worker.drain_started, self.world.now)
+        # A drain, or its pod's deletion (SIGTERM that its supervisor must pass on).
+        planned_since = worker.drain_started
+        if planned_since is None:
+            planned_since = self.deployment.deleted_at(worker)
+        if worker.killed_at_deadline and planned_since is not None:
+            drain = (planned_since, self.world.now)
             if not any(start < drain[1] and end > drain[0] for start, end in self.outages):
                 raise Violation(
                     f"{worker.name}: a planned move did not finish within the grace period "
@@ -401,7 +496,13 @@ class Simulation:
             case "worker_crash":
                 if victim is not None:
                     victim.crashed = fault.arg % 3 == 2  # the process, not the pod
-                    victim.kill()
+                    # The pod (a node lost, an OOM kill of the container) takes every
+                    # process in it; a process crashes alone and its supervisor drains
+                    # the rest.
+                    if victim.crashed:
+                        victim.kill()
+                    else:
+                        self.deployment.kill_pod(victim)
             case "worker_pause":
                 if victim is not None:
                     victim.pause(fault.seconds)

@@ -43,4 +43,5 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         parallelism=draw(st.sampled_from((1, 1, 3))),  # drawn last: the others' draws stay
         batch_size=draw(st.sampled_from((None, None, 2))),
         asynchronous=draw(st.booleans()),
+        processes=draw(st.sampled_from((1, 1, 2))),
     )

@@ -25,7 +25,7 @@ from streamconsumer.controller.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
 from streamconsumer.deadletter.base import Letter
 from streamconsumer.models import CheckpointResponse, HeartbeatRequest
-from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
+from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER, worker_pod
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.record_filter import RecordFilter
@@ -72,7 +72,7 @@ from streamconsumer.worker.shard import (
 )
 
 IDLE_READ = 0.5
-DRAIN_SECONDS = 25.0
+DRAIN_SECONDS = 25.0  # a pod grace of 30 s, less the margin the operator keeps
 SLOW_CALL_SECONDS = 30.0  # the longest a slow processor call takes
 NEVER = 1e9  # a hung call's duration: it returns after every run has ended
 QUEUE_LIMIT = 256 * 1024  # the dead-letter queue's MaximumMessageSize
@@ -433,7 +433,7 @@ class SimWorker:
         lost) back, timing out at the worker. `receive` gets the reply's status and
         bytes, or None for no answer. A newer worker's wire adds a field and says a
         newer version."""
-        headers = request_headers(self.name)
+        headers = request_headers(worker_pod(self.name))  # a pod's token, for each process
         body = message.wire()
         if self.operator.newer_peers:
             headers[WIRE_VERSION_HEADER] = str(WIRE_VERSION + 1)
