@@ -5,6 +5,7 @@ held per shard, and count duplicates."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import logging
@@ -241,4 +242,32 @@ class CountingProcessor(BaseRecordProcessor):
         partial = self.path.with_suffix(".tmp")
         partial.write_text(f"{self.count} {self.started} {time.time()}")
         partial.replace(self.path)  # readers never see a half-written file
+        checkpointer.checkpoint()
+
+
+class HashingProcessor(BaseRecordProcessor):
+    """A CPU-bound processor for benchmarks: $HASH_ROUNDS rounds of sha256 over each
+    record; notes, once per call, the shard's count, the start of its first call and the
+    time in $RECORD_DIR/<shard>.<worker>.count (a shard that moves has a file per owner)."""
+
+    def initialize(self, shard: ShardInfo) -> None:
+        super().initialize(shard)
+        worker = os.environ.get("STREAMCONSUMER_WORKER_NAME", "worker")
+        self.path = Path(os.environ["RECORD_DIR"]) / f"{shard.shard_id}.{worker}.count"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.rounds = int(os.environ.get("HASH_ROUNDS", "1000"))
+        self.count = 0
+        self.started: float | None = None
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        if self.started is None:
+            self.started = time.time()
+        for record in records:
+            digest = record.data
+            for _ in range(self.rounds):
+                digest = hashlib.sha256(digest).digest()
+        self.count += len(records)
+        partial = self.path.with_suffix(".tmp")
+        partial.write_text(f"{self.count} {self.started} {time.time()}")
+        partial.replace(self.path)
         checkpointer.checkpoint()
