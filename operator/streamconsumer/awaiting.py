@@ -15,6 +15,7 @@ import inspect
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Runner = Callable[[Awaitable[Any]], Any]  # waits for an awaitable, returns its result
 LOOP_THREAD_NAME = "processor-loop"
+TICK_SECONDS = 0.5
+BLOCKED_WARNING_SECONDS = 5.0  # the loop not running this long is said in the log
 
 
 class ProcessorCancelled(RuntimeError):
@@ -48,7 +51,36 @@ class EventLoopThread:
     def __init__(self, name: str = LOOP_THREAD_NAME) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_for_ever, name=name, daemon=True)
+        self._last_tick = time.monotonic()
+        self.loop.call_soon(self._tick)
         self._thread.start()
+        watch = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
+        watch.start()
+
+    def _tick(self) -> None:
+        """On the loop, every TICK_SECONDS: proof that it runs."""
+        self._last_tick = time.monotonic()
+        self.loop.call_later(TICK_SECONDS, self._tick)
+
+    def blocked_for(self, now: float) -> float:
+        """How long the loop has not run past its tick: a coroutine blocking it."""
+        return max(0.0, now - self._last_tick - TICK_SECONDS)
+
+    def _watch(self) -> None:
+        """Says once per blockage that a coroutine blocks the loop: every shard's async
+        calls wait, and what shows otherwise is only a call past timeoutSeconds."""
+        said = False
+        while not self.loop.is_closed():
+            time.sleep(TICK_SECONDS)
+            blocked = self.blocked_for(time.monotonic())
+            if blocked >= BLOCKED_WARNING_SECONDS and not said:
+                log.warning(
+                    "the processors' event loop has not run for %.0fs: a coroutine blocks it "
+                    "(time.sleep, a blocking client, long CPU work) and every shard's async "
+                    "calls wait; run blocking work with asyncio.to_thread",
+                    blocked,
+                )
+            said = blocked >= BLOCKED_WARNING_SECONDS
 
     def _run_for_ever(self) -> None:
         """The loop serves every shard: what a processor does to it (`loop.stop()`, a

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
+import time
 import types
 from typing import Any, ClassVar
 
@@ -335,3 +336,30 @@ def test_a_sync_processor_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> N
     assert not awaiting.is_async(Plain)
     assert not awaiting.is_async(lambda records: None)
     assert awaiting.is_async(AsyncPages)
+
+
+def test_a_coroutine_blocking_the_loop_is_said_once_in_the_log(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A blocked loop shows otherwise only as a call past timeoutSeconds, in a shard that
+    may not be the one blocking it: the log says what blocks every shard's calls."""
+    monkeypatch.setattr(awaiting, "BLOCKED_WARNING_SECONDS", 1.0)
+    loop = awaiting.EventLoopThread(name="test-loop")
+
+    async def blocking() -> str:
+        time.sleep(2.5)  # noqa: ASYNC251 (a blocking client, as users write it by mistake)
+        return "done"
+
+    async def awaiting_well() -> str:
+        await asyncio.sleep(0.1)
+        return "done"
+
+    with caplog.at_level("WARNING", logger="streamconsumer.awaiting"):
+        assert loop.run(awaiting_well()) == "done"
+        assert loop.run(blocking()) == "done"
+        time.sleep(1.0)  # the loop runs again: nothing more is said
+    said = [r.getMessage() for r in caplog.records if "blocks it" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "has not run for" in said[0]
+    assert "asyncio.to_thread" in said[0]
+    assert loop.blocked_for(time.monotonic()) == 0.0
