@@ -13,6 +13,13 @@ from testbed.operator_process import OperatorProcess
 
 
 @pytest.fixture
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulators take any; boto3 needs some to sign with."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
+@pytest.fixture
 def operator(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> Iterator[OperatorProcess]:

@@ -56,12 +56,6 @@ class AsyncSlow(awaiting.AsyncBaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-@pytest.fixture
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-
-
 @pytest.mark.usefixtures("credentials")
 def test_an_async_processor_runs_on_one_loop_with_the_workers_guarantees(
     kinesis: KinesisEmulator, stream_name: str

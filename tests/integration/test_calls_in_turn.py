@@ -43,12 +43,6 @@ class Second(Slow):
     name = "second"
 
 
-@pytest.fixture
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-
-
 @pytest.mark.usefixtures("credentials")
 def test_calls_in_turn_are_timed_each_and_a_hand_off_stops_the_rest(
     kinesis: KinesisEmulator, stream_name: str

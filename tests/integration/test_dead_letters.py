@@ -28,10 +28,7 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer]:
     server.stop()
 
 
-@pytest.fixture(autouse=True)
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+pytestmark = pytest.mark.usefixtures("credentials")
 
 
 def failed_batch(count: int = 12) -> FailedBatch:

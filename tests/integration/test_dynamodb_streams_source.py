@@ -27,11 +27,7 @@ from testbed.dynamodb import REGION, DynamoDBLocal, create_table
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
 
 
-@pytest.fixture(autouse=True)
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """DynamoDB Local takes any; boto3 needs some to sign with."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+pytestmark = pytest.mark.usefixtures("credentials")
 
 
 def source_for(local: DynamoDBLocal, **where: str) -> DynamoDBStreamsSource:

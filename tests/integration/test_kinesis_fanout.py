@@ -26,11 +26,7 @@ TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
 RESUBSCRIBE_SECONDS = 6.0  # above the 5 s Kinesis asks between subscriptions to one shard
 
 
-@pytest.fixture(autouse=True)
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The emulator takes any; boto3 needs some to sign with."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+pytestmark = pytest.mark.usefixtures("credentials")
 
 
 def fan_out_source(kinesis: KinesisEmulator, stream: str) -> FanOutKinesisSource:

@@ -52,12 +52,6 @@ class Slow(BaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-@pytest.fixture
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-
-
 @pytest.mark.usefixtures("credentials")
 def test_parallel_calls_keep_each_keys_order_and_checkpoint_what_was_done(
     kinesis: KinesisEmulator, stream_name: str
