@@ -341,3 +341,52 @@ def test_a_sigterm_while_the_main_thread_holds_the_workers_lock_still_drains() -
     runner.start()
     runner.join(15)
     assert not runner.is_alive(), "the worker did not drain from the moment noted"
+
+
+def test_a_sigterm_while_a_granting_heartbeat_is_out_starts_nothing() -> None:
+    """The handler runs on the main thread inside the heartbeat's HTTP call; the answer
+    grants a shard. Draining takes nothing new: the grant is released, not started."""
+    Recorder.seen = []
+    source = ListSource()
+    operator = InProcessOperator(source.list_shards())
+    worker = Worker(worker_config(drain_seconds=10), operator, source, Recorder)  # type: ignore[arg-type]
+    heartbeat = operator.heartbeat
+    signalled: list[bool] = []
+
+    def sigterm_while_out(request: Any, timeout: float | None = None) -> Any:
+        response = heartbeat(request, timeout)
+        if response.assignments and not signalled:
+            worker.drain()  # what the SIGTERM handler calls
+            signalled.append(True)
+        return response
+
+    operator.heartbeat = sigterm_while_out  # type: ignore[method-assign]
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    runner.join(15)
+    assert not runner.is_alive(), "the worker did not drain"
+    assert signalled, "no heartbeat granted a shard"
+    assert Recorder.seen == []
+
+
+def test_a_sigterm_while_the_main_thread_is_inside_the_wake_events_lock_still_drains() -> None:
+    """run()'s wait and clear of its wake-up Event hold the Event's own lock for a few
+    bytecodes; a handler that set the Event there hung the worker (or, signalled again,
+    nested until a RecursionError). The lock is held here as those bytecodes would."""
+    Recorder.seen = []
+    source = ListSource()
+    operator = InProcessOperator(source.list_shards())
+    worker = Worker(worker_config(drain_seconds=10), operator, source, Recorder)  # type: ignore[arg-type]
+    handled = threading.Event()
+
+    def handler() -> None:
+        with worker._wake._cond:  # type: ignore[attr-defined]  # inside Event.wait/clear
+            worker.drain()
+        handled.set()
+
+    threading.Thread(target=handler, daemon=True).start()
+    assert handled.wait(5), "the handler waited for a lock its own thread holds"
+    runner = threading.Thread(target=worker.run)
+    runner.start()
+    runner.join(15)
+    assert not runner.is_alive(), "the worker did not drain"

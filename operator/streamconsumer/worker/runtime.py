@@ -8,6 +8,7 @@ and HTTP happen outside it. SIGTERM drains: every shard is handed off, then we e
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -95,6 +96,11 @@ class Worker:
         self._calls_changed = threading.Event()  # wakes the watchdog: a call began
         self._threads: list[threading.Thread] = []
         self._drain_asked_at: float | None = None  # SIGTERM's moment, until run() drains
+        # The handler touches no lock (an Event holds one, which the main thread may hold
+        # when the handler runs on it): it writes a byte here, and a thread wakes run().
+        self._signalled_r, self._signalled_w = os.pipe()
+        os.set_blocking(self._signalled_w, False)
+        threading.Thread(target=self._relay_signals, name="signals", daemon=True).start()
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -156,7 +162,12 @@ class Worker:
         heartbeat take it): it only notes the moment, and run() drains from it."""
         if self._drain_asked_at is None:
             self._drain_asked_at = time.monotonic()
-        self._wake.set()
+        with contextlib.suppress(BlockingIOError):  # (a wake is pending already)
+            os.write(self._signalled_w, b"\0")
+
+    def _relay_signals(self) -> None:
+        while os.read(self._signalled_r, 512):
+            self._wake.set()
 
     def _drain_if_asked(self) -> None:
         asked = self._drain_asked_at
@@ -182,6 +193,8 @@ class Worker:
                 report("heartbeat failed: %s", error)
             return
         with self._lock:
+            if self._drain_asked_at is not None:  # SIGTERM while the heartbeat was out
+                self.core.drain(self._drain_asked_at)
             started, resend = self.core.answered(response, sent_at, time.monotonic())
         for machine in started:
             self._start(machine)
