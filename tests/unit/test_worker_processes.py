@@ -16,14 +16,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamconsumer.controller.answers import speaks_for
-from streamconsumer.models.api import worker_pod
+from streamconsumer.controller.answers import heartbeat, speaks_for
+from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.core.lineage import Shard
+from streamconsumer.models import HeartbeatRequest
+from streamconsumer.models.api import HeldShard, worker_pod
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.process_metrics import (
     PROCESS_LABEL,
@@ -33,6 +37,9 @@ from streamconsumer.worker.process_metrics import (
 )
 from streamconsumer.worker.processes import KILL_AFTER_DRAIN_MARGIN_SECONDS, PodProcesses
 from testbed.processes import free_port
+from testbed.specs import consumer_spec
+from unit.fenced import fenced_consumer
+from unit.moments import CREATED
 
 # A stand-in worker: says its environment, then waits for SIGTERM ("drained") or, if
 # told, ends by itself, or ignores SIGTERM (frozen in its drain).
@@ -167,9 +174,8 @@ def test_a_process_ending_by_itself_drains_the_others_and_sets_the_pods_status()
     [
         ("pod-a", True),  # a worker of any release: the pod's one
         ("pod-a#0", True),
-        ("pod-a#1", True),
-        ("pod-a#2", False),  # the spec gives each pod 2 processes
-        ("pod-a#3", True),  # ... but the operator knows this one: it hands off in a rollout
+        ("pod-a#63", True),
+        ("pod-a#64", False),  # more than any spec gives a pod
         ("pod-a#01", False),
         ("pod-b#0", False),
         ("pod-b", False),
@@ -177,10 +183,49 @@ def test_a_process_ending_by_itself_drains_the_others_and_sets_the_pods_status()
     ],
 )
 def test_a_pods_token_speaks_for(worker: str | None, speaks: bool) -> None:
-    spec = SimpleNamespace(processor=SimpleNamespace(processes=2))
-    coordinator = SimpleNamespace(spec=spec, workers={"pod-a#3": object()})
-    consumer = SimpleNamespace(coordinator=coordinator)
-    assert speaks_for("pod-a", worker, consumer) is speaks  # type: ignore[arg-type]
+    assert speaks_for("pod-a", worker) is speaks
+
+
+def beat(consumer: ManagedConsumer, worker: str, now: float, *held: tuple[str, int]) -> Any:
+    request = HeartbeatRequest(
+        worker=worker, held=[HeldShard(shard_id=s, epoch=e) for s, e in held]
+    )
+    reply = heartbeat(consumer, request, now)
+    assert reply.status == 200, reply
+    return reply.body
+
+
+def test_a_process_the_spec_no_longer_gives_its_pod_hands_off_and_takes_nothing() -> None:
+    """A rollout from 4 processes to 2: the old pod's #3 runs on until it is replaced,
+    maybe after a new leader rebuilt its workers from the status. It is heard: what it
+    holds is handed off, nothing is granted to it, and idle it is not even counted."""
+    spec = consumer_spec(processor={"image": "i", "entrypoint": "m:f", "processes": 2})
+    coordinator = LeaseCoordinator(spec, DurableState(), now=0.0, created=CREATED)
+    coordinator.set_shards([Shard("s0"), Shard("s1")])
+    consumer = fenced_consumer("n", "c", coordinator)
+    # It held s0 under the old spec (granted as any worker's, here by the engine itself).
+    coordinator.heartbeat(HeartbeatRequest(worker="pod-a#3"), 0.0)
+    coordinator.step(0.0)
+    coordinator.persisted(coordinator.snapshot(0.0), coordinator.version)
+    granted = coordinator.heartbeat(HeartbeatRequest(worker="pod-a#3"), 0.1).assignments
+    held = [(a.shard_id, a.epoch) for a in granted]
+    assert held, "the engine granted it shards"
+    beat(consumer, "pod-a#3", 0.2, *held)  # now draining: the engine hands off
+    coordinator.heartbeat(HeartbeatRequest(worker="pod-b#0"), 0.2)
+    coordinator.step(0.3)
+    coordinator.persisted(coordinator.snapshot(0.3), coordinator.version)
+    answer = beat(consumer, "pod-a#3", 0.4, *held)
+    assert answer["assignments"] == []
+    assert sorted(r["shardId"] for r in answer["revocations"]) == sorted(s for s, _ in held)
+    # An idle one is answered and never counted as a worker (no status write for it).
+    version = coordinator.version
+    assert beat(consumer, "pod-a#2", 0.5) == {
+        "leaseDurationMs": int(coordinator.lease_duration * 1000),
+        "assignments": [],
+        "revocations": [],
+    }
+    assert "pod-a#2" not in coordinator.workers
+    assert coordinator.version == version
 
 
 def test_each_process_is_a_worker_of_its_own_named_after_the_pod(
@@ -321,3 +366,28 @@ def test_a_process_answering_badly_or_late_leaves_the_others_served_in_time() ->
     assert records == {("0", "shard-5"): 5.0, ("5", "shard-7"): 7.0}
     assert up == {"0": 1.0, "1": 0.0, "2": 0.0, "3": 0.0, "4": 0.0, "5": 1.0}
     assert took < 2 * SCRAPE_DEADLINE_SECONDS  # three hung processes: waited for at once
+
+
+def test_scrapes_at_once_wait_on_the_same_reads_not_on_each_other() -> None:
+    """Two Prometheus servers scrape each pod; with a process answering late, a scrape
+    that queued behind another's deadline would outlive its own scrape timeout."""
+    hung, hung_server = _odd_server(hangs=True)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ProcessMetrics([_process_server(5), hung]))
+    took: list[float] = []
+
+    def scrape() -> None:
+        began = time.monotonic()
+        generate_latest(registry)
+        took.append(time.monotonic() - began)
+
+    try:
+        scrapes = [threading.Thread(target=scrape) for _ in range(3)]
+        for one in scrapes:
+            one.start()
+        for one in scrapes:
+            one.join(4 * SCRAPE_DEADLINE_SECONDS)
+    finally:
+        hung_server.shutdown()
+    assert len(took) == 3
+    assert max(took) < 1.5 * SCRAPE_DEADLINE_SECONDS, took

@@ -29,6 +29,7 @@ from streamconsumer.models import (
     CheckpointResponse,
     ErrorResponse,
     HeartbeatRequest,
+    HeartbeatResponse,
 )
 from streamconsumer.models.api import (
     CHECKPOINT_BODY_BYTES,
@@ -41,6 +42,7 @@ from streamconsumer.models.api import (
 )
 from streamconsumer.models.api import wire_version as read_wire_version
 from streamconsumer.models.base import WireModel
+from streamconsumer.models.resource import MAX_PROCESSES
 
 RETRY_AFTER_SECONDS = 1
 
@@ -220,7 +222,7 @@ class Route(Generic[Message]):
         except ValidationError as invalid:
             return error(400, _validation_message(invalid))
         worker = getattr(message, "worker", None)
-        if caller.pod_name is None or not speaks_for(caller.pod_name, worker, consumer):
+        if caller.pod_name is None or not speaks_for(caller.pod_name, worker):
             account = f"{caller.namespace}/{caller.service_account}"
             return error(
                 403,
@@ -230,21 +232,20 @@ class Route(Generic[Message]):
         return self.handle(consumer, message, now)
 
 
-def speaks_for(pod: str, worker: str | None, consumer: ManagedConsumer) -> bool:
+def speaks_for(pod: str, worker: str | None) -> bool:
     """Whether a pod's token speaks for `worker`: the pod itself (a worker of any release),
-    or one of the processes the spec gives each pod (`pod#0`...), or one of its processes
-    the operator knows already (a rollout to fewer processes: the old pod's hand off)."""
+    or one of its processes (`pod#0`...; processor.processes)."""
     if worker is None:
         return False
     of, index = worker_process(worker)
-    if of != pod:
-        return False
-    coordinator = consumer.coordinator
-    return (
-        index is None
-        or index < coordinator.spec.processor.processes
-        or worker in coordinator.workers
-    )
+    return of == pod and (index is None or index < MAX_PROCESSES)
+
+
+def beyond_processes(worker: str, consumer: ManagedConsumer) -> bool:
+    """A process the spec no longer gives its pod: a rollout to fewer processes whose old
+    pod still runs. It takes nothing new and hands off what it holds."""
+    index = worker_process(worker)[1]
+    return index is not None and index >= consumer.coordinator.spec.processor.processes
 
 
 def too_large(limit: int) -> Reply:
@@ -252,7 +253,14 @@ def too_large(limit: int) -> Reply:
 
 
 def heartbeat(consumer: ManagedConsumer, message: HeartbeatRequest, now: float) -> Reply:
-    response = consumer.coordinator.heartbeat(message, now)
+    coordinator = consumer.coordinator
+    if beyond_processes(message.worker, consumer):
+        if not message.held and message.worker not in coordinator.workers:
+            # Nothing to hand off: answered, never counted (a worker, a status write).
+            promise = int(coordinator.lease_duration * 1000)
+            return Reply(200, HeartbeatResponse(lease_duration_ms=promise).wire())
+        message = message.model_copy(update={"draining": True})
+    response = coordinator.heartbeat(message, now)
     consumer.wake()
     return Reply(200, response.wire())
 

@@ -44,18 +44,24 @@ class ProcessMetrics(Collector):
         return response.text
 
     def _answers(self) -> dict[int, str]:
+        """Each process' exposition, as far as it came within the deadline. Scrapes at
+        once (two Prometheus servers) wait on the same reads, each its own deadline."""
         with self._lock:
             for index, url in enumerate(self._urls):
                 if index not in self._asked:
                     self._asked[index] = self._reads.submit(self._read, url)
-            futures.wait(self._asked.values(), timeout=SCRAPE_DEADLINE_SECONDS)
-            answers: dict[int, str] = {}
-            for index, asked in list(self._asked.items()):
-                if asked.done():
+            asked = dict(self._asked)
+        futures.wait(asked.values(), timeout=SCRAPE_DEADLINE_SECONDS)
+        answers: dict[int, str] = {}
+        with self._lock:
+            for index, read in asked.items():
+                if not read.done():
+                    continue
+                if self._asked.get(index) is read:
                     del self._asked[index]
-                    with contextlib.suppress(Exception):  # down, starting, or a bad answer
-                        answers[index] = asked.result()
-            return answers
+                with contextlib.suppress(Exception):  # down, starting, or a bad answer
+                    answers[index] = read.result()
+        return answers
 
     def collect(self) -> Iterator[Metric]:
         answers = self._answers()
