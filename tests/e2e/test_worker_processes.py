@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 
 from e2e.test_metrics import scrape, total
+from streamconsumer.models.api import worker_pod, worker_process
 from streamconsumer.worker.process_metrics import PROCESS_LABEL
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
@@ -61,7 +62,7 @@ def test_a_pods_processes_are_workers_of_their_own_under_every_guarantee(
     scenario.scale(2)
     wait_for(lambda: sorted(scenario.owners().values()) == [1, 1, 1, 1], 60, "a shard each")
     second = next(pod for pod in kubelet.running() if pod != first)
-    assert {owner.split("#")[0] for owner in scenario.owners()} == {first, second}
+    assert {worker_pod(owner) for owner in scenario.owners()} == {first, second}
     scenario.produce(200)
     wait_for(scenario.all_processed, 90, "every record, over two pods")
 
@@ -81,7 +82,7 @@ def test_a_pods_processes_are_workers_of_their_own_under_every_guarantee(
     assert with_metrics == [first]
     metrics = scrape(f"http://127.0.0.1:{block}/metrics")
     held = {
-        (lease["owner"].split("#")[1], shard)
+        (str(worker_process(lease["owner"])[1]), shard)
         for shard, lease in scenario.status()["leases"].items()
         if lease.get("state") == "Active"
     }

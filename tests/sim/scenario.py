@@ -30,7 +30,12 @@ from sim.worker import (
 from sim.world import Network, World, wall
 from streamconsumer.awaiting import AwaitingProcessor
 from streamconsumer.core.lineage import SHARD_END
-from streamconsumer.models.api import MAX_CHECKPOINT_HOLD_SECONDS, process_worker, worker_pod
+from streamconsumer.models.api import (
+    MAX_CHECKPOINT_HOLD_SECONDS,
+    process_worker,
+    worker_pod,
+    worker_process,
+)
 from streamconsumer.models.resource import (
     RESET_ANNOTATION,
     ResetPosition,
@@ -189,8 +194,9 @@ class Deployment:
             if pod not in self._deleting and all(w.drain_started is None for w in processes)
         ]
 
-    def _index(self, worker: SimWorker) -> int:
-        return int(worker.name.rpartition("#")[2]) if self.processes > 1 else 0
+    @staticmethod
+    def _index(worker: SimWorker) -> int:
+        return worker_process(worker.name)[1] or 0  # (None: the pod's one worker)
 
     def _start(self, pod: str) -> None:
         self._supervisors[pod] = PodProcesses(self.processes, DRAIN_SECONDS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
 import pytest
@@ -319,23 +320,26 @@ def test_reads_keep_to_the_shards_budget() -> None:
     assert machine.wants_read(), "room in the buffer: the budget alone says when"
 
 
-def test_a_sigterm_while_the_main_thread_holds_the_workers_lock_still_drains() -> None:
-    """The SIGTERM handler runs between two bytecodes of the main thread, which may then
-    hold the worker's lock (run() and the heartbeat take it); before, the handler took
-    it too and the worker hung for ever. The lock is held here as run() would hold it."""
+def idle_worker() -> tuple[Worker, InProcessOperator]:
+    """A threaded worker on ListSource, not yet running."""
     Recorder.seen = []
     source = ListSource()
     operator = InProcessOperator(source.list_shards())
     worker = Worker(worker_config(drain_seconds=10), operator, source, Recorder)  # type: ignore[arg-type]
+    return worker, operator
+
+
+def drains_after_a_sigterm_under(worker: Worker, held: AbstractContextManager[Any]) -> None:
+    """The handler runs while `held` is held, as the main thread would hold it where the
+    handler lands: it must return, and run() must then drain from the moment noted."""
     handled = threading.Event()
 
     def handler() -> None:
-        with worker._lock:  # where the main thread would be
+        with held:
             worker.drain()
         handled.set()
 
-    thread = threading.Thread(target=handler, daemon=True)
-    thread.start()
+    threading.Thread(target=handler, daemon=True).start()
     assert handled.wait(5), "the handler waited for a lock its own thread holds"
     runner = threading.Thread(target=worker.run)
     runner.start()
@@ -343,13 +347,18 @@ def test_a_sigterm_while_the_main_thread_holds_the_workers_lock_still_drains() -
     assert not runner.is_alive(), "the worker did not drain from the moment noted"
 
 
+def test_a_sigterm_while_the_main_thread_holds_the_workers_lock_still_drains() -> None:
+    """The SIGTERM handler runs between two bytecodes of the main thread, which may then
+    hold the worker's lock (run() and the heartbeat take it); before, the handler took
+    it too and the worker hung for ever."""
+    worker, _ = idle_worker()
+    drains_after_a_sigterm_under(worker, worker._lock)
+
+
 def test_a_sigterm_while_a_granting_heartbeat_is_out_starts_nothing() -> None:
     """The handler runs on the main thread inside the heartbeat's HTTP call; the answer
     grants a shard. Draining takes nothing new: the grant is released, not started."""
-    Recorder.seen = []
-    source = ListSource()
-    operator = InProcessOperator(source.list_shards())
-    worker = Worker(worker_config(drain_seconds=10), operator, source, Recorder)  # type: ignore[arg-type]
+    worker, operator = idle_worker()
     heartbeat = operator.heartbeat
     signalled: list[bool] = []
 
@@ -372,21 +381,6 @@ def test_a_sigterm_while_a_granting_heartbeat_is_out_starts_nothing() -> None:
 def test_a_sigterm_while_the_main_thread_is_inside_the_wake_events_lock_still_drains() -> None:
     """run()'s wait and clear of its wake-up Event hold the Event's own lock for a few
     bytecodes; a handler that set the Event there hung the worker (or, signalled again,
-    nested until a RecursionError). The lock is held here as those bytecodes would."""
-    Recorder.seen = []
-    source = ListSource()
-    operator = InProcessOperator(source.list_shards())
-    worker = Worker(worker_config(drain_seconds=10), operator, source, Recorder)  # type: ignore[arg-type]
-    handled = threading.Event()
-
-    def handler() -> None:
-        with worker._wake._cond:  # type: ignore[attr-defined]  # inside Event.wait/clear
-            worker.drain()
-        handled.set()
-
-    threading.Thread(target=handler, daemon=True).start()
-    assert handled.wait(5), "the handler waited for a lock its own thread holds"
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    runner.join(15)
-    assert not runner.is_alive(), "the worker did not drain"
+    nested until a RecursionError)."""
+    worker, _ = idle_worker()
+    drains_after_a_sigterm_under(worker, worker._wake._cond)  # type: ignore[attr-defined]

@@ -192,9 +192,8 @@ class Worker:
                 report = log.error if isinstance(error, OperatorUntrusted) else log.warning
                 report("heartbeat failed: %s", error)
             return
+        self._drain_if_asked()  # a SIGTERM while it was out: its grants are not started
         with self._lock:
-            if self._drain_asked_at is not None:  # SIGTERM while the heartbeat was out
-                self.core.drain(self._drain_asked_at)
             started, resend = self.core.answered(response, sent_at, time.monotonic())
         for machine in started:
             self._start(machine)
