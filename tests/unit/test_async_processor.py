@@ -362,4 +362,5 @@ def test_a_coroutine_blocking_the_loop_is_said_once_in_the_log(
     assert len(said) == 1, said
     assert "has not run for" in said[0]
     assert "asyncio.to_thread" in said[0]
-    assert loop.blocked_for(time.monotonic()) == 0.0
+    # Running again: its tick is at most a scheduling delay late (under load, not 0).
+    assert loop.blocked_for(time.monotonic()) < awaiting.TICK_SECONDS
