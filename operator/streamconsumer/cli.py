@@ -14,7 +14,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -25,6 +25,8 @@ from rich.table import Table
 from urllib3.exceptions import HTTPError
 
 from streamconsumer import cli_checkpoints
+from streamconsumer.controller.lease_group_store import read_consumer
+from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
@@ -63,9 +65,11 @@ def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, A
 
 
 def fetch(api: k8s.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
-    return cast(
-        dict[str, Any], api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
-    )
+    """The object, its lease table inline even where lease groups keep it."""
+    try:
+        return read_consumer(api.api_client, namespace, name)
+    except (StatusInvalid, StatusUnavailable) as error:
+        sys.exit(f"streamconsumer: the lease table of {namespace}/{name}: {error}")
 
 
 def render(body: dict[str, Any]) -> Group:

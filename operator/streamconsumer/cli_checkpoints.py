@@ -6,14 +6,15 @@ rename, a namespace move, a restore)."""
 from __future__ import annotations
 
 import datetime
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from streamconsumer.controller.lease_group_store import read_consumer
 from streamconsumer.controller.names import kept_checkpoints
-from streamconsumer.models import GROUP, PLURAL, VERSION
+from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models.kept import TABLE_KEY, KeptTable, config_map, kept_for, table
 from streamconsumer.models.resource import StreamConsumerSpec
 
@@ -25,15 +26,15 @@ class CheckpointsError(Exception):
 
 
 def _consumer(namespace: str, name: str) -> dict[str, Any] | None:
+    """The consumer with its lease table inline (lease groups read); None if absent."""
     try:
-        found = k8s.CustomObjectsApi().get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name
-        )
+        return read_consumer(k8s.ApiClient(), namespace, name)
     except ApiException as error:
         if error.status == 404:
             return None
         raise
-    return cast(dict[str, Any], found)
+    except (StatusInvalid, StatusUnavailable) as error:
+        raise CheckpointsError(f"the lease table of {namespace}/{name}: {error}") from None
 
 
 def _kept(namespace: str, name: str) -> Any | None:

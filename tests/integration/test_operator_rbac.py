@@ -27,7 +27,7 @@ IN_WATCHED_NAMESPACES = {
     "streamconsumers.streamconsumer.io/status": {"get", "update", "patch"},
     "deployments.apps": {"get", "create", "patch", "delete"},  # a refused spec's workers
     "serviceaccounts": {"get", "create", "patch"},
-    "configmaps": {"get", "create", "patch"},
+    "configmaps": {"get", "create", "patch", "list", "delete"},  # list, delete: lease groups
     "poddisruptionbudgets.policy": {"get", "create", "patch"},
     "pods": {"get", "list", "watch"},
     "replicasets.apps": {"get"},

@@ -11,7 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.controller.access import AccessPolicy
 from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.lease_groups import GROUP_COUNT, INLINE_MAX_SHARDS, Layout
 from streamconsumer.core.election import ElectionTiming
+from streamconsumer.models.resource import MAX_LEASE_GROUPS
 
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -74,6 +76,10 @@ class OperatorConfig(BaseSettings):
     shard_sync_timeout_seconds: float = Field(default=30.0, gt=0)
     status_interval_seconds: float = Field(default=1.0, gt=0)
     status_write_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Past this many leases and finished shards a consumer's table is kept in this many
+    # ConfigMaps, the status referencing them (docs/design.md#lease-groups).
+    lease_groups_after: int = Field(default=INLINE_MAX_SHARDS, ge=0)
+    lease_groups: int = Field(default=GROUP_COUNT, ge=1, le=MAX_LEASE_GROUPS)
     # Right after a start, heartbeats for consumers not loaded yet get 503, not 404.
     startup_grace_seconds: float = Field(default=30.0, ge=0)
 
@@ -97,6 +103,9 @@ class OperatorConfig(BaseSettings):
             renew_deadline_seconds=self.leader_renew_deadline_seconds,
             retry_seconds=self.leader_retry_seconds,
         )
+
+    def lease_layout(self) -> Layout:
+        return Layout(inline_max_shards=self.lease_groups_after, groups=self.lease_groups)
 
     def identity(self) -> str:
         """Who holds the Lease: the pod, or this process outside a cluster."""

@@ -23,11 +23,18 @@ from streamconsumer.controller.access import guarded
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import ThreadJobs
+from streamconsumer.controller.lease_group_store import KubeLeaseGroups
+from streamconsumer.controller.lease_groups import GroupedStatusApi
 from streamconsumer.controller.loop import Event, LoopSettings
 from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs, controlled_by
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.status import KubeStatusApi, StatusUnavailable, StatusWriter
+from streamconsumer.controller.status import (
+    KubeStatusApi,
+    StatusApi,
+    StatusUnavailable,
+    StatusWriter,
+)
 from streamconsumer.models import kept as kept_table
 from streamconsumer.models.kept import KeptTable
 from streamconsumer.models.resource import OnDelete, StreamConsumerSpec
@@ -49,7 +56,14 @@ async def consume(
     config, registry = context.config, context.registry
     registry.loading(namespace, name)
     try:
-        status_api = KubeStatusApi(context.api_client, namespace, name)
+        status_api = GroupedStatusApi(
+            KubeStatusApi(context.api_client, namespace, name),
+            KubeLeaseGroups(
+                context.api_client, namespace, name, body.get("metadata", {}).get("uid")
+            ),
+            name,
+            config.lease_layout(),
+        )
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
         writer = StatusWriter(status_api, namespace, name, holder=context.holder)
         resumed, not_resumed = await _resumable(context, current, namespace, name)
@@ -227,7 +241,7 @@ def _resumed_message(table: KeptTable) -> str:
 
 async def _keep(
     context: OperatorContext,
-    status_api: KubeStatusApi,
+    status_api: StatusApi,
     body: kopf.Body,
     namespace: str,
     name: str,

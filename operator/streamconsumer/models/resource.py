@@ -565,6 +565,29 @@ class Lease(Model):
         default=False, description="A reset waits for the owner to hand the shard off."
     )
     millis_behind_latest: int | None = Field(default=None, ge=0)
+    in_groups: int | None = Field(
+        default=None,
+        ge=0,
+        description="Only on the entry `in-lease-groups`: this many leases are kept in "
+        "status.leaseGroups (docs/design.md#lease-groups).",
+        json_schema_extra=added_since("0.2.0"),
+    )
+
+
+LEASE_GROUPS_FIELD = "leaseGroups"
+MAX_LEASE_GROUPS = 1024
+IN_GROUPS_ENTRY = "in-lease-groups"
+"""The one entry of `status.leases` while the table is in lease groups. Its field
+`inGroups` is unknown to operators before 0.2.0, which therefore refuse the table rather
+than read it as empty and start every shard over."""
+
+
+class LeaseGroupRef(Model):
+    """A ConfigMap holding part of a large lease table (docs/design.md#lease-groups)."""
+
+    name: str = Field(max_length=253)
+    digest: str = Field(max_length=64, description="Of its content: read only if it matches.")
+    leases: int = Field(ge=0)
 
 
 RESET_ANNOTATION = f"reset.{GROUP}/request"
@@ -654,6 +677,13 @@ class StreamConsumerStatus(Model):
     shards: int = Field(default=0, description="Open shards.")
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
     leases: dict[str, Lease] = Field(default_factory=dict)
+    lease_groups: list[LeaseGroupRef] | None = Field(
+        default=None,
+        max_length=MAX_LEASE_GROUPS,
+        description="Where the leases and finished shards are, once the table is past "
+        "1,000 entries (docs/design.md#lease-groups).",
+        json_schema_extra=added_since("0.2.0"),
+    )
     last_reset: ResetRecord | None = None
     stream: str | None = Field(
         default=None,

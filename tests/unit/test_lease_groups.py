@@ -1,0 +1,408 @@
+"""Lease groups (controller/lease_groups.py): the table past its threshold kept in
+copy-on-write ConfigMaps, committed by the status write. The interleaving tests run the
+production StatusWriter over GroupedStatusApi on threads whose every call to the
+apiserver waits for a scheduler that hypothesis drives: any order of two terms' writes,
+an abandoned attempt landing late, and their deletes and sweeps."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from streamconsumer.controller import lease_groups
+from streamconsumer.controller.lease_coordinator import durable_from_status
+from streamconsumer.controller.lease_groups import (
+    SWEEP_EVERY,
+    GroupedStatusApi,
+    Layout,
+    StoredGroup,
+    Writer,
+    durable_view,
+    joined,
+    refs_of,
+    split,
+)
+from streamconsumer.controller.status import (
+    Conflict,
+    Deposed,
+    StaleState,
+    StatusUnavailable,
+    StatusWriter,
+    Superseded,
+)
+from streamconsumer.models.resource import IN_GROUPS_ENTRY
+from testbed.releases import unpack_previous
+
+LAYOUT = Layout(inline_max_shards=4, groups=3)
+
+
+def table(checkpoints: dict[str, int], owner: str = "w-1", finished: int = 0) -> dict[str, Any]:
+    """A status as `render` writes one: views (lag, parents) beside the durable fields."""
+    return {
+        "leases": {
+            shard: {
+                "owner": owner,
+                "epoch": 1,
+                "checkpoint": str(at),
+                "state": "Active",
+                "parents": [],
+                "millisBehindLatest": 5,
+            }
+            for shard, at in checkpoints.items()
+        },
+        "finishedShards": [f"shardId-{n:012d}" for n in range(finished)],
+        "workers": {owner: {"shards": len(checkpoints)}},
+    }
+
+
+def shards(n: int, at: int = 100) -> dict[str, int]:
+    return {f"shardId-{1000 + i:012d}": at for i in range(n)}
+
+
+def named(prefix: str) -> Callable[[int], str]:
+    return lambda index: f"{prefix}-{index}"
+
+
+# --- the layout ------------------------------------------------------------------------
+
+
+@given(
+    st.dictionaries(st.integers(1000, 1200), st.integers(1, 10**20), max_size=20),
+    st.integers(0, 30),
+)
+def test_a_table_split_into_groups_reads_back_as_it_was_written(
+    checkpoints: dict[int, int], finished: int
+) -> None:
+    status = table({f"shardId-{k:012d}": v for k, v in checkpoints.items()}, finished=finished)
+    stored = split(status, None, LAYOUT, named("g"))
+    if stored.refs is None:
+        assert stored.status == status
+        return
+    assert stored.status["leases"] == {IN_GROUPS_ENTRY: {"inGroups": len(checkpoints)}}
+    contents = [stored.fresh[ref.name] for ref in stored.refs]
+    back = joined(stored.status, contents)
+    assert back == {**durable_view(status), "finishedShards": back["finishedShards"]}
+    assert durable_from_status(back) == durable_from_status(durable_view(status))
+
+
+def test_a_checkpoint_rewrites_one_group_and_the_rest_are_kept() -> None:
+    first = split(table(shards(12)), None, LAYOUT, named("a"))
+    assert first.refs is not None
+    assert len(first.fresh) == 3
+    moved = shards(12)
+    moved[next(iter(moved))] = 101
+    second = split(table(moved), first.refs, LAYOUT, named("b"))
+    assert second.refs is not None
+    assert len(second.fresh) == 1
+    assert sum(ref.name.startswith("a-") for ref in second.refs) == 2
+
+
+def test_lag_alone_writes_no_group() -> None:
+    first = split(table(shards(12)), None, LAYOUT, named("a"))
+    lagging = table(shards(12))
+    for lease in lagging["leases"].values():
+        lease["millisBehindLatest"] = 99_000
+    assert split(lagging, first.refs, LAYOUT, named("b")).fresh == {}
+
+
+def test_a_table_goes_into_groups_past_the_threshold_and_back_below_half() -> None:
+    assert split(table(shards(4)), None, LAYOUT, named("a")).refs is None
+    grouped = split(table(shards(5)), None, LAYOUT, named("a")).refs
+    assert grouped is not None
+    assert split(table(shards(3)), grouped, LAYOUT, named("b")).refs is not None  # no flapping
+    assert split(table(shards(2)), grouped, LAYOUT, named("b")).refs is None
+
+
+def test_a_grouped_status_read_without_its_groups_is_refused() -> None:
+    stored = split(table(shards(12)), None, LAYOUT, named("a"))
+    with pytest.raises(ValueError, match="lease groups"):
+        durable_from_status(stored.status)
+
+
+def test_the_previous_release_refuses_a_grouped_table_rather_than_start_over(
+    tmp_path: Path,
+) -> None:
+    """Its `load` reads the table with `durable_from_status`: on the marker it must fail
+    (it then writes nothing), not read an empty table and start every shard over."""
+    stored = split(table(shards(12)), None, LAYOUT, named("a")).status
+    previous = unpack_previous(tmp_path / "previous")
+    script = (
+        "import json, sys\n"
+        "from streamconsumer.controller.lease_coordinator import durable_from_status\n"
+        "durable_from_status(json.loads(sys.stdin.read()))\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(stored),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(previous)},
+        check=False,
+    )
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "inGroups" in ran.stderr
+    assert "Extra inputs are not permitted" in ran.stderr
+
+
+# --- the stores, in memory -------------------------------------------------------------
+
+
+class Scheduler:
+    """Lets one actor thread run between two calls to the apiserver at a time; which one
+    goes next is `choose`'s pick among those waiting."""
+
+    def __init__(self, choose: Callable[[list[str]], str]) -> None:
+        self._choose = choose
+        self.check: Callable[[], object] = lambda: None  # between any two calls
+        self._cond = threading.Condition()
+        self._waiting: set[str] = set()
+        self._running: str | None = None
+        self._alive: set[str] = set()
+        self.errors: list[BaseException] = []
+
+    def point(self) -> None:
+        me = threading.current_thread().name
+        with self._cond:
+            self._waiting.add(me)
+            self._running = None
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: self._running == me)
+
+    def spawn(self, name: str, body: Callable[[], None]) -> None:
+        def run() -> None:
+            self.point()
+            try:
+                body()
+            except BaseException as error:  # shown by the test
+                self.errors.append(error)
+            finally:
+                with self._cond:
+                    self._alive.discard(name)
+                    self._running = None
+                    self._cond.notify_all()
+
+        with self._cond:
+            self._alive.add(name)
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                settled = self._cond.wait_for(
+                    lambda: self._running is None and self._waiting >= self._alive, timeout=10
+                )
+                assert settled, "an actor hung"
+                if not self._alive:
+                    return
+                self.check()
+                pick = self._choose(sorted(self._alive))
+                self._waiting.discard(pick)
+                self._running = pick
+                self._cond.notify_all()
+
+
+class MemoryApi:
+    def __init__(self, scheduler: Scheduler | None = None) -> None:
+        self.status: dict[str, Any] = {}
+        self.version = 1
+        self.scheduler = scheduler
+
+    def _point(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.point()
+
+    def get(self) -> dict[str, Any]:
+        self._point()
+        return copy.deepcopy(
+            {"metadata": {"resourceVersion": str(self.version)}, "spec": {}, "status": self.status}
+        )
+
+    def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._point()
+        if body["metadata"]["resourceVersion"] != str(self.version):
+            raise Conflict("the object has been modified")
+        self.status = copy.deepcopy(body["status"])
+        self.version += 1
+        return copy.deepcopy({**body, "metadata": {"resourceVersion": str(self.version)}})
+
+
+class MemoryGroups:
+    def __init__(self, api: MemoryApi, scheduler: Scheduler | None = None) -> None:
+        self.groups: dict[str, tuple[str, Writer]] = {}
+        self.created = 0
+        self._api = api
+        self.scheduler = scheduler
+
+    def _point(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.point()
+
+    def create(self, name: str, content: str, written_by: Writer) -> None:
+        self._point()
+        assert name not in self.groups, f"{name} created twice"
+        self.groups[name] = (content, written_by)
+        self.created += 1
+
+    def read(self, name: str) -> str | None:
+        self._point()
+        found = self.groups.get(name)
+        return found[0] if found else None
+
+    def delete(self, name: str) -> None:
+        self._point()
+        self.groups.pop(name, None)
+
+    def listed(self) -> list[StoredGroup]:
+        self._point()
+        return [StoredGroup(name, by) for name, (_, by) in sorted(self.groups.items())]
+
+    def logical(self) -> dict[str, Any]:
+        """The table as the stored status references it; fails if a group is gone."""
+        refs = refs_of(self._api.status)
+        if refs is None:
+            return self._api.status
+        missing = [ref.name for ref in refs if ref.name not in self.groups]
+        assert not missing, f"the status references deleted groups {missing}"
+        return joined(self._api.status, [self.groups[ref.name][0] for ref in refs])
+
+
+def test_a_write_lands_reads_back_and_deletes_what_it_replaced() -> None:
+    api = MemoryApi()
+    groups = MemoryGroups(api)
+    grouped = GroupedStatusApi(api, groups, "c", LAYOUT)
+    writer = StatusWriter(grouped, "ns", "c", holder="one")
+    writer.adopt(grouped.get())
+    for at in range(100, 110):
+        writer.write(table(shards(12, at)))
+        assert grouped.get()["status"]["leases"] == durable_view(table(shards(12, at)))["leases"]
+        assert set(groups.groups) == {ref.name for ref in refs_of(api.status) or []}
+    writer.write(table(shards(1)))  # back inline: every group goes
+    assert groups.groups == {}
+    assert refs_of(api.status) is None
+
+
+def test_groups_of_failed_writes_are_swept_after_a_term_starts() -> None:
+    api = MemoryApi()
+    groups = MemoryGroups(api)
+    old = StatusWriter(GroupedStatusApi(api, groups, "c", LAYOUT), "ns", "c", holder="old")
+    old.adopt(api.get())
+    old.write(table(shards(12, 1)))
+    orphan = Writer(0, 99, "old")
+    groups.create("c-leases-0-orphan", "{}", orphan)  # its status write never landed
+    new_api = GroupedStatusApi(api, groups, "c", LAYOUT)
+    new = StatusWriter(new_api, "ns", "c", holder="new")
+    new.adopt(new_api.get())
+    new.write(table(shards(12, 2)))
+    assert "c-leases-0-orphan" not in groups.groups
+    assert set(groups.groups) == {ref.name for ref in refs_of(api.status) or []}
+
+
+# --- any interleaving --------------------------------------------------------------------
+
+
+INTERLEAVINGS = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@INTERLEAVINGS
+@given(st.data())
+def test_no_interleaving_of_two_terms_and_a_late_attempt_loses_a_group(data: Any) -> None:
+    two_terms_and_a_late_attempt(data)
+
+
+def two_terms_and_a_late_attempt(data: Any) -> None:
+    """Two operator processes, the old one with an abandoned write still running beside
+    its newer ones, the new one taking over: at every step every group the stored status
+    references exists, and the table read at the end is one that was written."""
+    scheduler = Scheduler(lambda alive: data.draw(st.sampled_from(alive)))
+    api = MemoryApi()
+    groups = MemoryGroups(api)
+    seed = StatusWriter(GroupedStatusApi(api, groups, "c", LAYOUT), "ns", "c", holder="seed")
+    seed.adopt(api.get())
+    first = table(shards(9, 1))
+    seed.write(first)
+    scheduler.check = groups.logical  # from here on, between any two calls
+    api.scheduler = groups.scheduler = scheduler
+    sweep_every = data.draw(st.sampled_from((1, 2, SWEEP_EVERY)))
+    sizes = data.draw(st.lists(st.sampled_from((2, 9, 12)), min_size=5, max_size=5))
+    sent = [first]
+
+    def process(holder: str, writes: list[int], abandon: bool) -> Callable[[], None]:
+        grouped = GroupedStatusApi(api, groups, "c", LAYOUT, sweep_every=sweep_every)
+        writer = StatusWriter(grouped, "ns", "c", holder=holder)
+
+        def run() -> None:
+            writer.adopt(grouped.get())
+            for n, size in enumerate(writes):
+                status = table(shards(size, 10 * len(sent) + n), owner=holder)
+                sent.append(status)
+                attempt = writer.prepare(status)
+                if abandon and n == 0:  # its job timed out: the call runs on, unwaited
+                    late = functools.partial(_quietly, writer, attempt)
+                    scheduler.spawn(f"{holder}-late", late)
+                else:
+                    _quietly(writer, attempt)
+
+        return run
+
+    scheduler.spawn("old", process("old", sizes[:3], abandon=True))
+    scheduler.spawn("new", process("new", sizes[3:], abandon=data.draw(st.booleans())))
+    scheduler.run()
+    assert not scheduler.errors, scheduler.errors
+    final = groups.logical()  # fails if a referenced group is gone
+    api.scheduler = groups.scheduler = None
+    assert GroupedStatusApi(api, groups, "c", LAYOUT).get()["status"] == final
+    written = [t["leases"] for t in sent] + [durable_view(t)["leases"] for t in sent]
+    assert final["leases"] in written
+
+
+def _quietly(writer: StatusWriter, attempt: Any) -> None:
+    """A write whose refusals are the term fence at work, not failures."""
+    with contextlib.suppress(Deposed, StaleState, Superseded, StatusUnavailable):
+        writer.send(attempt)
+
+
+# --- each rule reverted, caught -------------------------------------------------------------
+
+
+def _sweep_without_the_writers_order(patch: pytest.MonkeyPatch) -> None:
+    patch.setattr(lease_groups, "_older", lambda group, landed: True)
+
+
+def _delete_before_the_commit(patch: pytest.MonkeyPatch) -> None:
+    replace_status = GroupedStatusApi.replace_status
+
+    def early(self: GroupedStatusApi, body: dict[str, Any]) -> dict[str, Any]:
+        base = self._layouts.get(body["metadata"].get("resourceVersion"))
+        self._delete([ref.name for ref in base or []])
+        return replace_status(self, body)
+
+    patch.setattr(GroupedStatusApi, "replace_status", early)
+
+
+@pytest.mark.parametrize("revert", [_sweep_without_the_writers_order, _delete_before_the_commit])
+def test_the_interleavings_catch_each_rule_reverted(
+    revert: Callable[[pytest.MonkeyPatch], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revert(monkeypatch)
+    search = settings(
+        INTERLEAVINGS, derandomize=True, database=None, max_examples=300, phases=[Phase.generate]
+    )
+    with pytest.raises(AssertionError, match="the status references deleted groups"):
+        search(given(st.data())(two_terms_and_a_late_attempt))()
