@@ -25,6 +25,14 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import Job, Outcome
 from streamconsumer.controller.leadership import ElectionDriver, LockConflict
+from streamconsumer.controller.lease_groups import (
+    GroupedStatusApi,
+    Layout,
+    StoredGroup,
+    Writer,
+    joined,
+    refs_of,
+)
 from streamconsumer.controller.lifecycle import Lifecycle, Phase
 from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.names import worker_service_account
@@ -65,6 +73,10 @@ class SimApiServer:
     slow_until: float = -1.0
     writes: int = 0
     annotations: dict[str, str] = field(default_factory=dict)
+    lease_groups: SimLeaseGroups = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lease_groups = SimLeaseGroups(self)
 
     def get(self) -> dict[str, Any]:
         return copy.deepcopy(
@@ -81,6 +93,13 @@ class SimApiServer:
             }
         )
 
+    def logical_status(self) -> dict[str, Any]:
+        """The status with its lease table inline, wherever it is kept."""
+        refs = refs_of(self.status)
+        if refs is None:
+            return self.status
+        return joined(self.status, [self.lease_groups.groups[ref.name][0] for ref in refs])
+
     def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
         failing = self.world.now < self.failing_until
         if failing and self.failure == "unavailable":
@@ -92,7 +111,7 @@ class SimApiServer:
         self.status = copy.deepcopy(body["status"])
         self.version += 1
         self.writes += 1
-        self.ledger.saved(self.status)
+        self.ledger.saved(self.logical_status())
         if failing and self.failure == "lost_answer":
             raise StatusUnavailable("timed out (the write landed)")
         return self.get()
@@ -105,6 +124,41 @@ class SimApiServer:
                 target = target.setdefault(key, {})
             target[leaf] = value
         self.version += 1
+
+
+@dataclass
+class SimLeaseGroups:
+    """The lease groups' ConfigMaps (controller/lease_groups.py) on the same apiserver:
+    a creation fails, or lands unanswered, while status writes do."""
+
+    api: SimApiServer
+    groups: dict[str, tuple[str, Writer]] = field(default_factory=dict)
+    deleted: set[str] = field(default_factory=set)
+
+    def create(self, name: str, content: str, written_by: Writer) -> None:
+        api = self.api
+        failing = api.world.now < api.failing_until
+        if failing and api.failure == "unavailable":
+            raise StatusUnavailable("HTTP 500: etcd leader changed")
+        if name in self.groups or name in self.deleted:
+            raise StatusInvalid(f"configmaps {name!r} already exists")
+        self.groups[name] = (content, written_by)
+        if failing and api.failure == "lost_answer":
+            raise StatusUnavailable("timed out (the group was created)")
+
+    def read(self, name: str) -> str | None:
+        found = self.groups.get(name)
+        return found[0] if found else None
+
+    def delete(self, name: str) -> None:
+        if self.groups.pop(name, None) is not None:
+            self.deleted.add(name)
+            referenced = {ref.name for ref in refs_of(self.api.status) or []}
+            if name in referenced:
+                raise Violation(f"lease group {name} deleted while the status references it")
+
+    def listed(self) -> list[StoredGroup]:
+        return [StoredGroup(name, by) for name, (_, by) in sorted(self.groups.items())]
 
 
 class SimJobs:
@@ -326,7 +380,8 @@ class SimReplica:
     def _load(self) -> None:
         if not self.lifecycle.leading:
             return
-        api = self.operators.api
+        operators = self.operators
+        api = GroupedStatusApi(operators.api, operators.api.lease_groups, NAME, operators.layout)
         writer = StatusWriter(api, NAMESPACE, NAME, holder=self.holder)
         self.loop = loop = load(
             api.get(), writer, LoopSettings(shard_sync_seconds=1.0), self.clock(), lambda: 1
@@ -470,6 +525,7 @@ class SimOperators:
     deployment: Callable[[], dict[str, Any]] | None
     count: InitVar[int] = 1  # replicas
     newer_peers: bool = False
+    layout: Layout = field(default_factory=Layout)  # where the lease table is kept
 
     def __post_init__(self, source: SimSource, count: int) -> None:
         world = self.world

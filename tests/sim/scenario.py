@@ -29,6 +29,7 @@ from sim.worker import (
 )
 from sim.world import Network, World, wall
 from streamconsumer.awaiting import AwaitingProcessor
+from streamconsumer.controller.lease_groups import Layout
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import (
     MAX_CHECKPOINT_HOLD_SECONDS,
@@ -133,6 +134,8 @@ class Run:
     batch_size: int | None = None  # processor.batchSize (a sink takes whole reads)
     asynchronous: bool = False  # the recorder written async (streamconsumer.awaiting)
     processes: int = 1  # processor.processes: worker processes per pod
+    # Tables past 2 entries kept in this many lease groups (0: in the status, as at 1,000).
+    lease_groups: int = 0
 
 
 @dataclass
@@ -346,6 +349,9 @@ class Simulation:
             self._deployment if run.autoscale else None,
             run.operators,
             newer_peers=run.newer_peers,
+            layout=Layout(inline_max_shards=2, groups=run.lease_groups)
+            if run.lease_groups
+            else Layout(),
         )
         self.network = Network(world)
         self.trouble = Trouble(world)
@@ -588,7 +594,7 @@ class Simulation:
             raise Violation(
                 f"{ledger.duplicates(planned=True)} duplicates although every fault was planned"
             )
-        status = self.api.status
+        status = self.api.logical_status()
         listed = {s.id for s in self.stream.listing()}
         leases = status.get("leases") or {}
         if not set(leases) <= listed:

@@ -44,4 +44,5 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         batch_size=draw(st.sampled_from((None, None, 2))),
         asynchronous=draw(st.booleans()),
         processes=draw(st.sampled_from((1, 1, 2))),
+        lease_groups=draw(st.sampled_from((0, 0, 1, 3))),
     )
