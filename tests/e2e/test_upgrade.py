@@ -3,7 +3,8 @@ release's code (tests/releases/, unpacked first on their PYTHONPATH) keep consum
 the operator, two replicas of the previous release behind a Service, is rolled to this
 checkout's code one replica at a time — the chart's CRD upgraded with it, as `helm
 upgrade` does. Records flow throughout; nothing lost, nothing processed twice, no worker
-restarted, and the old workers carry on through the new leader."""
+restarted, and the old workers carry on through the new leader. The new replicas keep
+the table in lease groups: the previous release's layout migrates on the way."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 import streamconsumer
 from testbed import releases
 from testbed.controlplane import ControlPlane
+from testbed.operator_process import LEASE_GROUPS_PAST_TWO
 from testbed.recording import packages
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
@@ -109,6 +111,9 @@ def test_previous_workers_ride_through_a_rolling_upgrade_of_the_operator(
         time.sleep(3)
         # A RollingUpdate with maxSurge 1: a new pod, then an old one goes (the leader
         # first, the worst case: the term moves while old and new replicas both stand by).
+        # The new replicas keep tables past 2 entries in lease groups: the table of the
+        # previous release's layout moves into groups on the new leader's first write.
+        scenario.operator_env = LEASE_GROUPS_PAST_TWO
         for step in range(len(old_replicas)):
             _replace_one(scenario, old_replicas, f"operator-next-{step}")
         leader = scenario.leader()
@@ -120,6 +125,7 @@ def test_previous_workers_ride_through_a_rolling_upgrade_of_the_operator(
     wait_for(scenario.all_processed, 60, "every record put")
 
     report = scenario.delivered(duplicates_at_most=0)
+    assert len(scenario.stored_status()["leaseGroups"]) == 3, "the table moved into groups"
     assert scenario.kubelet.running() == workers, "no worker pod replaced"
     assert scenario.kubelet.exits == {}, "no worker restarted"
     # Both old workers processed records after the new release took the lead, their

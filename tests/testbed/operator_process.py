@@ -23,6 +23,13 @@ LEADER_LEASE_SECONDS = 4.0
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
 
+LEASE_GROUPS_PAST_TWO = {
+    "STREAMCONSUMER_LEASE_GROUPS_AFTER": "2",
+    "STREAMCONSUMER_LEASE_GROUPS": "3",
+}
+"""Operator settings that keep a table past 2 entries in 3 lease groups (tests of them)."""
+
+
 class OperatorProcess:
     def __init__(
         self,

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller.children import label_selector
 from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.lease_group_store import read_consumer
 from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream, put_records
@@ -82,6 +83,7 @@ class Scenario:
         self.service: CuttableProxy | None = None
         self.kubelet: LocalKubelet | None = None
         self.tls = False  # True: the operator serves HTTPS from its managed CA
+        self.operator_env: dict[str, str] = {}  # settings of every operator process started
 
     @property
     def kinesis(self) -> KinesisEmulator:
@@ -203,6 +205,7 @@ class Scenario:
             self.workdir / "operator",
             port=port,
             tls=self.tls,
+            env=self.operator_env,
         ).start()
         self._operator_port = self.operator.port
 
@@ -210,7 +213,11 @@ class Scenario:
         """One more operator replica (a new pod of a rolling upgrade, say), running the
         package in `code` (None: this checkout's)."""
         assert self.service is not None, "start(operators=2 or more) first"
-        env = {"STREAMCONSUMER_POD_NAME": identity, "STREAMCONSUMER_API_URL": self.service.url}
+        env = {
+            **self.operator_env,
+            "STREAMCONSUMER_POD_NAME": identity,
+            "STREAMCONSUMER_API_URL": self.service.url,
+        }
         replica = OperatorProcess(
             self.plane.kubeconfig, self.namespace, self.workdir / identity, env=env, code=code
         ).start()
@@ -277,6 +284,11 @@ class Scenario:
         self.consumers.patch_scale(self.name, replicas)
 
     def status(self) -> dict[str, Any]:
+        """The status, its lease table inline wherever it is kept (lease groups)."""
+        return dict(read_consumer(self.api_client, self.namespace, self.name).get("status") or {})
+
+    def stored_status(self) -> dict[str, Any]:
+        """The status as stored: a large table's leases in lease groups."""
         return dict(self.consumers.get(self.name).get("status") or {})
 
     def crash_worker(self, pod: str) -> float:

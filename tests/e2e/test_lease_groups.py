@@ -1,0 +1,90 @@
+"""A lease table kept in lease groups (docs/design.md#lease-groups), on the real
+apiserver with two real operator replicas, real workers and kinesis-local: the operators
+keep tables past 2 entries in 3 ConfigMaps, so these 4 shards' table is in groups from
+the first write. A split, a merge and the leader killed: parents before children,
+nothing lost, nothing twice, no shard moved by the failover; the groups are the
+StreamConsumer's and go with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client as k8s
+
+from streamconsumer.controller.lease_group_store import LEASE_GROUP_APP
+from streamconsumer.core.lineage import expand
+from streamconsumer.models.resource import NAME_LABEL
+from testbed.handover import hand_over, start_with_two_operators
+from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
+from testbed.operator_process import LEASE_GROUPS_PAST_TWO
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
+
+
+def _config_maps(scenario: Scenario) -> dict[str, Any]:
+    """The lease groups' ConfigMaps: name -> owner references as (kind, uid, controller)."""
+    listed = k8s.CoreV1Api(scenario.api_client).list_namespaced_config_map(
+        scenario.namespace, label_selector=f"{NAME_LABEL}={LEASE_GROUP_APP}"
+    )
+    groups: dict[str, Any] = {}
+    for item in listed.items:
+        meta = item.metadata
+        assert meta is not None
+        assert meta.name is not None
+        groups[meta.name] = [(o.kind, o.uid, o.controller) for o in meta.owner_references or []]
+    return groups
+
+
+def _referenced(scenario: Scenario) -> set[str]:
+    return {ref["name"] for ref in scenario.stored_status().get("leaseGroups") or []}
+
+
+def test_a_table_in_lease_groups_through_a_reshard_and_a_failover(scenario: Scenario) -> None:
+    scenario.operator_env = LEASE_GROUPS_PAST_TWO
+    start_with_two_operators(scenario)
+    stored = scenario.stored_status()
+    assert len(stored["leaseGroups"]) == 3
+    assert list(stored["leases"]) == ["in-lease-groups"]  # (the CRD's defaults filled in)
+    assert stored["leases"]["in-lease-groups"]["inGroups"] == 4
+    assert len(scenario.status()["leases"]) == 4  # read back through the groups
+    uid = scenario.consumers.get(scenario.name)["metadata"]["uid"]
+    groups = _config_maps(scenario)
+    assert _referenced(scenario) <= set(groups)
+    for owners in groups.values():
+        assert owners == [("StreamConsumer", uid, True)]
+
+    client = scenario.kinesis.client
+    first = sorted(s["ShardId"] for s in list_all_shards(client, scenario.stream))
+    split_shard_in_half(client, scenario.stream, first[0])
+    scenario.produce(100)
+    merge_shards(client, scenario.stream, first[2], first[3])
+    scenario.produce(100)
+    wait_for(scenario.all_processed, 90, "records after the split and the merge")
+    parents = {first[0], first[2], first[3]}
+
+    def parents_finished() -> bool:
+        status = scenario.status()  # finished shards, too, are kept in the groups
+        return parents <= expand(status["finishedShards"]) and parents.isdisjoint(status["leases"])
+
+    wait_for(parents_finished, 30, "the parents finished and their leases gone")
+
+    handover = hand_over(scenario, "kill")  # the new leader reads the table from its groups
+    assert handover.new_leader != handover.old_leader
+    assert handover.owners_after == handover.owners_before, "no shard moved"
+    report = scenario.delivered(duplicates_at_most=0)
+    shards = list_all_shards(client, scenario.stream)
+    for child in (s for s in shards if s.get("ParentShardId")):
+        if child["ShardId"] not in report.shard_times:
+            continue  # no record hashed to it
+        for parent in filter(None, [child["ParentShardId"], child.get("AdjacentParentShardId")]):
+            assert report.shard_times[parent][1] <= report.shard_times[child["ShardId"]][0]
+    # Groups replaced by later writes are deleted; only a write that failed leaves one,
+    # for the next sweep. None failed here.
+    wait_for(
+        lambda: set(_config_maps(scenario)) == _referenced(scenario),
+        30,
+        "only the groups the status references",
+    )
+
+    scenario.consumers.delete(scenario.name)
+    wait_for(lambda: not _config_maps(scenario), 60, "the groups gone with their owner")
