@@ -15,6 +15,7 @@ from streamconsumer.controller import answers
 from streamconsumer.controller.autoscaler import Autoscaler
 from streamconsumer.controller.driver import ConsumerDriver
 from streamconsumer.controller.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.lease_groups import GroupedStatusApi
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
@@ -617,3 +618,16 @@ def sigterm_stays_with_the_supervisor(patch: pytest.MonkeyPatch) -> None:
         return []
 
     patch.setattr(PodProcesses, "drain", kept)
+
+
+def lease_groups_deleted_before_the_commit(patch: pytest.MonkeyPatch) -> None:
+    """29: the groups a write replaces are deleted before its status write lands: the
+    stored status references them still (and keeps them if the write fails)."""
+    replace_status = GroupedStatusApi.replace_status
+
+    def early(self: GroupedStatusApi, body: dict[str, Any]) -> dict[str, Any]:
+        base = self._layouts.get(body["metadata"].get("resourceVersion"))
+        self._delete([ref.name for ref in base or []])
+        return replace_status(self, body)
+
+    patch.setattr(GroupedStatusApi, "replace_status", early)
