@@ -15,7 +15,14 @@ from pydantic import ValidationError
 from streamconsumer.controller.lease_group_store import read_consumer
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
-from streamconsumer.models.kept import TABLE_KEY, KeptTable, config_map, kept_for, table
+from streamconsumer.models.kept import (
+    TABLE_KEY,
+    KeptTable,
+    config_map,
+    kept_data,
+    kept_for,
+    table,
+)
 from streamconsumer.models.resource import StreamConsumerSpec
 
 FIELD_MANAGER = "streamconsumer-cli"
@@ -60,9 +67,14 @@ def export(namespace: str, name: str) -> tuple[str, str]:
         )
         return exported.model_dump_json(by_alias=True, indent=2), note
     found = _kept(namespace, name)
-    if found is None or not kept_for(found.metadata, name) or TABLE_KEY not in (found.data or {}):
+    data = kept_data(found.data, found.binary_data) if found is not None else {}
+    if found is None or not kept_for(found.metadata, name) or TABLE_KEY not in data:
         raise CheckpointsError(f"neither {namespace}/{name} nor checkpoints kept of it")
-    kept = KeptTable.model_validate_json(found.data[TABLE_KEY])
+    try:
+        kept = KeptTable.model_validate_json(data[TABLE_KEY])
+    except ValidationError as error:
+        where = f"ConfigMap {namespace}/{kept_checkpoints(name)}"
+        raise CheckpointsError(f"{where} holds no table this release reads: {error}") from None
     note = f"exported from ConfigMap {kept_checkpoints(name)}, kept at {kept.taken.isoformat()}"
     return kept.model_dump_json(by_alias=True, indent=2), note
 

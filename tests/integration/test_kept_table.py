@@ -47,3 +47,30 @@ def test_a_replica_whose_term_ended_before_the_write_keeps_nothing(
 
     asyncio.run(kept.keep(api_client, namespace, older, lambda: True))
     assert _kept(api_client, namespace), "a leader keeps it"
+
+
+def test_a_table_of_ten_thousand_shards_is_kept_packed_and_resumed_whole(
+    api_client: k8s.ApiClient, namespace: str
+) -> None:
+    """Past about 7,000 shards the table's JSON passes a ConfigMap's 1 MiB: it is kept
+    gzipped in binaryData, and read back as it was (controller/kept.py::read)."""
+    leases = {
+        f"shardId-{n:012d}": {"epoch": 3, "checkpoint": str(10**55 + n * 7919), "state": "Active"}
+        for n in range(10_000)
+    }
+    body = {**BODY, "status": {"leases": leases}}
+    big = kept_table.table(namespace, "clicks", consumer_spec(), body, NOW, drained=True)
+    assert len(big.model_dump_json(by_alias=True)) > 1024 * 1024
+    asyncio.run(kept.keep(api_client, namespace, big, lambda: True))
+    found = k8s.CoreV1Api(api_client).read_namespaced_config_map(
+        kept_checkpoints("clicks"), namespace
+    )
+    assert found.data is None
+    assert list(found.binary_data or {}) == [kept_table.PACKED_KEY]
+
+    data = asyncio.run(kept.read(api_client, namespace, "clicks"))
+    resumed, why_not = kept_table.resumable(data, "clicks", consumer_spec(), NOW)
+    assert resumed is not None, why_not
+    assert {s: lease["checkpoint"] for s, lease in resumed.status["leases"].items()} == {
+        s: lease["checkpoint"] for s, lease in leases.items()
+    }

@@ -20,7 +20,7 @@ from streamconsumer.controller.access import AccessPolicy, guarded
 from streamconsumer.controller.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.owned import FIELD_MANAGER, KUBERNETES_TIMEOUT_SECONDS, NotOurs
-from streamconsumer.models.kept import KeptTable, config_map, kept_for
+from streamconsumer.models.kept import KeptTable, config_map, kept_data, kept_for
 from streamconsumer.models.resource import GROUP, PLURAL, VERSION, Source
 from streamconsumer.sources.factory import make_source
 
@@ -46,7 +46,9 @@ async def _get(api_client: k8s.ApiClient, namespace: str, name: str) -> Any | No
 async def read(api_client: k8s.ApiClient, namespace: str, name: str) -> Mapping[str, str] | None:
     """The data of the consumer's kept-checkpoints ConfigMap, if there is one of ours."""
     found = await _get(api_client, namespace, name)
-    return found.data if found is not None and kept_for(found.metadata, name) else None
+    if found is None or not kept_for(found.metadata, name):
+        return None
+    return kept_data(found.data, found.binary_data)
 
 
 class NoLongerLeading(Exception):
