@@ -91,6 +91,9 @@ class CountedGroups:
     def read(self, name: str) -> str | None:
         return self._store.read(name)
 
+    def contents(self) -> dict[str, str]:
+        return self._store.contents()
+
     def delete(self, name: str) -> None:
         self._counted.requests["delete"] = self._counted.requests.get("delete", 0) + 1
         self._store.delete(name)

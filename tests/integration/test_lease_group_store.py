@@ -6,6 +6,10 @@ is not ours, or gone, said in words."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -13,6 +17,7 @@ from kubernetes import client as k8s
 from streamconsumer.controller.lease_group_store import KubeLeaseGroups, read_consumer
 from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, Writer
 from streamconsumer.controller.status import KubeStatusApi, StaleState, StatusInvalid, StatusWriter
+from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 
@@ -37,11 +42,14 @@ def leases(owner: str, checkpoint: int, shards: int = 6) -> dict[str, object]:
 
 
 def grouped(api_client: k8s.ApiClient, namespace: str, name: str, uid: str) -> GroupedStatusApi:
+    """As the operator makes it (controller/consumers.py)."""
+    status = KubeStatusApi(api_client, namespace, name)
     return GroupedStatusApi(
-        KubeStatusApi(api_client, namespace, name),
+        status,
         KubeLeaseGroups(api_client, namespace, name, uid),
         name,
         LAYOUT,
+        dry_run=status.dry_run_status,
     )
 
 
@@ -123,3 +131,77 @@ def test_a_group_gone_or_not_ours_is_said_and_old_orphans_are_swept(
     assert shown.returncode == 1
     assert f"ConfigMap {first}" in shown.stderr
     assert "Traceback" not in shown.stderr
+
+
+def _previous_release_loads(
+    status: dict[str, object], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """The previous release's own `durable_from_status` (what its `load` reads) on `status`."""
+    previous = releases.unpack_previous(tmp_path / "previous")
+    script = (
+        "import json, sys\n"
+        "from streamconsumer.controller.lease_coordinator import durable_from_status\n"
+        "print(durable_from_status(json.loads(sys.stdin.read())))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(status),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(previous)},
+        check=False,
+    )
+
+
+def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """Found by review: a rollback applies the previous CRD, whose pruning strips the
+    fields it does not know from every object read: a marker made of a new field came
+    back as an ordinary lease, and the previous operator read an empty table. The
+    marker's state, a value the previous release refuses, survives its CRD."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(sample_consumer("back"))
+    uid = consumers.get("back")["metadata"]["uid"]
+    api = grouped(api_client, namespace, "back", uid)
+    writer = StatusWriter(api, namespace, "back", holder="new")
+    writer.adopt(api.get())
+    writer.write(leases("a", 10))
+    try:
+        releases.apply_crd(control_plane, releases.PREVIOUS_CRD)
+        as_read = consumers.get("back")["status"]
+        assert "leaseGroups" not in as_read, "the previous CRD prunes what it does not know"
+        loaded = _previous_release_loads(as_read, tmp_path)
+        assert loaded.returncode == 1, loaded.stdout
+        assert "InLeaseGroups" in loaded.stderr
+        # And this release, meeting the previous CRD (a rollback under it, or a CRD not
+        # upgraded), writes nothing rather than have its references pruned away.
+        with pytest.raises(StatusInvalid, match=r"CRD here does not keep status\.leaseGroups"):
+            writer.write(leases("a", 20))
+    finally:
+        releases.apply_crd(control_plane, releases.CURRENT_CRD)
+    table = read_consumer(api_client, namespace, "back")["status"]["leases"]
+    assert {lease["checkpoint"] for lease in table.values()} == {str(10 + n) for n in range(6)}
+
+
+def test_only_the_consumers_own_groups_are_read_or_swept(
+    api_client: k8s.ApiClient, namespace: str
+) -> None:
+    """Found by review: the sweep selected by labels alone. A labelled ConfigMap nobody
+    owns, or one of a deleted object of the same name, is neither read nor swept (a late
+    sweep of the old object's operator deleted the new object's groups)."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(sample_consumer("again"))
+    uid = consumers.get("again")["metadata"]["uid"]
+    nobodys = KubeLeaseGroups(api_client, namespace, "again", owner_uid=None)
+    nobodys.create("again-leases-0-labelled", "{}", Writer(0, 1, "someone"))
+    api = grouped(api_client, namespace, "again", uid)
+    for holder in ("one", "two"):  # term 1's first write sweeps older terms' groups
+        writer = StatusWriter(api, namespace, "again", holder=holder)
+        writer.adopt(api.get())
+        writer.write(leases("a", 10))
+    mine = KubeLeaseGroups(api_client, namespace, "again", uid)
+    assert "again-leases-0-labelled" in {g.name for g in nobodys.listed()}, "not swept"
+    assert "again-leases-0-labelled" not in mine.contents()
+    stale = KubeLeaseGroups(api_client, namespace, "again", "uid-of-a-deleted-object")
+    assert stale.listed() == [], "a deleted object's operator sees none of the new one's"

@@ -150,6 +150,9 @@ class SimLeaseGroups:
         found = self.groups.get(name)
         return found[0] if found else None
 
+    def contents(self) -> dict[str, str]:
+        return {name: content for name, (content, _) in self.groups.items()}
+
     def delete(self, name: str) -> None:
         if self.groups.pop(name, None) is not None:
             self.deleted.add(name)
@@ -319,6 +322,7 @@ class SimReplica:
         self.loop: ConsumerLoop | None = None
         self.lifecycle = Lifecycle()
         self.holder = f"{self.pod}/{incarnation}"  # unique per process, as in production
+        self._loads = 0  # and a writer per daemon run within it (consumers.consume)
         self.registry = Registry(self.clock, startup_grace=STARTUP_GRACE)
         self._held: list[tuple[int, Reply, Respond]] = []  # checkpoints waiting for a write
         self._tick_at: float | None = None
@@ -382,7 +386,8 @@ class SimReplica:
             return
         operators = self.operators
         api = GroupedStatusApi(operators.api, operators.api.lease_groups, NAME, operators.layout)
-        writer = StatusWriter(api, NAMESPACE, NAME, holder=self.holder)
+        self._loads += 1
+        writer = StatusWriter(api, NAMESPACE, NAME, holder=f"{self.holder}/{self._loads}")
         self.loop = loop = load(
             api.get(), writer, LoopSettings(shard_sync_seconds=1.0), self.clock(), lambda: 1
         )

@@ -10,6 +10,7 @@ import datetime
 import functools
 import logging
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -32,6 +33,7 @@ from streamconsumer.controller.runner import run_consumer
 from streamconsumer.controller.status import (
     KubeStatusApi,
     StatusApi,
+    StatusInvalid,
     StatusUnavailable,
     StatusWriter,
 )
@@ -56,16 +58,21 @@ async def consume(
     config, registry = context.config, context.registry
     registry.loading(namespace, name)
     try:
+        kube_status = KubeStatusApi(context.api_client, namespace, name)
         status_api = GroupedStatusApi(
-            KubeStatusApi(context.api_client, namespace, name),
+            kube_status,
             KubeLeaseGroups(
                 context.api_client, namespace, name, body.get("metadata", {}).get("uid")
             ),
             name,
             config.lease_layout(),
+            dry_run=kube_status.dry_run_status,
         )
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
-        writer = StatusWriter(status_api, namespace, name, holder=context.holder)
+        # A holder of its own: kopf may start this daemon again in the same process while
+        # the last one's writes still run on; they must not pass for this one's.
+        holder = f"{context.holder}/{uuid.uuid4().hex[:8]}"
+        writer = StatusWriter(status_api, namespace, name, holder=holder)
         resumed, not_resumed = await _resumable(context, current, namespace, name)
         loop = load(
             current,
@@ -261,7 +268,7 @@ async def _keep(
     except kept.NoLongerLeading as ended:
         log.warning("%s/%s: %s", namespace, name, ended)
         return None
-    except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable) as error:
+    except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable, StatusInvalid) as error:
         message = f"the checkpoints could not be kept: {error}"
         _emit(body, Event("Warning", "CheckpointsLost", message))
         log.error("%s/%s: %s", namespace, name, message)

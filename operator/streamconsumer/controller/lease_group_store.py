@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller.lease_groups import GroupedStatusApi, StoredGroup, Writer, refs_of
-from streamconsumer.controller.owned import REFUSALS, api_message
+from streamconsumer.controller.owned import REFUSALS, api_message, controlled_by
 from streamconsumer.controller.status import KubeStatusApi, StatusInvalid, StatusUnavailable
 from streamconsumer.models.resource import (
     API_VERSION,
@@ -79,7 +79,11 @@ class KubeLeaseGroups:
         except _Absent:
             return None
         labels = found.metadata.labels or {}
-        if any(labels.get(key) != value for key, value in self._labels.items()):
+        unlabelled = any(labels.get(key) != value for key, value in self._labels.items())
+        owned = self._owner_uid is None or controlled_by(
+            found.metadata.owner_references, self._owner_uid
+        )
+        if unlabelled or not owned:
             raise StatusInvalid(f"ConfigMap {name} is not a lease group of {self._consumer}")
         return (found.data or {}).get(CONTENT_KEY)
 
@@ -87,17 +91,31 @@ class KubeLeaseGroups:
         with contextlib.suppress(_Absent):
             self._call(self._api.delete_namespaced_config_map, name, self._namespace)
 
+    def contents(self) -> dict[str, str]:
+        return {item.metadata.name: (item.data or {}).get(CONTENT_KEY, "") for item in self._ours()}
+
     def listed(self) -> list[StoredGroup]:
-        selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
-        found = self._call(
-            self._api.list_namespaced_config_map, self._namespace, label_selector=selector
-        )
         return [
             StoredGroup(
                 item.metadata.name,
                 Writer.parse((item.metadata.annotations or {}).get(WRITTEN_BY, "")),
             )
+            for item in self._ours()
+        ]
+
+    def _ours(self) -> list[Any]:
+        """This object's groups: labelled as ours and, where its uid is known, owned by
+        it (not by a deleted object of the same name, whose late writes sweep nothing
+        of the new one's; not by nobody: anyone may label a ConfigMap)."""
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
+        found = self._call(
+            self._api.list_namespaced_config_map, self._namespace, label_selector=selector
+        )
+        return [
+            item
             for item in found.items
+            if self._owner_uid is None
+            or controlled_by(item.metadata.owner_references, self._owner_uid)
         ]
 
     def _call(self, method: Any, *args: Any, **options: Any) -> Any:
@@ -128,6 +146,6 @@ def read_consumer(api_client: k8s.ApiClient, namespace: str, name: str) -> dict[
     )
     if refs_of(body.get("status")) is None:
         return body
-    groups = KubeLeaseGroups(api_client, namespace, name, owner_uid=None)
+    groups = KubeLeaseGroups(api_client, namespace, name, body["metadata"].get("uid"))
     status = KubeStatusApi(api_client, namespace, name)
     return GroupedStatusApi(status, groups, name).get()

@@ -17,11 +17,13 @@ What is deleted, and why nothing referenced ever is:
   write that landed (an attempt older than a landed one never lands: the precondition
   again). Swept after a term's first write and every `SWEEP_EVERY` writes.
 An object written by another process under the same term number (the loser of a race
-for the fence) is left to the next term's sweep."""
+for the fence) is left to the next term's sweep. Only the consumer's own groups are
+touched: labelled as its groups and owned by its uid (not a deleted namesake's)."""
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import threading
@@ -32,7 +34,12 @@ from typing import Any, Protocol
 
 from streamconsumer.controller.status import Conflict, StatusApi, StatusInvalid, StatusUnavailable
 from streamconsumer.core.lineage import compact, expand
-from streamconsumer.models.resource import IN_GROUPS_ENTRY, LEASE_GROUPS_FIELD, MAX_LEASE_GROUPS
+from streamconsumer.models.resource import (
+    IN_GROUPS_ENTRY,
+    LEASE_GROUPS_FIELD,
+    MAX_LEASE_GROUPS,
+    LeaseState,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +51,9 @@ SWEEP_EVERY = 256
 """Writes between two sweeps of objects nobody references (writes that failed)."""
 DURABLE_FIELDS = ("owner", "epoch", "checkpoint", "state", "handoffTo", "start", "resetting")
 """What a group keeps of a lease: its views (lag, parents) change too often to store."""
-_RETRIES = 3
+READ_ATTEMPTS = 10
+"""Reads of a table whose groups a newer write replaced meanwhile, before giving up."""
+_writes = itertools.count(1)  # numbers every write of this process (itertools: atomic)
 
 
 @dataclass(frozen=True)
@@ -97,13 +106,18 @@ class StoredGroup:
 
 
 class GroupStore(Protocol):
-    """The ConfigMaps of one consumer's lease groups. Errors: StatusUnavailable (may have
-    happened), StatusInvalid (refused)."""
+    """The ConfigMaps of one consumer's lease groups: only those labelled as its groups
+    and owned by it are read, listed or found. Errors: StatusUnavailable (may have
+    happened), StatusInvalid (refused, or a group's name taken by another object)."""
 
     def create(self, name: str, content: str, written_by: Writer) -> None: ...
 
     def read(self, name: str) -> str | None:
         """The content; None if there is no such group of this consumer."""
+        ...
+
+    def contents(self) -> dict[str, str]:
+        """Every group of this consumer, name -> content, in one read."""
         ...
 
     def delete(self, name: str) -> None:
@@ -196,7 +210,12 @@ def split(
         refs.append(GroupRef(name, digest, len(leases[index])))
     stored = {
         **status,
-        "leases": {IN_GROUPS_ENTRY: {"inGroups": sum(r.leases for r in refs)}},
+        "leases": {
+            IN_GROUPS_ENTRY: {
+                "state": LeaseState.IN_LEASE_GROUPS.value,
+                "inGroups": sum(r.leases for r in refs),
+            }
+        },
         "finishedShards": [],
         LEASE_GROUPS_FIELD: [r.wire() for r in refs],
     }
@@ -208,9 +227,12 @@ def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]
     leases: dict[str, Any] = {}
     finished: set[str] = set()
     for content in contents:
-        group = json.loads(content)
-        leases.update(group["leases"])
-        finished.update(expand(group["finishedShards"]))
+        try:
+            group = json.loads(content)
+            leases.update(group["leases"])
+            finished.update(expand(group["finishedShards"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise StatusInvalid(f"a lease group cannot be read: {error!r}"[:300]) from None
     logical = {k: v for k, v in status.items() if k != LEASE_GROUPS_FIELD}
     logical["leases"] = dict(sorted(leases.items()))
     logical["finishedShards"] = compact(finished)
@@ -218,7 +240,8 @@ def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]
 
 
 class GroupGone(Exception):
-    """A group the status referenced was deleted since: a newer table was written."""
+    """A group the status references was not found: replaced by a newer write since it
+    was read, or gone."""
 
 
 class GroupedStatusApi:
@@ -233,28 +256,42 @@ class GroupedStatusApi:
         consumer: str,
         layout: Layout = Layout(),
         sweep_every: int = SWEEP_EVERY,
+        dry_run: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
+        """`dry_run`: a status write the apiserver answers as it would store it, stored
+        nothing (None: the CRD is known to keep `status.leaseGroups`)."""
         self._api = api
+        self._dry_run = dry_run
         self._store = store
         self._consumer = consumer
         self._layout = layout
         self._sweep_every = sweep_every
         self._layouts: dict[str, list[GroupRef] | None] = {}  # resourceVersion -> layout
-        self._seq = 0
         self._since_sweep = 0
         self._swept_term: int | None = None
         self._lock = threading.Lock()
 
     def get(self) -> dict[str, Any]:
-        missing = ""
-        for _ in range(_RETRIES):
+        for _ in range(READ_ATTEMPTS):
             body = self._api.get()
             try:
                 return self._logical(body)
             except GroupGone as gone:
-                missing = str(gone)  # replaced while we read: read the newer table
+                again = self._api.get()
+                if again["metadata"]["resourceVersion"] == body["metadata"]["resourceVersion"]:
+                    self._gone(gone.args[0])  # not replaced: really gone
+                # else a newer write replaced it while we read: read the newer table
+        raise StatusUnavailable(
+            f"the lease table changed at each of {READ_ATTEMPTS} reads: try again"
+        )
+
+    def _gone(self, name: str) -> None:
+        """Raises why the group `name`, which the status still references, was not read
+        (the store raises if it is there but not ours); returns if it is there now."""
+        if self._store.read(name) is not None:
+            return
         raise StatusInvalid(
-            f"ConfigMap {missing}, a lease group status.{LEASE_GROUPS_FIELD} references, is "
+            f"ConfigMap {name}, a lease group status.{LEASE_GROUPS_FIELD} references, is "
             "missing: the checkpoints of its shards are gone with it "
             "(docs/troubleshooting.md#a-lease-group-is-missing)"
         )
@@ -264,8 +301,7 @@ class GroupedStatusApi:
         with self._lock:
             known = version in self._layouts
             base = self._layouts.get(version)
-            self._seq += 1
-            seq = self._seq
+        seq = next(_writes)
         if not known:  # not one we read or wrote: read it (a conflict if it moved)
             stored = self._api.get()
             if stored["metadata"]["resourceVersion"] != version:
@@ -281,9 +317,14 @@ class GroupedStatusApi:
             self._layout,
             lambda index: f"{self._consumer}-leases-{index}-{token}",
         )
+        stored_body = {**body, "status": stored_split.status}
+        if stored_split.refs is not None and self._dry_run is not None:
+            # Each time: a rollback may put the previous CRD back under a running operator.
+            self._keeps_references(self._dry_run(stored_body), stored_split.refs)
         for name, content in stored_split.fresh.items():
             self._store.create(name, content, writer)
-        written = self._api.replace_status({**body, "status": stored_split.status})
+        written = self._api.replace_status(stored_body)
+        self._keeps_references(written, stored_split.refs)
         self._remember(written["metadata"]["resourceVersion"], stored_split.refs)
         kept = {r.name for r in stored_split.refs or []}
         self._delete([r.name for r in base or [] if r.name not in kept])
@@ -291,13 +332,26 @@ class GroupedStatusApi:
         logical = body["status"] if stored_split.refs is None else durable_view(body["status"])
         return {**written, "status": logical}
 
+    def _keeps_references(self, stored: dict[str, Any], refs: list[GroupRef] | None) -> None:
+        """An apiserver whose CRD predates lease groups prunes `status.leaseGroups`
+        silently (and lets the marker stand: its value did not change): say so, and
+        delete nothing on the word of that write."""
+        if refs_of(stored.get("status")) != refs:
+            raise StatusInvalid(
+                f"the StreamConsumer CRD here does not keep status.{LEASE_GROUPS_FIELD}: "
+                "apply the CRD of 0.2.0 or later (`helm upgrade` does) before a table "
+                f"of {self._consumer} passes {self._layout.inline_max_shards} entries "
+                "(docs/upgrades.md#large-lease-tables-across-an-upgrade)"
+            )
+
     def _logical(self, body: dict[str, Any]) -> dict[str, Any]:
         status = body.get("status")
         refs = refs_of(status)
         if refs is not None:
+            stored = self._store.contents() if refs else {}
             contents = []
             for ref in refs:
-                content = self._store.read(ref.name)
+                content = stored.get(ref.name)
                 if content is None:
                     raise GroupGone(ref.name)
                 if _digest(content) != ref.digest:

@@ -541,6 +541,10 @@ class LeaseState(StrEnum):
     HANDOFF = "HandOff"  # the owner was asked to release it to `handoffTo`
     RELEASED = "Released"  # no owner; resumes from the checkpoint when granted
     FINISHED = "Finished"  # checkpointed at SHARD_END
+    # Only the one entry `in-lease-groups` of a table kept in lease groups: a value the
+    # previous release's CRD and models refuse, so that none of its parts reads the
+    # entry as a lease and the table as empty (docs/design.md#lease-groups).
+    IN_LEASE_GROUPS = "InLeaseGroups"
 
 
 class ResetPosition(Model):
@@ -577,9 +581,10 @@ class Lease(Model):
 LEASE_GROUPS_FIELD = "leaseGroups"
 MAX_LEASE_GROUPS = 1024
 IN_GROUPS_ENTRY = "in-lease-groups"
-"""The one entry of `status.leases` while the table is in lease groups. Its field
-`inGroups` is unknown to operators before 0.2.0, which therefore refuse the table rather
-than read it as empty and start every shard over."""
+"""The one entry of `status.leases` while the table is in lease groups, of state
+`InLeaseGroups`: operators before 0.2.0 refuse that state (their CRD keeps it, unlike a
+field it does not know), so they refuse the table rather than read it as empty and start
+every shard over; under their CRD this release's write of it is refused too."""
 
 
 class LeaseGroupRef(Model):
