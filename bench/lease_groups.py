@@ -34,7 +34,6 @@ from streamconsumer.controller.lease_group_store import KubeLeaseGroups
 from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, StoredGroup, Writer
 from streamconsumer.controller.status import (
     KubeStatusApi,
-    StatusApi,
     StatusInvalid,
     StatusUnavailable,
     StatusWriter,
@@ -69,8 +68,12 @@ class Counted:
 
 
 class CountedStatus:
-    def __init__(self, api: StatusApi, counted: Counted) -> None:
+    def __init__(self, api: KubeStatusApi, counted: Counted) -> None:
         self._api, self._counted = api, counted
+
+    def dry_run_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        self._counted.saw("dry run", len(json.dumps(body)))
+        return self._api.dry_run_status(body)
 
     def get(self) -> dict[str, Any]:
         return self._api.get()
@@ -141,8 +144,12 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
     counted = Counted()
     status_api = KubeStatusApi(api, ns, NAME, timeout=60)
     groups = KubeLeaseGroups(api, ns, NAME, created["metadata"]["uid"], timeout=60)
-    grouped = GroupedStatusApi(
-        CountedStatus(status_api, counted), CountedGroups(groups, counted), NAME
+    counted_status = CountedStatus(status_api, counted)
+    grouped = GroupedStatusApi(  # as the operator makes it (controller/consumers.py)
+        counted_status,
+        CountedGroups(groups, counted),
+        NAME,
+        dry_run=counted_status.dry_run_status,
     )
     writer = StatusWriter(grouped, ns, NAME, holder="bench")
 
@@ -207,9 +214,7 @@ def main() -> None:
             f"{Layout().groups} groups, a local apiserver:"
         )
         m = measure(api, namespace(api, "bench-lease-groups"))
-        print(
-            f"  today's layout: the status {m['inline_status_kib']:8.1f} KiB, {m['inline_refused']}"
-        )
+        print(f"  previous layout: status {m['inline_status_kib']:8.1f} KiB, {m['inline_refused']}")
         print(f"  largest object written     {m['largest_object_kib']:8.1f} KiB")
         print(f"  first write                {m['first_write_requests']:8.0f} requests")
         print(
