@@ -71,10 +71,6 @@ class CountedStatus:
     def __init__(self, api: KubeStatusApi, counted: Counted) -> None:
         self._api, self._counted = api, counted
 
-    def dry_run_status(self, body: dict[str, Any]) -> dict[str, Any]:
-        self._counted.saw("dry run", len(json.dumps(body)))
-        return self._api.dry_run_status(body)
-
     def get(self) -> dict[str, Any]:
         return self._api.get()
 
@@ -149,7 +145,6 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
         counted_status,
         CountedGroups(groups, counted),
         NAME,
-        dry_run=counted_status.dry_run_status,
     )
     writer = StatusWriter(grouped, ns, NAME, holder="bench")
 

@@ -14,9 +14,15 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.lease_group_store import KubeLeaseGroups, read_consumer
-from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, Writer
+from streamconsumer.controller.lease_group_store import (
+    CONSUMER_UID_LABEL,
+    LEASE_GROUP_APP,
+    KubeLeaseGroups,
+    read_consumer,
+)
+from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, Writer, refs_of
 from streamconsumer.controller.status import KubeStatusApi, StaleState, StatusInvalid, StatusWriter
+from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL
 from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
@@ -44,13 +50,7 @@ def leases(owner: str, checkpoint: int, shards: int = 6) -> dict[str, object]:
 def grouped(api_client: k8s.ApiClient, namespace: str, name: str, uid: str) -> GroupedStatusApi:
     """As the operator makes it (controller/consumers.py)."""
     status = KubeStatusApi(api_client, namespace, name)
-    return GroupedStatusApi(
-        status,
-        KubeLeaseGroups(api_client, namespace, name, uid),
-        name,
-        LAYOUT,
-        dry_run=status.dry_run_status,
-    )
+    return GroupedStatusApi(status, KubeLeaseGroups(api_client, namespace, name, uid), name, LAYOUT)
 
 
 def test_a_grouped_table_is_read_whole_by_the_operator_the_cli_and_an_export(
@@ -69,18 +69,17 @@ def test_a_grouped_table_is_read_whole_by_the_operator_the_cli_and_an_export(
     active.write(leases("a", 20))
 
     stored = consumers.get("wide")["status"]
-    assert len(stored["leaseGroups"]) == 3
-    assert list(stored["leases"]) == ["in-lease-groups"]
-    core = k8s.CoreV1Api(api_client)
-    names = {ref["name"] for ref in stored["leaseGroups"]}
+    refs = refs_of(stored) or []
+    assert [ref.name.rsplit("-", 2)[-2] for ref in refs] == ["0", "1", "2"]
+    assert sum(ref.leases for ref in refs) == 6
     groups = {}
-    for config_map in core.list_namespaced_config_map(namespace).items:
+    for config_map in k8s.CoreV1Api(api_client).list_namespaced_config_map(namespace).items:
         meta = config_map.metadata
         assert meta is not None
         if (meta.name or "").startswith("wide-leases-"):
-            groups[meta.name] = [(o.kind, o.uid) for o in meta.owner_references or []]
-    assert set(groups) == names, "the groups the first write replaced are deleted"
-    assert all(owners == [("StreamConsumer", uid)] for owners in groups.values())
+            groups[meta.name] = (meta.labels or {}).get(CONSUMER_UID_LABEL)
+    assert set(groups) == {ref.name for ref in refs}, "the groups replaced are deleted"
+    assert set(groups.values()) == {uid}
 
     table = read_consumer(api_client, namespace, "wide")["status"]["leases"]
     assert {shard: lease["checkpoint"] for shard, lease in table.items()} == {
@@ -92,7 +91,7 @@ def test_a_grouped_table_is_read_whole_by_the_operator_the_cli_and_an_export(
     shown = cli(control_plane, "wide", "-n", namespace)
     assert shown.returncode == 0, shown.stderr
     assert "shardId-000000000005" in shown.stdout
-    assert "in-lease-groups" not in shown.stdout
+    assert "InLeaseGroups" not in shown.stdout
     exported = checkpoints(control_plane, "export", "wide", "-n", namespace)
     assert exported.returncode == 0, exported.stderr
     assert sorted(json.loads(exported.stdout)["status"]["leases"]) == sorted(table)
@@ -116,7 +115,7 @@ def test_a_group_gone_or_not_ours_is_said_and_old_orphans_are_swept(
         assert left == (holder == "one")
 
     core = k8s.CoreV1Api(api_client)
-    first = consumers.get("lost")["status"]["leaseGroups"][0]["name"]
+    first = (refs_of(consumers.get("lost")["status"]) or [])[0].name
     mine = core.read_namespaced_config_map(first, namespace)
     core.delete_namespaced_config_map(first, namespace)
     foreign = k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=first), data=mine.data)
@@ -156,10 +155,13 @@ def _previous_release_loads(
 def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
     control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
-    """Found by review: a rollback applies the previous CRD, whose pruning strips the
-    fields it does not know from every object read: a marker made of a new field came
-    back as an ordinary lease, and the previous operator read an empty table. The
-    marker's state, a value the previous release refuses, survives its CRD."""
+    """Found by review: a rollback applies the previous CRD, which prunes the fields it
+    does not know from every object read. References kept in a field of this release's
+    came back pruned (the previous operator then read an empty table, and this release's
+    next write under that CRD lost them for good). The entries naming the groups use
+    only fields the previous CRD knows, and a state it refuses: it keeps them, its
+    operator refuses the table, and this release's write of a changed group under it is
+    refused by the apiserver, the table left whole."""
     consumers = StreamConsumers(api_client, namespace)
     consumers.create(sample_consumer("back"))
     uid = consumers.get("back")["metadata"]["uid"]
@@ -167,41 +169,52 @@ def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
     writer = StatusWriter(api, namespace, "back", holder="new")
     writer.adopt(api.get())
     writer.write(leases("a", 10))
+    refs = refs_of(consumers.get("back")["status"])
     try:
         releases.apply_crd(control_plane, releases.PREVIOUS_CRD)
         as_read = consumers.get("back")["status"]
-        assert "leaseGroups" not in as_read, "the previous CRD prunes what it does not know"
+        assert refs_of(as_read) == refs, "the previous CRD keeps the groups' names"
         loaded = _previous_release_loads(as_read, tmp_path)
         assert loaded.returncode == 1, loaded.stdout
         assert "InLeaseGroups" in loaded.stderr
-        # And this release, meeting the previous CRD (a rollback under it, or a CRD not
-        # upgraded), writes nothing rather than have its references pruned away.
-        with pytest.raises(StatusInvalid, match=r"CRD here does not keep status\.leaseGroups"):
+        with pytest.raises(StatusInvalid, match="InLeaseGroups"):
             writer.write(leases("a", 20))
     finally:
         releases.apply_crd(control_plane, releases.CURRENT_CRD)
     table = read_consumer(api_client, namespace, "back")["status"]["leases"]
     assert {lease["checkpoint"] for lease in table.values()} == {str(10 + n) for n in range(6)}
+    writer.write(leases("a", 20))  # under this release's CRD again: it goes on
+    table = read_consumer(api_client, namespace, "back")["status"]["leases"]
+    assert {lease["checkpoint"] for lease in table.values()} == {str(20 + n) for n in range(6)}
 
 
 def test_only_the_consumers_own_groups_are_read_or_swept(
     api_client: k8s.ApiClient, namespace: str
 ) -> None:
-    """Found by review: the sweep selected by labels alone. A labelled ConfigMap nobody
-    owns, or one of a deleted object of the same name, is neither read nor swept (a late
-    sweep of the old object's operator deleted the new object's groups)."""
+    """Found by review: the sweep selected by name labels alone. A ConfigMap labelled
+    with the name but not the object's uid (anyone's, or a deleted namesake's groups) is
+    neither read nor swept, and a deleted namesake's late sweep sees none of ours."""
     consumers = StreamConsumers(api_client, namespace)
     consumers.create(sample_consumer("again"))
     uid = consumers.get("again")["metadata"]["uid"]
-    nobodys = KubeLeaseGroups(api_client, namespace, "again", owner_uid=None)
-    nobodys.create("again-leases-0-labelled", "{}", Writer(0, 1, "someone"))
+    core = k8s.CoreV1Api(api_client)
+    labels = {CONSUMER_LABEL: "again", NAME_LABEL: LEASE_GROUP_APP}
+    foreign = k8s.V1ConfigMap(
+        metadata=k8s.V1ObjectMeta(name="again-leases-0-labelled", labels=labels),
+        data={"table.json": "{}"},
+    )
+    core.create_namespaced_config_map(namespace, foreign)
+    namesake = KubeLeaseGroups(api_client, namespace, "again", "uid-of-a-deleted-namesake")
+    namesake.create("again-leases-0-namesake", "{}", Writer(0, 1, "someone"))
     api = grouped(api_client, namespace, "again", uid)
     for holder in ("one", "two"):  # term 1's first write sweeps older terms' groups
         writer = StatusWriter(api, namespace, "again", holder=holder)
         writer.adopt(api.get())
         writer.write(leases("a", 10))
+    left = {c.metadata.name for c in core.list_namespaced_config_map(namespace).items if c.metadata}
+    assert {"again-leases-0-labelled", "again-leases-0-namesake"} <= left, "not swept"
     mine = KubeLeaseGroups(api_client, namespace, "again", uid)
-    assert "again-leases-0-labelled" in {g.name for g in nobodys.listed()}, "not swept"
-    assert "again-leases-0-labelled" not in mine.contents()
-    stale = KubeLeaseGroups(api_client, namespace, "again", "uid-of-a-deleted-object")
-    assert stale.listed() == [], "a deleted object's operator sees none of the new one's"
+    assert not {"again-leases-0-labelled", "again-leases-0-namesake"} & set(mine.contents())
+    assert {g.name for g in namesake.listed()} == {"again-leases-0-namesake"}
+    assert mine.drop() == 3, "a deleted consumer's groups: its own, all of them"
+    assert {g.name for g in namesake.listed()} == {"again-leases-0-namesake"}

@@ -3,7 +3,9 @@ new object may resume from it."""
 
 from __future__ import annotations
 
+import base64
 import datetime
+import gzip
 from typing import Any
 
 from streamconsumer.controller import kept as farewells
@@ -112,3 +114,34 @@ def test_the_farewell_pauses_until_no_shard_is_held_and_that_is_saved() -> None:
     assert not farewell.over(5.0), "still held"
     assert farewell.over(13.0), "given up after its time"
     assert not farewell.drained
+
+
+def _packed(text: str) -> str:
+    return base64.b64encode(gzip.compress(text.encode())).decode()
+
+
+def test_of_two_copies_of_a_kept_table_the_one_taken_last_is_read() -> None:
+    """Found by review: `checkpoints import` and the operator apply the ConfigMap as two
+    field managers; one's plain copy stayed beside the other's packed one, and the
+    plain, older one was read: most shards resumed from stale checkpoints."""
+    older = kept.table("ns", "clicks", consumer_spec(), BODY, NOW, drained=True)
+    newer = older.model_copy(update={"taken": NOW + datetime.timedelta(hours=1)})
+    plain, packed = older.model_dump_json(by_alias=True), newer.model_dump_json(by_alias=True)
+    data = kept.kept_data({kept.TABLE_KEY: plain}, {kept.PACKED_KEY: _packed(packed)})
+    assert data[kept.TABLE_KEY] == packed
+    data = kept.kept_data({kept.TABLE_KEY: packed}, {kept.PACKED_KEY: _packed(plain)})
+    assert data[kept.TABLE_KEY] == packed
+
+
+def test_a_packed_table_that_inflates_past_the_cap_is_refused_not_read() -> None:
+    """Found by review: anyone who may write the ConfigMap could make the operator inflate
+    a megabyte into gigabytes at every start."""
+    bomb = base64.b64encode(gzip.compress(b"0" * (kept.UNPACKED_MAX_BYTES + 1))).decode()
+    data = kept.kept_data(None, {kept.PACKED_KEY: bomb})
+    assert data[kept.TABLE_KEY] == "a packed table past 64 MiB"
+    resumed, why_not = kept.resumable(data, "clicks", consumer_spec(), NOW)
+    assert resumed is None
+    assert "Traceback" not in why_not
+    assert kept.kept_data(None, {kept.PACKED_KEY: "not base64!"})[kept.TABLE_KEY].startswith(
+        "not a gzipped table"
+    )

@@ -45,7 +45,6 @@ from streamconsumer.controller.status import (
     StatusWriter,
     Superseded,
 )
-from streamconsumer.models.resource import IN_GROUPS_ENTRY, LEASE_GROUPS_FIELD
 from testbed.releases import unpack_previous
 
 LAYOUT = Layout(inline_max_shards=4, groups=3)
@@ -74,8 +73,9 @@ def shards(n: int, at: int = 100) -> dict[str, int]:
     return {f"shardId-{1000 + i:012d}": at for i in range(n)}
 
 
-def named(prefix: str) -> Callable[[int], str]:
-    return lambda index: f"{prefix}-{index}"
+def named(token: str) -> Callable[[int], str]:
+    """Names of new groups as the operator's (`<consumer>-leases-<index>-<token>`)."""
+    return lambda index: f"c-leases-{index}-{token}"
 
 
 # --- the layout ------------------------------------------------------------------------
@@ -93,9 +93,9 @@ def test_a_table_split_into_groups_reads_back_as_it_was_written(
     if stored.refs is None:
         assert stored.status == status
         return
-    assert stored.status["leases"] == {
-        IN_GROUPS_ENTRY: {"state": "InLeaseGroups", "inGroups": len(checkpoints)}
-    }
+    assert refs_of(stored.status) == stored.refs  # named in status.leases, in order
+    assert sum(ref.leases for ref in stored.refs) == len(checkpoints)
+    assert {e["state"] for e in stored.status["leases"].values()} == {"InLeaseGroups"}
     contents = [stored.fresh[ref.name] for ref in stored.refs]
     back = joined(stored.status, contents)
     assert back == {**durable_view(status), "finishedShards": back["finishedShards"]}
@@ -111,7 +111,7 @@ def test_a_checkpoint_rewrites_one_group_and_the_rest_are_kept() -> None:
     second = split(table(moved), first.refs, LAYOUT, named("b"))
     assert second.refs is not None
     assert len(second.fresh) == 1
-    assert sum(ref.name.startswith("a-") for ref in second.refs) == 2
+    assert sum(ref.name.endswith("-a") for ref in second.refs) == 2
 
 
 def test_lag_alone_writes_no_group() -> None:
@@ -139,8 +139,9 @@ def test_a_grouped_status_read_without_its_groups_is_refused() -> None:
 def test_the_previous_release_refuses_a_grouped_table_rather_than_start_over(
     tmp_path: Path,
 ) -> None:
-    """Its `load` reads the table with `durable_from_status`: on the marker it must fail
-    (it then writes nothing), not read an empty table and start every shard over."""
+    """Its `load` reads the table with `durable_from_status`: on the entries naming the
+    groups it must fail (it then writes nothing), not read them as leases of shards it
+    does not know, the table as empty, and start every shard over."""
     stored = split(table(shards(12)), None, LAYOUT, named("a")).status
     previous = unpack_previous(tmp_path / "previous")
     script = (
@@ -157,8 +158,8 @@ def test_the_previous_release_refuses_a_grouped_table_rather_than_start_over(
         check=False,
     )
     assert ran.returncode == 1, ran.stdout + ran.stderr
-    assert "inGroups" in ran.stderr
-    assert "Extra inputs are not permitted" in ran.stderr
+    assert "InLeaseGroups" in ran.stderr
+    assert "Input should be 'Active', 'HandOff', 'Released' or 'Finished'" in ran.stderr
 
 
 # --- the stores, in memory -------------------------------------------------------------
@@ -469,6 +470,18 @@ def test_a_group_that_is_not_a_table_is_said(content: str) -> None:
     refs = refs_of(api.status) or []
     name = refs[0].name
     groups.groups[name] = (content, groups.groups[name][1])
-    api.status[LEASE_GROUPS_FIELD][0]["digest"] = hashlib.sha256(content.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(content.encode()).hexdigest()[:16]
+    api.status["leases"][name]["checkpoint"] = str(int(digest, 16))
     with pytest.raises(StatusInvalid, match="a lease group cannot be read"):
         GroupedStatusApi(api, groups, "c", LAYOUT).get()
+
+
+def test_status_leases_naming_groups_badly_is_said() -> None:
+    stored = split(table(shards(12)), None, LAYOUT, named("t")).status
+    mixed = {**stored, "leases": {**stored["leases"], "shardId-000000000001": {"epoch": 1}}}
+    with pytest.raises(StatusInvalid, match="mixes leases and lease groups"):
+        refs_of(mixed)
+    gap = dict(stored["leases"])
+    gap.pop("c-leases-1-t")
+    with pytest.raises(StatusInvalid, match="not 0 to n-1"):
+        refs_of({"leases": gap})

@@ -11,9 +11,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.controller.access import AccessPolicy
 from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.lease_groups import GROUP_COUNT, INLINE_MAX_SHARDS, Layout
+from streamconsumer.controller.lease_groups import (
+    GROUP_COUNT,
+    INLINE_MAX_SHARDS,
+    MAX_GROUPS,
+    Layout,
+)
 from streamconsumer.core.election import ElectionTiming
-from streamconsumer.models.resource import MAX_LEASE_GROUPS
 
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
@@ -79,7 +83,7 @@ class OperatorConfig(BaseSettings):
     # Past this many leases and finished shards a consumer's table is kept in this many
     # ConfigMaps, the status referencing them (docs/design.md#lease-groups).
     lease_groups_after: int = Field(default=INLINE_MAX_SHARDS, ge=0)
-    lease_groups: int = Field(default=GROUP_COUNT, ge=1, le=MAX_LEASE_GROUPS)
+    lease_groups: int = Field(default=GROUP_COUNT, ge=1, le=MAX_GROUPS)
     # Right after a start, heartbeats for consumers not loaded yet get 503, not 404.
     startup_grace_seconds: float = Field(default=30.0, ge=0)
 

@@ -58,15 +58,12 @@ async def consume(
     config, registry = context.config, context.registry
     registry.loading(namespace, name)
     try:
-        kube_status = KubeStatusApi(context.api_client, namespace, name)
+        groups = KubeLeaseGroups(context.api_client, namespace, name, body.metadata.uid)
         status_api = GroupedStatusApi(
-            kube_status,
-            KubeLeaseGroups(
-                context.api_client, namespace, name, body.get("metadata", {}).get("uid")
-            ),
+            KubeStatusApi(context.api_client, namespace, name),
+            groups,
             name,
             config.lease_layout(),
-            dry_run=kube_status.dry_run_status,
         )
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
         # A holder of its own: kopf may start this daemon again in the same process while
@@ -141,11 +138,28 @@ async def consume(
             # Not by a replica whose term ended meanwhile: the leader says it.
             if where is not None:
                 _after_this_daemon(kept.mark(context.api_client, namespace, name, where))
+            if where is not None and where != CHECKPOINTS_LOST:  # else the groups are left
+                await _drop_groups(groups, namespace, name)
     finally:
         registry.remove(namespace, name)
         if deleted():
             registry.forget(namespace, name)
             metrics.forget(namespace, name)
+
+
+CHECKPOINTS_LOST = "lost: see the CheckpointsLost Event"
+
+
+async def _drop_groups(groups: KubeLeaseGroups, namespace: str, name: str) -> None:
+    """A deleted consumer's lease groups, once its table is kept or discarded: they have
+    no owner reference for the garbage collector (controller/lease_group_store.py)."""
+    try:
+        dropped = await executors.run_in(executors.KUBERNETES, groups.drop)
+    except (StatusInvalid, StatusUnavailable) as error:
+        log.warning("%s/%s: its lease groups were not all deleted: %s", namespace, name, error)
+    else:
+        if dropped:
+            log.info("%s/%s: its %d lease groups deleted", namespace, name, dropped)
 
 
 NUDGE_DELAY_SECONDS = 1.0
@@ -272,7 +286,7 @@ async def _keep(
         message = f"the checkpoints could not be kept: {error}"
         _emit(body, Event("Warning", "CheckpointsLost", message))
         log.error("%s/%s: %s", namespace, name, message)
-        return "lost: see the CheckpointsLost Event"
+        return CHECKPOINTS_LOST
     where = names.kept_checkpoints(name)
     shards = len(table.status["leases"])
     how = (

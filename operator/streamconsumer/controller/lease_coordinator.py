@@ -54,9 +54,8 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.api import MAX_HELD_SHARDS, Failing, HeldShard, PassedOver
 from streamconsumer.models.resource import (
-    IN_GROUPS_ENTRY,
-    LEASE_GROUPS_FIELD,
     InitialPosition,
+    LeaseState,
     ResetRecord,
     ResetRequest,
     StreamConsumerSpec,
@@ -841,7 +840,10 @@ def creation_time(resource: Mapping[str, Any]) -> datetime:
 def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
     """The durable state as the status last persisted it."""
     status = status or {}
-    if LEASE_GROUPS_FIELD in status or IN_GROUPS_ENTRY in (status.get("leases") or {}):
+    if any(
+        isinstance(body, Mapping) and body.get("state") == LeaseState.IN_LEASE_GROUPS
+        for body in (status.get("leases") or {}).values()
+    ):
         raise ValueError("a table kept in lease groups was read without its groups")
     leases = {}
     for shard_id, body in (status.get("leases") or {}).items():

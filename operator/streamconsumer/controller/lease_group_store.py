@@ -1,7 +1,10 @@
-"""The lease groups of one StreamConsumer as ConfigMaps (controller/lease_groups.py):
-owned by it, so that they go with it, and labelled, so that they can be listed. One of a
-group's name that is not ours is never read as a group (docs/security.md#ownership).
-Also how anyone but the operator (the CLI, tests) reads a consumer with its table."""
+"""The lease groups of one StreamConsumer as ConfigMaps (controller/lease_groups.py),
+labelled with the consumer's name and uid so that they can be listed, and only those of
+this very object are read or swept (not a deleted namesake's, not one anyone labelled
+without its uid). No owner reference: a foreground deletion would have the garbage
+collector delete them before the operator keeps the table (docs/checkpoints.md); the
+operator deletes them once it has (`drop`). Also how anyone but the operator (the CLI,
+tests) reads a consumer with its table."""
 
 from __future__ import annotations
 
@@ -13,13 +16,11 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller.lease_groups import GroupedStatusApi, StoredGroup, Writer, refs_of
-from streamconsumer.controller.owned import REFUSALS, api_message, controlled_by
+from streamconsumer.controller.owned import REFUSALS, api_message
 from streamconsumer.controller.status import KubeStatusApi, StatusInvalid, StatusUnavailable
 from streamconsumer.models.resource import (
-    API_VERSION,
     CONSUMER_LABEL,
     GROUP,
-    KIND,
     NAME_LABEL,
     PLURAL,
     VERSION,
@@ -28,6 +29,7 @@ from streamconsumer.models.resource import (
 LEASE_GROUP_APP = "streamconsumer-lease-group"  # the groups' app.kubernetes.io/name
 WRITTEN_BY = f"leases.{GROUP}/written-by"
 CONTENT_KEY = "table.json"
+CONSUMER_UID_LABEL = f"leases.{GROUP}/consumer-uid"
 
 
 class KubeLeaseGroups:
@@ -45,21 +47,11 @@ class KubeLeaseGroups:
         self._owner_uid = owner_uid
         self._timeout = timeout
         self._labels = {CONSUMER_LABEL: consumer, NAME_LABEL: LEASE_GROUP_APP}
+        if owner_uid is not None:
+            self._labels[CONSUMER_UID_LABEL] = owner_uid
 
     def create(self, name: str, content: str, written_by: Writer) -> None:
-        owners = (
-            [
-                {
-                    "apiVersion": API_VERSION,
-                    "kind": KIND,
-                    "name": self._consumer,
-                    "uid": self._owner_uid,
-                    "controller": True,
-                }
-            ]
-            if self._owner_uid
-            else []
-        )
+        assert self._owner_uid is not None, "groups are written for an object of known uid"
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -67,7 +59,6 @@ class KubeLeaseGroups:
                 "name": name,
                 "labels": self._labels,
                 "annotations": {WRITTEN_BY: written_by.annotation()},
-                "ownerReferences": owners,
             },
             "data": {CONTENT_KEY: content},
         }
@@ -79,11 +70,7 @@ class KubeLeaseGroups:
         except _Absent:
             return None
         labels = found.metadata.labels or {}
-        unlabelled = any(labels.get(key) != value for key, value in self._labels.items())
-        owned = self._owner_uid is None or controlled_by(
-            found.metadata.owner_references, self._owner_uid
-        )
-        if unlabelled or not owned:
+        if any(labels.get(key) != value for key, value in self._labels.items()):
             raise StatusInvalid(f"ConfigMap {name} is not a lease group of {self._consumer}")
         return (found.data or {}).get(CONTENT_KEY)
 
@@ -103,20 +90,21 @@ class KubeLeaseGroups:
             for item in self._ours()
         ]
 
+    def drop(self) -> int:
+        """Deletes every group of this object (its table kept or discarded); how many."""
+        groups = self.listed()
+        for group in groups:
+            self.delete(group.name)
+        return len(groups)
+
     def _ours(self) -> list[Any]:
-        """This object's groups: labelled as ours and, where its uid is known, owned by
-        it (not by a deleted object of the same name, whose late writes sweep nothing
-        of the new one's; not by nobody: anyone may label a ConfigMap)."""
+        """This object's groups: labelled with its name and, where known, its uid (so
+        not a deleted namesake's, whose late sweep touches nothing of the new one's)."""
         selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
         found = self._call(
             self._api.list_namespaced_config_map, self._namespace, label_selector=selector
         )
-        return [
-            item
-            for item in found.items
-            if self._owner_uid is None
-            or controlled_by(item.metadata.owner_references, self._owner_uid)
-        ]
+        return list(found.items)
 
     def _call(self, method: Any, *args: Any, **options: Any) -> Any:
         try:

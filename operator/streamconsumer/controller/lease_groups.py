@@ -1,8 +1,10 @@
 """Where the lease table is stored (docs/design.md#lease-groups). Up to `inline_max_shards`
 entries the status holds it, as always. Past that, its leases and finished shards are
-spread by a hash of their shard id over `groups` ConfigMaps, and the status holds only a
-reference to each (name and digest of its content): a checkpoint rewrites one group, not
-every lease, and no object nears etcd's limit at 10,000 shards.
+spread by a hash of their shard id over `groups` ConfigMaps, and `status.leases` holds
+only an entry naming each (of state InLeaseGroups, with its content's digest): a
+checkpoint rewrites one group, not every lease, and no object nears etcd's limit at
+10,000 shards. The entries use only fields the previous release's CRD knows, so that no
+CRD prunes them; that release's models refuse their state.
 
 Groups are copy-on-write: a changed group is a new ConfigMap under a name never used
 before, and the status write that references it is the commit, under the term fence and
@@ -34,12 +36,7 @@ from typing import Any, Protocol
 
 from streamconsumer.controller.status import Conflict, StatusApi, StatusInvalid, StatusUnavailable
 from streamconsumer.core.lineage import compact, expand
-from streamconsumer.models.resource import (
-    IN_GROUPS_ENTRY,
-    LEASE_GROUPS_FIELD,
-    MAX_LEASE_GROUPS,
-    LeaseState,
-)
+from streamconsumer.models.resource import LeaseState
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +44,7 @@ INLINE_MAX_SHARDS = 1000
 """Leases and finished shards the status holds itself: about 280 KiB of status."""
 GROUP_COUNT = 64
 """Groups of a table past `INLINE_MAX_SHARDS`: at 10,000 shards about 45 KiB each."""
+MAX_GROUPS = 1024
 SWEEP_EVERY = 256
 """Writes between two sweeps of objects nobody references (writes that failed)."""
 DURABLE_FIELDS = ("owner", "epoch", "checkpoint", "state", "handoffTo", "start", "resetting")
@@ -62,20 +60,25 @@ class Layout:
     groups: int = GROUP_COUNT
 
     def __post_init__(self) -> None:
-        if not 1 <= self.groups <= MAX_LEASE_GROUPS:
-            raise ValueError(f"lease groups: 1 to {MAX_LEASE_GROUPS}, not {self.groups}")
+        if not 1 <= self.groups <= MAX_GROUPS:
+            raise ValueError(f"lease groups: 1 to {MAX_GROUPS}, not {self.groups}")
 
 
 @dataclass(frozen=True)
 class GroupRef:
-    """A group as the status references it."""
+    """A group as the status names it: an entry of `status.leases` keyed by the group's
+    ConfigMap, whose epoch counts its leases and whose checkpoint is its digest."""
 
     name: str
-    digest: str
+    digest: str  # 16 hex digits
     leases: int
 
     def wire(self) -> dict[str, Any]:
-        return {"name": self.name, "digest": self.digest, "leases": self.leases}
+        return {
+            "state": LeaseState.IN_LEASE_GROUPS.value,
+            "epoch": self.leases,
+            "checkpoint": str(int(self.digest, 16)),  # a checkpoint's pattern: digits
+        }
 
 
 @dataclass(frozen=True)
@@ -132,14 +135,29 @@ def group_of(shard_id: str, groups: int) -> int:
 
 
 def refs_of(status: Mapping[str, Any] | None) -> list[GroupRef] | None:
-    """The groups a stored status references; None: its table is inline."""
-    raw = (status or {}).get(LEASE_GROUPS_FIELD)
-    if raw is None:
+    """The groups a stored status names, in order; None: its table is inline."""
+    leases = (status or {}).get("leases") or {}
+    named = {
+        name: entry
+        for name, entry in leases.items()
+        if isinstance(entry, Mapping) and entry.get("state") == LeaseState.IN_LEASE_GROUPS
+    }
+    if not named:
         return None
+    if len(named) != len(leases):
+        raise StatusInvalid("status.leases mixes leases and lease groups")
     try:
-        return [GroupRef(str(r["name"]), str(r["digest"]), int(r["leases"])) for r in raw]
-    except (KeyError, TypeError, ValueError) as error:
-        raise StatusInvalid(f"status.{LEASE_GROUPS_FIELD} cannot be read: {error}") from None
+        refs = {
+            int(name.rsplit("-", 2)[-2]): GroupRef(
+                name, f"{int(entry['checkpoint']):016x}", int(entry.get("epoch") or 0)
+            )
+            for name, entry in named.items()
+        }
+    except (KeyError, TypeError, ValueError, IndexError) as error:
+        raise StatusInvalid(f"status.leases names lease groups badly: {error!r}") from None
+    if sorted(refs) != list(range(len(refs))):
+        raise StatusInvalid(f"status.leases names lease groups {sorted(refs)}, not 0 to n-1")
+    return [refs[index] for index in range(len(refs))]
 
 
 def _content(leases: Mapping[str, Any], finished: Sequence[str]) -> str:
@@ -208,17 +226,7 @@ def split(
         name = name_of(index)
         fresh[name] = content
         refs.append(GroupRef(name, digest, len(leases[index])))
-    stored = {
-        **status,
-        "leases": {
-            IN_GROUPS_ENTRY: {
-                "state": LeaseState.IN_LEASE_GROUPS.value,
-                "inGroups": sum(r.leases for r in refs),
-            }
-        },
-        "finishedShards": [],
-        LEASE_GROUPS_FIELD: [r.wire() for r in refs],
-    }
+    stored = {**status, "leases": {r.name: r.wire() for r in refs}, "finishedShards": []}
     return Split(stored, fresh, refs)
 
 
@@ -233,7 +241,7 @@ def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]
             finished.update(expand(group["finishedShards"]))
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise StatusInvalid(f"a lease group cannot be read: {error!r}"[:300]) from None
-    logical = {k: v for k, v in status.items() if k != LEASE_GROUPS_FIELD}
+    logical = dict(status)
     logical["leases"] = dict(sorted(leases.items()))
     logical["finishedShards"] = compact(finished)
     return logical
@@ -256,12 +264,8 @@ class GroupedStatusApi:
         consumer: str,
         layout: Layout = Layout(),
         sweep_every: int = SWEEP_EVERY,
-        dry_run: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
-        """`dry_run`: a status write the apiserver answers as it would store it, stored
-        nothing (None: the CRD is known to keep `status.leaseGroups`)."""
         self._api = api
-        self._dry_run = dry_run
         self._store = store
         self._consumer = consumer
         self._layout = layout
@@ -291,7 +295,7 @@ class GroupedStatusApi:
         if self._store.read(name) is not None:
             return
         raise StatusInvalid(
-            f"ConfigMap {name}, a lease group status.{LEASE_GROUPS_FIELD} references, is "
+            f"ConfigMap {name}, a lease group status.leases names, is "
             "missing: the checkpoints of its shards are gone with it "
             "(docs/troubleshooting.md#a-lease-group-is-missing)"
         )
@@ -317,32 +321,15 @@ class GroupedStatusApi:
             self._layout,
             lambda index: f"{self._consumer}-leases-{index}-{token}",
         )
-        stored_body = {**body, "status": stored_split.status}
-        if stored_split.refs is not None and self._dry_run is not None:
-            # Each time: a rollback may put the previous CRD back under a running operator.
-            self._keeps_references(self._dry_run(stored_body), stored_split.refs)
         for name, content in stored_split.fresh.items():
             self._store.create(name, content, writer)
-        written = self._api.replace_status(stored_body)
-        self._keeps_references(written, stored_split.refs)
+        written = self._api.replace_status({**body, "status": stored_split.status})
         self._remember(written["metadata"]["resourceVersion"], stored_split.refs)
         kept = {r.name for r in stored_split.refs or []}
         self._delete([r.name for r in base or [] if r.name not in kept])
         self._maybe_sweep(writer, kept)
         logical = body["status"] if stored_split.refs is None else durable_view(body["status"])
         return {**written, "status": logical}
-
-    def _keeps_references(self, stored: dict[str, Any], refs: list[GroupRef] | None) -> None:
-        """An apiserver whose CRD predates lease groups prunes `status.leaseGroups`
-        silently (and lets the marker stand: its value did not change): say so, and
-        delete nothing on the word of that write."""
-        if refs_of(stored.get("status")) != refs:
-            raise StatusInvalid(
-                f"the StreamConsumer CRD here does not keep status.{LEASE_GROUPS_FIELD}: "
-                "apply the CRD of 0.2.0 or later (`helm upgrade` does) before a table "
-                f"of {self._consumer} passes {self._layout.inline_max_shards} entries "
-                "(docs/upgrades.md#large-lease-tables-across-an-upgrade)"
-            )
 
     def _logical(self, body: dict[str, Any]) -> dict[str, Any]:
         status = body.get("status")

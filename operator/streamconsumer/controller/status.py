@@ -442,14 +442,7 @@ class KubeStatusApi:
             self._call(self._api.get_namespaced_custom_object, *self._where),
         )
 
-    def dry_run_status(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The object as `replace_status(body)` would store it; stores nothing."""
-        return self._patch_status(body, dry_run="All")
-
     def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._patch_status(body)
-
-    def _patch_status(self, body: dict[str, Any], **options: Any) -> dict[str, Any]:
         # A JSON patch, not a PUT: a PUT's object carries no annotations, and the
         # apiserver, though it keeps the stored ones, takes them from their owners in
         # managedFields (who asked for a pause was lost; an annotation a GitOps tool
@@ -466,7 +459,6 @@ class KubeStatusApi:
                 *self._where,
                 patch,
                 _content_type=JSON_PATCH,
-                **options,
             ),
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import datetime
 import gzip
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -74,6 +75,7 @@ PACKED_KEY = "checkpoints.json.gz"
 PACK_ABOVE_BYTES = 900 * 1024
 """A ConfigMap holds 1 MiB: a larger table (past about 7,000 shards) is kept gzipped in
 binaryData (about a quarter of the size), which only releases from 0.2.0 read."""
+UNPACKED_MAX_BYTES = 64 * 2**20  # about 500,000 shards' table
 
 
 def kept_for(config_map_metadata: Any, name: str) -> bool:
@@ -130,17 +132,40 @@ def _contents(text: str) -> dict[str, Any]:
 
 
 def kept_data(
-    data: Mapping[str, str] | None, binary_data: Mapping[str, str] | None
+    data: Mapping[str, str] | None, binary_data: Mapping[str, str | bytes] | None
 ) -> dict[str, str]:
-    """A kept ConfigMap's data with its table under TABLE_KEY, packed or not."""
+    """A kept ConfigMap's data with its table under TABLE_KEY, packed or not. Where it
+    holds both (the operator and `checkpoints import` apply it as different field
+    managers, and neither removes the other's key), the table taken last."""
     unpacked = dict(data or {})
     packed = (binary_data or {}).get(PACKED_KEY)
-    if packed is not None and TABLE_KEY not in unpacked:
-        try:
-            unpacked[TABLE_KEY] = gzip.decompress(base64.b64decode(packed)).decode()
-        except (ValueError, OSError, EOFError) as error:  # binascii.Error is a ValueError
-            unpacked[TABLE_KEY] = f"not a gzipped table: {error}"  # refused when parsed
+    if packed is None:
+        return unpacked
+    text = _unpacked(packed)
+    if TABLE_KEY not in unpacked or _taken(text) > _taken(unpacked[TABLE_KEY]):
+        unpacked[TABLE_KEY] = text
     return unpacked
+
+
+def _unpacked(packed: str | bytes) -> str:
+    """The gzipped table; past UNPACKED_MAX_BYTES (anyone may write a ConfigMap that
+    inflates to gigabytes), or not gzip at all, a text its reader refuses."""
+    try:
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip
+        text = inflate.decompress(base64.b64decode(packed), UNPACKED_MAX_BYTES)
+        if inflate.unconsumed_tail:
+            return f"a packed table past {UNPACKED_MAX_BYTES // 2**20} MiB"
+        return text.decode()
+    except (ValueError, zlib.error) as error:  # binascii.Error is a ValueError
+        return f"not a gzipped table: {error}"
+
+
+def _taken(text: str) -> str:
+    """When the table was taken, as ISO text (comparable), or "" if it does not say."""
+    try:
+        return KeptTable.model_validate_json(text).taken.isoformat()
+    except ValidationError:
+        return ""
 
 
 def same_stream(a: Source, b: Source) -> bool:

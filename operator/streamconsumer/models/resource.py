@@ -541,9 +541,9 @@ class LeaseState(StrEnum):
     HANDOFF = "HandOff"  # the owner was asked to release it to `handoffTo`
     RELEASED = "Released"  # no owner; resumes from the checkpoint when granted
     FINISHED = "Finished"  # checkpointed at SHARD_END
-    # Only the one entry `in-lease-groups` of a table kept in lease groups: a value the
-    # previous release's CRD and models refuse, so that none of its parts reads the
-    # entry as a lease and the table as empty (docs/design.md#lease-groups).
+    # Not a lease: the entry names a ConfigMap holding part of a table kept in lease
+    # groups (docs/design.md#lease-groups). A value the previous release's models
+    # refuse, so that it never reads such a table as empty.
     IN_LEASE_GROUPS = "InLeaseGroups"
 
 
@@ -569,30 +569,6 @@ class Lease(Model):
         default=False, description="A reset waits for the owner to hand the shard off."
     )
     millis_behind_latest: int | None = Field(default=None, ge=0)
-    in_groups: int | None = Field(
-        default=None,
-        ge=0,
-        description="Only on the entry `in-lease-groups`: this many leases are kept in "
-        "status.leaseGroups (docs/design.md#lease-groups).",
-        json_schema_extra=added_since("0.2.0"),
-    )
-
-
-LEASE_GROUPS_FIELD = "leaseGroups"
-MAX_LEASE_GROUPS = 1024
-IN_GROUPS_ENTRY = "in-lease-groups"
-"""The one entry of `status.leases` while the table is in lease groups, of state
-`InLeaseGroups`: operators before 0.2.0 refuse that state (their CRD keeps it, unlike a
-field it does not know), so they refuse the table rather than read it as empty and start
-every shard over; under their CRD this release's write of it is refused too."""
-
-
-class LeaseGroupRef(Model):
-    """A ConfigMap holding part of a large lease table (docs/design.md#lease-groups)."""
-
-    name: str = Field(max_length=253)
-    digest: str = Field(max_length=64, description="Of its content: read only if it matches.")
-    leases: int = Field(ge=0)
 
 
 RESET_ANNOTATION = f"reset.{GROUP}/request"
@@ -681,13 +657,12 @@ class StreamConsumerStatus(Model):
     label_selector: str | None = None
     shards: int = Field(default=0, description="Open shards.")
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
-    leases: dict[str, Lease] = Field(default_factory=dict)
-    lease_groups: list[LeaseGroupRef] | None = Field(
-        default=None,
-        max_length=MAX_LEASE_GROUPS,
-        description="Where the leases and finished shards are, once the table is past "
-        "1,000 entries (docs/design.md#lease-groups).",
-        json_schema_extra=added_since("0.2.0"),
+    leases: dict[str, Lease] = Field(
+        default_factory=dict,
+        description="By shard id; past 1,000 leases and finished shards, by the ConfigMap "
+        "holding each part of the table instead, of state InLeaseGroups (its epoch: how "
+        "many leases it holds; its checkpoint: its content's digest; "
+        "docs/design.md#lease-groups).",
     )
     last_reset: ResetRecord | None = None
     stream: str | None = Field(
