@@ -7,20 +7,20 @@ checkpoint rewrites one group, not every lease, and no object nears etcd's limit
 CRD prunes them; that release's models refuse their state.
 
 Groups are copy-on-write: a changed group is a new ConfigMap under a name never used
-before, and the status write that references it is the commit, under the term fence and
-the resourceVersion precondition exactly as before. So a table is always read whole as
-one write left it, however late an old writer acts, and the rest of the operator sees
-only the table as one status (`GroupedStatusApi` is a `StatusApi`).
+before, and the status write that names it is the commit, under the term fence and the
+resourceVersion precondition exactly as before. So a table is always read whole as one
+write left it, however late an old writer acts, and the rest of the operator sees only
+the table as one status (`GroupedStatusApi` is a `StatusApi`).
 
-What is deleted, and why nothing referenced ever is:
-- a commit's predecessor's groups that it no longer references, once it landed: every
-  later commit lands on it (the precondition) and references its groups or new ones;
-- an object nobody references, written by an older term, or by this writer before the
-  write that landed (an attempt older than a landed one never lands: the precondition
-  again). Swept after a term's first write and every `SWEEP_EVERY` writes.
-An object written by another process under the same term number (the loser of a race
-for the fence) is left to the next term's sweep. Only the consumer's own groups are
-touched: labelled as its groups and owned by its uid (not a deleted namesake's)."""
+What is deleted, and why nothing named ever is:
+- a commit's predecessor's groups that it no longer names, once it landed: every later
+  commit lands on it (the precondition) and names its groups or new ones;
+- a group nobody names, written by an older term, or by this daemon before the write
+  that landed (an attempt older than a landed one never lands: the precondition again).
+  Swept after a term's first write and every `SWEEP_EVERY` writes.
+A group written by another process under the same term number (the loser of a race for
+the fence) is left to the next term's sweep. Only the consumer's own groups are touched:
+labelled with its name and uid (not a deleted namesake's; lease_group_store.py)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ GROUP_COUNT = 64
 """Groups of a table past `INLINE_MAX_SHARDS`: at 10,000 shards about 45 KiB each."""
 MAX_GROUPS = 1024
 SWEEP_EVERY = 256
-"""Writes between two sweeps of objects nobody references (writes that failed)."""
+"""Writes between two sweeps of groups nobody names (those of writes that failed)."""
 DURABLE_FIELDS = ("owner", "epoch", "checkpoint", "state", "handoffTo", "start", "resetting")
 """What a group keeps of a lease: its views (lag, parents) change too often to store."""
 READ_ATTEMPTS = 10
