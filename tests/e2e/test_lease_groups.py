@@ -90,12 +90,7 @@ def test_a_table_in_lease_groups_through_a_reshard_and_a_failover(scenario: Scen
     assert handover.new_leader != handover.old_leader
     assert handover.owners_after == handover.owners_before, "no shard moved"
     report = scenario.delivered(duplicates_at_most=0)
-    shards = list_all_shards(client, scenario.stream)
-    for child in (s for s in shards if s.get("ParentShardId")):
-        if child["ShardId"] not in report.shard_times:
-            continue  # no record hashed to it
-        for parent in filter(None, [child["ParentShardId"], child.get("AdjacentParentShardId")]):
-            assert report.shard_times[parent][1] <= report.shard_times[child["ShardId"]][0]
+    assert report.children_before_parents(list_all_shards(client, scenario.stream)) == []
     # Groups replaced by later writes are deleted; only a write that failed leaves one,
     # for the next sweep. None failed here.
     wait_for(

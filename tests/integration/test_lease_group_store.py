@@ -6,9 +6,6 @@ is not ours, or gone, said in words."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +44,13 @@ def leases(owner: str, checkpoint: int, shards: int = 6) -> dict[str, object]:
     }
 
 
+def created(api_client: k8s.ApiClient, namespace: str, name: str) -> tuple[StreamConsumers, str]:
+    """A new StreamConsumer `name`, and its uid."""
+    consumers = StreamConsumers(api_client, namespace)
+    consumers.create(sample_consumer(name))
+    return consumers, consumers.get(name)["metadata"]["uid"]
+
+
 def grouped(api_client: k8s.ApiClient, namespace: str, name: str, uid: str) -> GroupedStatusApi:
     """As the operator makes it (controller/consumers.py)."""
     status = KubeStatusApi(api_client, namespace, name)
@@ -56,9 +60,7 @@ def grouped(api_client: k8s.ApiClient, namespace: str, name: str, uid: str) -> G
 def test_a_grouped_table_is_read_whole_by_the_operator_the_cli_and_an_export(
     control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str
 ) -> None:
-    consumers = StreamConsumers(api_client, namespace)
-    consumers.create(sample_consumer("wide"))
-    uid = consumers.get("wide")["metadata"]["uid"]
+    consumers, uid = created(api_client, namespace, "wide")
     api = grouped(api_client, namespace, "wide", uid)
     active = StatusWriter(api, namespace, "wide", holder="active")
     stale = StatusWriter(grouped(api_client, namespace, "wide", uid), namespace, "wide", "stale")
@@ -100,9 +102,7 @@ def test_a_grouped_table_is_read_whole_by_the_operator_the_cli_and_an_export(
 def test_a_group_gone_or_not_ours_is_said_and_old_orphans_are_swept(
     control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str
 ) -> None:
-    consumers = StreamConsumers(api_client, namespace)
-    consumers.create(sample_consumer("lost"))
-    uid = consumers.get("lost")["metadata"]["uid"]
+    consumers, uid = created(api_client, namespace, "lost")
     store = KubeLeaseGroups(api_client, namespace, "lost", uid)
     store.create("lost-leases-9-orphan", "{}", Writer(0, 1, "a-process-long-gone"))
     api = grouped(api_client, namespace, "lost", uid)
@@ -132,26 +132,6 @@ def test_a_group_gone_or_not_ours_is_said_and_old_orphans_are_swept(
     assert "Traceback" not in shown.stderr
 
 
-def _previous_release_loads(
-    status: dict[str, object], tmp_path: Path
-) -> subprocess.CompletedProcess[str]:
-    """The previous release's own `durable_from_status` (what its `load` reads) on `status`."""
-    previous = releases.unpack_previous(tmp_path / "previous")
-    script = (
-        "import json, sys\n"
-        "from streamconsumer.controller.lease_coordinator import durable_from_status\n"
-        "print(durable_from_status(json.loads(sys.stdin.read())))\n"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        input=json.dumps(status),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(previous)},
-        check=False,
-    )
-
-
 def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
     control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
@@ -162,9 +142,7 @@ def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
     only fields the previous CRD knows, and a state it refuses: it keeps them, its
     operator refuses the table, and this release's write of a changed group under it is
     refused by the apiserver, the table left whole."""
-    consumers = StreamConsumers(api_client, namespace)
-    consumers.create(sample_consumer("back"))
-    uid = consumers.get("back")["metadata"]["uid"]
+    consumers, uid = created(api_client, namespace, "back")
     api = grouped(api_client, namespace, "back", uid)
     writer = StatusWriter(api, namespace, "back", holder="new")
     writer.adopt(api.get())
@@ -174,7 +152,7 @@ def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
         releases.apply_crd(control_plane, releases.PREVIOUS_CRD)
         as_read = consumers.get("back")["status"]
         assert refs_of(as_read) == refs, "the previous CRD keeps the groups' names"
-        loaded = _previous_release_loads(as_read, tmp_path)
+        loaded = releases.previous_loads(as_read, tmp_path / "previous")
         assert loaded.returncode == 1, loaded.stdout
         assert "InLeaseGroups" in loaded.stderr
         with pytest.raises(StatusInvalid, match="InLeaseGroups"):
@@ -194,9 +172,7 @@ def test_only_the_consumers_own_groups_are_read_or_swept(
     """Found by review: the sweep selected by name labels alone. A ConfigMap labelled
     with the name but not the object's uid (anyone's, or a deleted namesake's groups) is
     neither read nor swept, and a deleted namesake's late sweep sees none of ours."""
-    consumers = StreamConsumers(api_client, namespace)
-    consumers.create(sample_consumer("again"))
-    uid = consumers.get("again")["metadata"]["uid"]
+    _, uid = created(api_client, namespace, "again")
     core = k8s.CoreV1Api(api_client)
     labels = {CONSUMER_LABEL: "again", NAME_LABEL: LEASE_GROUP_APP}
     foreign = k8s.V1ConfigMap(

@@ -13,6 +13,7 @@ import os
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,6 +159,21 @@ class Report:
             if e["shard"] == shard and e["worker"] != besides and e["t"] > after
         ]
         return min(times, default=None)
+
+    def children_before_parents(self, shards: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Of `shards` (as ListShards lists them), each child processed before a parent's
+        last record, as "child started before parent finished" (none: parents first)."""
+        early = []
+        for child in (s for s in shards if s.get("ParentShardId")):
+            if child["ShardId"] not in self.shard_times:
+                continue  # no record hashed to it
+            child_first = self.shard_times[child["ShardId"]][0]
+            for parent in filter(
+                None, [child["ParentShardId"], child.get("AdjacentParentShardId")]
+            ):
+                if self.shard_times[parent][1] > child_first:
+                    early.append(f"{child['ShardId']} started before {parent} finished")
+        return early
 
     def longest_pause(self, since: float, until: float) -> float:
         """The longest time between records processed on any one shard within the span

@@ -5,9 +5,15 @@ test tells which release a process really ran."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
 import time
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from testbed.controlplane import ControlPlane
 from testbed.launch import LAUNCH_NOTE
@@ -49,6 +55,24 @@ def unpack_previous(into: Path) -> Path:
     with zipfile.ZipFile(previous_wheel()) as wheel:
         wheel.extractall(into)
     return into
+
+
+def previous_loads(status: Mapping[str, Any], into: Path) -> subprocess.CompletedProcess[str]:
+    """The previous release's own `durable_from_status` (what its `load` reads a
+    consumer's table with) run on `status`, its package unpacked into `into`."""
+    script = (
+        "import json, sys\n"
+        "from streamconsumer.controller.lease_coordinator import durable_from_status\n"
+        "print(durable_from_status(json.loads(sys.stdin.read())))\n"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        input=json.dumps(status),
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(unpack_previous(into))},
+        check=False,
+    )
 
 
 def launched_from(log: Path) -> list[str]:

@@ -10,10 +10,6 @@ import contextlib
 import copy
 import functools
 import hashlib
-import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from sim import reverts
 
 from streamconsumer.controller import lease_groups
 from streamconsumer.controller.lease_coordinator import durable_from_status
@@ -45,7 +42,7 @@ from streamconsumer.controller.status import (
     StatusWriter,
     Superseded,
 )
-from testbed.releases import unpack_previous
+from testbed.releases import previous_loads
 
 LAYOUT = Layout(inline_max_shards=4, groups=3)
 
@@ -143,20 +140,7 @@ def test_the_previous_release_refuses_a_grouped_table_rather_than_start_over(
     groups it must fail (it then writes nothing), not read them as leases of shards it
     does not know, the table as empty, and start every shard over."""
     stored = split(table(shards(12)), None, LAYOUT, named("a")).status
-    previous = unpack_previous(tmp_path / "previous")
-    script = (
-        "import json, sys\n"
-        "from streamconsumer.controller.lease_coordinator import durable_from_status\n"
-        "durable_from_status(json.loads(sys.stdin.read()))\n"
-    )
-    ran = subprocess.run(
-        [sys.executable, "-c", script],
-        input=json.dumps(stored),
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(previous)},
-        check=False,
-    )
+    ran = previous_loads(stored, tmp_path / "previous")
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert "InLeaseGroups" in ran.stderr
     assert "Input should be 'Active', 'HandOff', 'Released' or 'Finished'" in ran.stderr
@@ -400,18 +384,10 @@ def _sweep_without_the_writers_order(patch: pytest.MonkeyPatch) -> None:
     patch.setattr(lease_groups, "_older", lambda group, landed: True)
 
 
-def _delete_before_the_commit(patch: pytest.MonkeyPatch) -> None:
-    replace_status = GroupedStatusApi.replace_status
-
-    def early(self: GroupedStatusApi, body: dict[str, Any]) -> dict[str, Any]:
-        base = self._layouts.get(body["metadata"].get("resourceVersion"))
-        self._delete([ref.name for ref in base or []])
-        return replace_status(self, body)
-
-    patch.setattr(GroupedStatusApi, "replace_status", early)
-
-
-@pytest.mark.parametrize("revert", [_sweep_without_the_writers_order, _delete_before_the_commit])
+@pytest.mark.parametrize(
+    "revert",
+    [_sweep_without_the_writers_order, reverts.lease_groups_deleted_before_the_commit],
+)
 def test_the_interleavings_catch_each_rule_reverted(
     revert: Callable[[pytest.MonkeyPatch], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -182,14 +182,6 @@ def durable_view(status: Mapping[str, Any]) -> dict[str, Any]:
     return {**status, "leases": {sid: _durable(lease) for sid, lease in sorted(leases.items())}}
 
 
-def grouped(status: Mapping[str, Any], base: list[GroupRef] | None, layout: Layout) -> bool:
-    """Does this table go in groups? Back inline only below half the threshold, so that a
-    table near it does not move at every write."""
-    size = len(status.get("leases") or {}) + len(expand(status.get("finishedShards") or []))
-    limit = layout.inline_max_shards if base is None else layout.inline_max_shards // 2
-    return size > limit
-
-
 @dataclass(frozen=True)
 class Split:
     """A logical status stored: the status to write, the groups to create first."""
@@ -206,14 +198,17 @@ def split(
     name_of: Callable[[int], str],
 ) -> Split:
     """`status` as stored over `base` (the layout of the status it replaces): groups whose
-    content did not change keep their object; `name_of(group)` names a new one."""
-    if not grouped(status, base, layout):
+    content did not change keep their object; `name_of(group)` names a new one. A table
+    goes back inline only below half the threshold: one near it does not move each write."""
+    finished_ids = expand(status.get("finishedShards") or [])
+    size = len(status.get("leases") or {}) + len(finished_ids)
+    if size <= (layout.inline_max_shards if base is None else layout.inline_max_shards // 2):
         return Split(dict(status), {}, None)
     leases: list[dict[str, Any]] = [{} for _ in range(layout.groups)]
     finished: list[list[str]] = [[] for _ in range(layout.groups)]
     for shard_id, lease in sorted((status.get("leases") or {}).items()):
         leases[group_of(shard_id, layout.groups)][shard_id] = _durable(lease)
-    for shard_id in sorted(expand(status.get("finishedShards") or [])):
+    for shard_id in sorted(finished_ids):
         finished[group_of(shard_id, layout.groups)].append(shard_id)
     reusable = base if base is not None and len(base) == layout.groups else None
     refs, fresh = [], {}
