@@ -15,6 +15,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -90,8 +91,8 @@ class CountedGroups:
     def read(self, name: str) -> str | None:
         return self._store.read(name)
 
-    def contents(self) -> dict[str, str]:
-        return self._store.contents()
+    def contents(self, names: Collection[str]) -> dict[str, str]:
+        return self._store.contents(names)
 
     def delete(self, name: str) -> None:
         self._counted.requests["delete"] = self._counted.requests.get("delete", 0) + 1

@@ -11,7 +11,7 @@ replica through a Service that follows the leader label, over keep-alive connect
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import InitVar, dataclass, field
 from typing import Any, TypeVar
 
@@ -150,8 +150,8 @@ class SimLeaseGroups:
         found = self.groups.get(name)
         return found[0] if found else None
 
-    def contents(self) -> dict[str, str]:
-        return {name: content for name, (content, _) in self.groups.items()}
+    def contents(self, names: Collection[str]) -> dict[str, str]:
+        return {name: content for name, (content, _) in self.groups.items() if name in names}
 
     def delete(self, name: str) -> None:
         if self.groups.pop(name, None) is not None:

@@ -11,7 +11,7 @@ import copy
 import functools
 import hashlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -250,9 +250,9 @@ class MemoryGroups:
         found = self.groups.get(name)
         return found[0] if found else None
 
-    def contents(self) -> dict[str, str]:
+    def contents(self, names: Collection[str]) -> dict[str, str]:
         self._point()
-        return {name: content for name, (content, _) in self.groups.items()}
+        return {name: content for name, (content, _) in self.groups.items() if name in names}
 
     def delete(self, name: str) -> None:
         self._point()
@@ -414,22 +414,22 @@ def test_a_reader_of_a_busy_table_reads_one_that_was_written_or_says_to_try_agai
     contents = groups.contents
     written = [1]
 
-    def write_meanwhile(every: int) -> Callable[[], dict[str, str]]:
+    def write_meanwhile(every: int) -> Callable[[Collection[str]], dict[str, str]]:
         calls = [0]
 
-        def read() -> dict[str, str]:
+        def read(names: Collection[str]) -> dict[str, str]:
             calls[0] += 1
             if calls[0] % every == 0:
                 written.append(written[-1] + 1)
                 writer.write(table(shards(12, written[-1])))
-            return contents()
+            return contents(names)
 
         return read
 
-    groups.contents = write_meanwhile(every=3)  # type: ignore[method-assign]
+    groups.contents = write_meanwhile(every=3)  # type: ignore[method-assign,assignment]
     read = reader.get()["status"]["leases"]
     assert read in [durable_view(table(shards(12, at)))["leases"] for at in written]
-    groups.contents = write_meanwhile(every=1)  # type: ignore[method-assign]
+    groups.contents = write_meanwhile(every=1)  # type: ignore[method-assign,assignment]
     with pytest.raises(StatusUnavailable, match="try again"):
         reader.get()
 

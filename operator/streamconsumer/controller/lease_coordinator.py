@@ -39,7 +39,15 @@ from streamconsumer.core.leases import (
     plan,
     ready_shards,
 )
-from streamconsumer.core.lineage import SHARD_END, Shard, compact, expand
+from streamconsumer.core.lineage import (
+    MAX_SHARD_ID_CHARS,
+    MAX_TABLE_SHARDS,
+    SHARD_END,
+    Shard,
+    TableOutOfBounds,
+    compact,
+    expand,
+)
 from streamconsumer.core.watchdog import Seen, Stuck, Watchdog
 from streamconsumer.models import (
     Assignment,
@@ -838,15 +846,27 @@ def creation_time(resource: Mapping[str, Any]) -> datetime:
 
 
 def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
-    """The durable state as the status last persisted it."""
+    """The durable state as the status last persisted it; raises ValueError (pydantic's
+    among them) for a table this operator cannot read, TableOutOfBounds for one larger
+    than any stream's (a kept table or lease group is a tenant's ConfigMap)."""
     status = status or {}
+    stored = status.get("leases") or {}
+    listed = status.get("finishedShards") or []
+    if not isinstance(stored, Mapping) or not isinstance(listed, list):
+        raise ValueError("leases must be a table and finishedShards a list")
+    if len(stored) > MAX_TABLE_SHARDS or any(len(sid) > MAX_SHARD_ID_CHARS for sid in stored):
+        raise TableOutOfBounds(
+            f"the leases name more than {MAX_TABLE_SHARDS:,} shards, or an id longer than "
+            f"{MAX_SHARD_ID_CHARS} characters"
+        )
     if any(
         isinstance(body, Mapping) and body.get("state") == LeaseState.IN_LEASE_GROUPS
-        for body in (status.get("leases") or {}).values()
+        for body in stored.values()
     ):
         raise ValueError("a table kept in lease groups was read without its groups")
+    finished = expand(listed, MAX_TABLE_SHARDS - len(stored))
     leases = {}
-    for shard_id, body in (status.get("leases") or {}).items():
+    for shard_id, body in stored.items():
         lease = Lease.model_validate(body)
         leases[shard_id] = ShardLease(
             shard_id=shard_id,
@@ -862,7 +882,7 @@ def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
     last_reset = status.get("lastReset")
     return DurableState(
         leases=leases,
-        finished=frozenset(expand(status.get("finishedShards") or [])),
+        finished=frozenset(finished),
         promised_lease_seconds=float(promised) if promised is not None else None,
         last_reset=ResetRecord.model_validate(last_reset) if last_reset else None,
         stream=stream if isinstance(stream := status.get("stream"), str) else None,

@@ -9,13 +9,20 @@ tests) reads a consumer with its table."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Collection, Iterator
 from typing import Any, cast
 
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller.lease_groups import GroupedStatusApi, StoredGroup, Writer, refs_of
+from streamconsumer.controller.lease_groups import (
+    MAX_GROUPS,
+    GroupedStatusApi,
+    StoredGroup,
+    Writer,
+    refs_of,
+)
 from streamconsumer.controller.owned import REFUSALS, api_message
 from streamconsumer.controller.status import KubeStatusApi, StatusInvalid, StatusUnavailable
 from streamconsumer.models.resource import (
@@ -30,6 +37,8 @@ LEASE_GROUP_APP = "streamconsumer-lease-group"  # the groups' app.kubernetes.io/
 WRITTEN_BY = f"leases.{GROUP}/written-by"
 CONTENT_KEY = "table.json"
 CONSUMER_UID_LABEL = f"leases.{GROUP}/consumer-uid"
+LIST_PAGE = 16  # ConfigMaps of up to 1 MiB each: 16 MiB read at a time at most
+MOST_LISTED = 2 * MAX_GROUPS  # a table's groups, and those of older writes not swept yet
 
 
 class KubeLeaseGroups:
@@ -78,8 +87,12 @@ class KubeLeaseGroups:
         with contextlib.suppress(_Absent):
             self._call(self._api.delete_namespaced_config_map, name, self._namespace)
 
-    def contents(self) -> dict[str, str]:
-        return {item.metadata.name: (item.data or {}).get(CONTENT_KEY, "") for item in self._ours()}
+    def contents(self, names: Collection[str]) -> dict[str, str]:
+        return {
+            item.metadata.name: (item.data or {}).get(CONTENT_KEY, "")
+            for item in self._ours()
+            if item.metadata.name in names  # the rest dropped page by page: memory bounded
+        }
 
     def listed(self) -> list[StoredGroup]:
         return [
@@ -97,14 +110,29 @@ class KubeLeaseGroups:
             self.delete(group.name)
         return len(groups)
 
-    def _ours(self) -> list[Any]:
+    def _ours(self) -> Iterator[Any]:
         """This object's groups: labelled with its name and, where known, its uid (so
-        not a deleted namesake's, whose late sweep touches nothing of the new one's)."""
+        not a deleted namesake's, whose late sweep touches nothing of the new one's).
+        A page at a time and no more than MOST_LISTED: anyone who may create ConfigMaps
+        in the namespace can label thousands of them so."""
         selector = ",".join(f"{k}={v}" for k, v in sorted(self._labels.items()))
-        found = self._call(
-            self._api.list_namespaced_config_map, self._namespace, label_selector=selector
+        more: str | None = None
+        for _ in range(MOST_LISTED // LIST_PAGE):
+            page = self._call(
+                self._api.list_namespaced_config_map,
+                self._namespace,
+                label_selector=selector,
+                limit=LIST_PAGE,
+                **({"_continue": more} if more else {}),
+            )
+            yield from page.items
+            more = page.metadata._continue if page.metadata else None
+            if not more:
+                return
+        raise StatusInvalid(
+            f"more than {MOST_LISTED} ConfigMaps are labelled as lease groups of "
+            f"{self._consumer}: delete those the operator did not write"
         )
-        return list(found.items)
 
     def _call(self, method: Any, *args: Any, **options: Any) -> Any:
         try:

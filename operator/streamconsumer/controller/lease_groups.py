@@ -30,12 +30,12 @@ import json
 import logging
 import threading
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streamconsumer.controller.status import Conflict, StatusApi, StatusInvalid, StatusUnavailable
-from streamconsumer.core.lineage import compact, expand
+from streamconsumer.core.lineage import MAX_TABLE_SHARDS, TableOutOfBounds, compact, expand
 from streamconsumer.models.resource import LeaseState
 
 log = logging.getLogger(__name__)
@@ -119,8 +119,8 @@ class GroupStore(Protocol):
         """The content; None if there is no such group of this consumer."""
         ...
 
-    def contents(self) -> dict[str, str]:
-        """Every group of this consumer, name -> content, in one read."""
+    def contents(self, names: Collection[str]) -> dict[str, str]:
+        """The groups of this consumer among `names`, name -> content, in one read."""
         ...
 
     def delete(self, name: str) -> None:
@@ -229,11 +229,13 @@ def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]
     """The logical status of a stored grouped one, its groups' `contents` in order."""
     leases: dict[str, Any] = {}
     finished: set[str] = set()
-    for content in contents:
+    for content in contents:  # a tenant can write a group: the whole table is bounded
         try:
             group = json.loads(content)
             leases.update(group["leases"])
-            finished.update(expand(group["finishedShards"]))
+            finished.update(expand(group["finishedShards"], MAX_TABLE_SHARDS - len(finished)))
+            if len(leases) + len(finished) > MAX_TABLE_SHARDS:
+                raise TableOutOfBounds(f"the groups name more than {MAX_TABLE_SHARDS:,} shards")
         except (ValueError, KeyError, TypeError, AttributeError) as error:
             raise StatusInvalid(f"a lease group cannot be read: {error!r}"[:300]) from None
     logical = dict(status)
@@ -330,7 +332,7 @@ class GroupedStatusApi:
         status = body.get("status")
         refs = refs_of(status)
         if refs is not None:
-            stored = self._store.contents() if refs else {}
+            stored = self._store.contents({ref.name for ref in refs}) if refs else {}
             contents = []
             for ref in refs:
                 content = stored.get(ref.name)

@@ -81,15 +81,42 @@ def compact(shard_ids: Iterable[str]) -> list[str]:
     return sorted(out)
 
 
-def expand(entries: Iterable[str]) -> set[str]:
-    """The shard ids of a compact() list."""
-    out: set[str] = set()
+MAX_TABLE_SHARDS = 100_000
+"""The most shards one lease table may name, open and finished together: ten times the
+10,000 open shards a consumer is built for (docs/design.md#lease-groups). A table
+read from where a tenant can write (a lease group, a kept ConfigMap, an imported file)
+naming more is refused before anything is built: the 60 bytes
+"shardId-000000000000..shardId-999999999999" name 10^12 shards."""
+
+MAX_SHARD_ID_CHARS = 128  # Kinesis' and DynamoDB Streams' longest shard id
+
+
+class TableOutOfBounds(ValueError):
+    """A lease table names more shards than MAX_TABLE_SHARDS, or an id no stream has."""
+
+
+def expand(entries: Iterable[str], most: int = MAX_TABLE_SHARDS) -> set[str]:
+    """The shard ids of a compact() list; raises TableOutOfBounds, having built nothing,
+    where they are more than `most` or one is longer than any shard id."""
+    plain: list[str] = []
+    runs: list[tuple[str, int, int, int]] = []  # (prefix, width, first, last)
+    count = 0
     for entry in entries:
+        if not isinstance(entry, str):
+            raise TableOutOfBounds(f"a finished shard that is not an id: {type(entry).__name__}")
         low, sep, high = entry.partition(_RANGE)
+        if len(low) > MAX_SHARD_ID_CHARS or len(high) > MAX_SHARD_ID_CHARS:
+            raise TableOutOfBounds(f"a shard id longer than {MAX_SHARD_ID_CHARS} characters")
         first, last = _NUMBERED.match(low), _NUMBERED.match(high)
         if not sep or first is None or last is None or first[1] != last[1]:
-            out.add(entry)
-            continue
-        prefix, width = first[1], len(first[2])
-        out.update(f"{prefix}{n:0{width}d}" for n in range(int(first[2]), int(last[2]) + 1))
+            plain.append(entry)
+            count += 1
+        else:
+            runs.append((first[1], len(first[2]), int(first[2]), int(last[2])))
+            count += max(0, int(last[2]) - int(first[2]) + 1)
+        if count > most:
+            raise TableOutOfBounds(f"the table names more than {MAX_TABLE_SHARDS:,} shards")
+    out = set(plain)
+    for prefix, width, low_number, high_number in runs:
+        out.update(f"{prefix}{n:0{width}d}" for n in range(low_number, high_number + 1))
     return out
