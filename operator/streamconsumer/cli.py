@@ -14,7 +14,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -28,6 +28,7 @@ from streamconsumer import cli_checkpoints
 from streamconsumer.controller.lease_group_store import read_consumer
 from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models import GROUP, PLURAL, VERSION
+from streamconsumer.models.kept import UNPACKED_MAX_BYTES
 from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
 
@@ -203,12 +204,25 @@ def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -
         if not 1 <= args.days <= 365:
             sys.exit("streamconsumer: --days takes 1 to 365")
         try:
-            text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+            text = _bounded(sys.stdin) if args.file == "-" else _read(Path(args.file))
         except OSError as error:
             sys.exit(f"streamconsumer: cannot read {args.file}: {error.strerror}")
         console.print(cli_checkpoints.import_(text, namespace, args.name, args.days))
     except cli_checkpoints.CheckpointsError as error:
         sys.exit(f"streamconsumer: {error}")
+
+
+def _read(path: Path) -> str:
+    with path.open() as file:
+        return _bounded(file)
+
+
+def _bounded(source: TextIO) -> str:
+    """A table to import, read no further than any table a consumer may resume from."""
+    text = source.read(UNPACKED_MAX_BYTES + 1)
+    if len(text) > UNPACKED_MAX_BYTES:
+        sys.exit(f"streamconsumer: not a table: larger than {UNPACKED_MAX_BYTES // 2**20} MiB")
+    return text
 
 
 def do_reset(

@@ -12,6 +12,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from streamconsumer.controller.lease_coordinator import durable_from_status
 from streamconsumer.controller.lease_group_store import read_consumer
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
@@ -21,6 +22,7 @@ from streamconsumer.models.kept import (
     config_map,
     kept_data,
     kept_for,
+    parsed,
     table,
 )
 from streamconsumer.models.resource import StreamConsumerSpec
@@ -82,12 +84,11 @@ def export(namespace: str, name: str) -> tuple[str, str]:
 def import_(text: str, namespace: str, name: str | None, days: int) -> str:
     """Keeps the table for a new StreamConsumer `name` (by default the table's own) of
     `namespace`; says what happens next."""
-    try:
-        loaded = KeptTable.model_validate_json(text)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise CheckpointsError(f"not an exported table: {where}: {first['msg']}") from None
+    try:  # as the operator will resume from it: nobody's, and within bounds
+        loaded = parsed(text)
+        durable_from_status(loaded.status)
+    except ValueError as error:  # KeptTableInvalid, TableOutOfBounds, pydantic's
+        raise CheckpointsError(f"not an exported table: {error}") from None
     target = name or loaded.consumer
     existing = _consumer(namespace, target)
     if existing is not None and (existing.get("status") or {}).get("term") is not None:

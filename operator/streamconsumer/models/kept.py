@@ -75,7 +75,19 @@ PACKED_KEY = "checkpoints.json.gz"
 PACK_ABOVE_BYTES = 900 * 1024
 """A ConfigMap holds 1 MiB: a larger table (past about 7,000 shards) is kept gzipped in
 binaryData (about a quarter of the size), which only releases from 0.2.0 read."""
-UNPACKED_MAX_BYTES = 64 * 2**20  # about 500,000 shards' table
+UNPACKED_MAX_BYTES = 16 * 2**20
+"""A packed table inflates to no more than this (anyone who may write a ConfigMap can
+make one that inflates to gigabytes): a ConfigMap's 1 MiB holds about 4 MiB of table."""
+MAX_TABLE_VALUES = 1_000_000
+"""The most JSON values (about ten a lease) a kept table is parsed with: counted in its
+text first, since a megabyte of `[[],[],...` is a hundred of Python's."""
+MAX_KEPT_EPOCH = 2**32
+"""Epochs go on from a kept table's (a lingering worker of the deleted object stays
+fenced), but no further than this: the wire carries no more than 2**53."""
+
+
+class KeptTableInvalid(ValueError):
+    """A kept table no new object may start from: unreadable, or out of bounds."""
 
 
 def kept_for(config_map_metadata: Any, name: str) -> bool:
@@ -163,8 +175,8 @@ def _unpacked(packed: str | bytes) -> str:
 def _taken(text: str) -> str:
     """When the table was taken, as ISO text (comparable), or "" if it does not say."""
     try:
-        return KeptTable.model_validate_json(text).taken.isoformat()
-    except ValidationError:
+        return parsed(text).taken.isoformat()
+    except KeptTableInvalid:
         return ""
 
 
@@ -180,13 +192,12 @@ def same_stream(a: Source, b: Source) -> bool:
 def resumable(
     data: Mapping[str, str] | None, name: str, spec: StreamConsumerSpec, now: datetime.datetime
 ) -> tuple[KeptTable | None, str]:
-    """The kept table a new object `name` may resume from, or None and why not."""
+    """The kept table a new object `name` may resume from, or None and why not (a table
+    of another consumer or stream, or expired); raises KeptTableInvalid for one nobody may
+    resume from: starting afresh instead would replay or skip what it says is done."""
     if data is None or TABLE_KEY not in data:
         return None, "no checkpoints kept"
-    try:
-        kept = KeptTable.model_validate_json(data[TABLE_KEY])
-    except ValidationError as error:
-        return None, f"kept checkpoints unreadable ({error.error_count()} errors)"
+    kept = parsed(data[TABLE_KEY])
     if kept.consumer != name:
         return None, f"the kept checkpoints are {kept.consumer}'s"
     if not same_stream(kept.source, spec.source):
@@ -194,6 +205,38 @@ def resumable(
     if kept.expires < now:
         return None, f"the kept checkpoints expired at {kept.expires.isoformat()}"
     return kept, ""
+
+
+def parsed(text: str) -> KeptTable:
+    """A kept table as a new object may take it (`as_resumed`); raises KeptTableInvalid."""
+    values = sum(text.count(mark) for mark in ",[{")
+    if values > MAX_TABLE_VALUES:
+        raise KeptTableInvalid(f"a kept table of more than {MAX_TABLE_VALUES:,} values")
+    try:
+        kept = KeptTable.model_validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise KeptTableInvalid(f"unreadable: {where}: {first['msg']}"[:300]) from None
+    return kept.model_copy(update={"status": as_resumed(kept.status)})
+
+
+def as_resumed(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A kept table's status as a new object may take it. A ConfigMap anyone in the
+    namespace may write, so nothing in it is taken as it stands that only the operator
+    may say: no owner, hand-off or held state; no requester of the last reset (only the
+    apiserver can tell who asks); no epoch past MAX_KEPT_EPOCH."""
+    leases = status.get("leases") or {}
+    if not isinstance(leases, Mapping) or not isinstance(status.get("finishedShards") or [], list):
+        raise KeptTableInvalid("its leases are not a table, or its finished shards no list")
+    for shard_id, lease in leases.items():
+        epoch = lease.get("epoch", 0) if isinstance(lease, Mapping) else None
+        if not isinstance(epoch, int) or not 0 <= epoch <= MAX_KEPT_EPOCH:
+            raise KeptTableInvalid(f"shard {shard_id[:128]}: not a lease of epoch 0 to 2**32")
+    resumed = ownerless(dict(status))
+    if isinstance(last := resumed.get("lastReset"), Mapping):
+        resumed["lastReset"] = {k: v for k, v in last.items() if k != "requestedBy"}
+    return resumed
 
 
 def kept_stream(kept: KeptTable) -> str | None:
