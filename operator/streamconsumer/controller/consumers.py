@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import kopf
@@ -24,9 +24,10 @@ from streamconsumer.controller.access import guarded
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.jobs import ThreadJobs
+from streamconsumer.controller.lease_coordinator import durable_from_status
 from streamconsumer.controller.lease_group_store import KubeLeaseGroups
 from streamconsumer.controller.lease_groups import GroupedStatusApi
-from streamconsumer.controller.loop import Event, LoopSettings
+from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
 from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs, controlled_by
 from streamconsumer.controller.registry import ManagedConsumer
 from streamconsumer.controller.runner import run_consumer
@@ -38,7 +39,7 @@ from streamconsumer.controller.status import (
     StatusWriter,
 )
 from streamconsumer.models import kept as kept_table
-from streamconsumer.models.kept import KeptTable
+from streamconsumer.models.kept import KeptTable, KeptTableInvalid
 from streamconsumer.models.resource import OnDelete, StreamConsumerSpec
 from streamconsumer.sources.aws import summary
 from streamconsumer.sources.factory import make_source
@@ -65,22 +66,22 @@ async def consume(
             name,
             config.lease_layout(),
         )
-        current = await executors.run_in(executors.KUBERNETES, status_api.get)
         # A holder of its own: kopf may start this daemon again in the same process while
         # the last one's writes still run on; they must not pass for this one's.
         holder = f"{context.holder}/{uuid.uuid4().hex[:8]}"
         writer = StatusWriter(status_api, namespace, name, holder=holder)
-        resumed, not_resumed = await _resumable(context, current, namespace, name)
-        loop = load(
-            current,
+        settings = LoopSettings(
+            shard_sync_seconds=config.shard_sync_seconds,
+            status_interval_seconds=config.status_interval_seconds,
+        )
+        loop, resumed, not_resumed = await _loaded(
+            context,
+            status_api,
             writer,
-            LoopSettings(
-                shard_sync_seconds=config.shard_sync_seconds,
-                status_interval_seconds=config.status_interval_seconds,
-            ),
-            time.monotonic(),
-            generation=lambda: body.get("metadata", {}).get("generation"),
-            kept=resumed,
+            settings,
+            lambda: body.get("metadata", {}).get("generation"),
+            namespace,
+            name,
         )
         consumer = ManagedConsumer(namespace, name, loop, owner=body)
         jobs = ThreadJobs(executors.CONSUMERS, consumer.wake)
@@ -148,6 +149,47 @@ async def consume(
 
 
 CHECKPOINTS_LOST = "lost: see the CheckpointsLost Event"
+LOADING_SECONDS = 30.0
+"""A consumer's table is read and checked off the event loop, on TABLES' threads, in at
+most this long: one tenant's table never holds up the others' (docs/security.md#tables)."""
+
+
+class Refused(Exception):
+    """This consumer cannot be loaded from what it stores or resumes from: it alone stops
+    (Stalled with `reason`) until someone mends it; the daemon tries again now and then."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+async def _loaded(
+    context: OperatorContext,
+    status_api: StatusApi,
+    writer: StatusWriter,
+    settings: LoopSettings,
+    generation: Callable[[], int | None],
+    namespace: str,
+    name: str,
+) -> tuple[ConsumerLoop, KeptTable | None, str]:
+    """The consumer's loop as its status (and a kept table it resumes from) start it, with
+    that table and why none where one was not; raises Refused for a table that is
+    invalid or past the bounds, or that takes longer than LOADING_SECONDS to check."""
+    try:
+        current = await executors.run_in(executors.KUBERNETES, status_api.get)
+        resumed, not_resumed = await _resumable(context, current, namespace, name)
+        loading = functools.partial(
+            load, current, writer, settings, time.monotonic(), generation, kept=resumed
+        )
+        loop = await asyncio.wait_for(executors.run_in(executors.TABLES, loading), LOADING_SECONDS)
+    except KeptTableInvalid as error:
+        raise Refused("CheckpointsInvalid", f"the kept checkpoints: {error}") from None
+    except (ValueError, StatusInvalid) as error:  # TableOutOfBounds, pydantic's among them
+        raise Refused("StatusInvalid", f"the lease table: {summary(str(error))}") from None
+    except TimeoutError:
+        took = f"the lease table took over {LOADING_SECONDS:.0f}s to load"
+        raise Refused("LoadTimedOut", took) from None
+    return loop, resumed, not_resumed
 
 
 async def _drop_groups(groups: KubeLeaseGroups, namespace: str, name: str) -> None:
@@ -205,7 +247,11 @@ async def _resumable(
     spec = StreamConsumerSpec.model_validate(current.get("spec") or {})
     source = spec.start_from.checkpoints_of if spec.start_from is not None else name
     data = await kept.read(context.api_client, namespace, source)
-    table, why_not = kept_table.resumable(data, source, spec, datetime.datetime.now(datetime.UTC))
+    now = datetime.datetime.now(datetime.UTC)
+    checking = functools.partial(_checked, data, source, spec, now)
+    table, why_not = await asyncio.wait_for(
+        executors.run_in(executors.TABLES, checking), LOADING_SECONDS
+    )
     if table is not None and kept_table.kept_stream(table) is not None:
         try:
             now_is = await _stream(context, namespace, spec)
@@ -224,6 +270,19 @@ async def _resumable(
         return None, why_not if data is not None else ""
     log.info("%s/%s resumes from the checkpoints kept at %s", namespace, name, table.taken)
     return table, ""
+
+
+def _checked(
+    data: Mapping[str, str] | None, source: str, spec: StreamConsumerSpec, now: datetime.datetime
+) -> tuple[KeptTable | None, str]:
+    """`kept_table.resumable`, and the table within the bounds of any lease table."""
+    table, why_not = kept_table.resumable(data, source, spec, now)
+    if table is not None:
+        try:
+            durable_from_status(table.status)
+        except ValueError as error:  # TableOutOfBounds, pydantic's
+            raise KeptTableInvalid(summary(str(error))) from None
+    return table, why_not
 
 
 class ResumeRefused(Exception):

@@ -22,6 +22,9 @@ KUBERNETES = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_pr
 # Describing streams whose checkpoints are resumed or kept: a leader that takes over loads
 # every consumer at once, and an unreachable AWS must not hold the consumers' threads.
 STREAMS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="describe")
+# Reading and checking lease tables (a status, a kept ConfigMap): CPU and memory bounded
+# per table, and by two tables at once, whatever a takeover or the tenants ask for.
+TABLES = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tables")
 
 
 async def run_in(executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:

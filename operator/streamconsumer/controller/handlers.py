@@ -24,6 +24,7 @@ from streamconsumer.controller import (
     fanout,
     reconcile,
     requests,
+    stalls,
     worker_health,
 )
 from streamconsumer.controller.access import AccessRefused
@@ -273,6 +274,9 @@ async def consume(
     except consumers.ResumeRefused as refused:
         kopf.warn(body, reason="CheckpointsNotResumed", message=str(refused))
         raise kopf.TemporaryError(str(refused), delay=RESUME_RETRY_SECONDS) from None
+    except consumers.Refused as refused:  # this consumer alone: the others go on
+        await stalls.stall(context.api_client, body, refused.reason, str(refused))
+        raise kopf.TemporaryError(str(refused), delay=stalls.RETRY_SECONDS) from None
     finally:
         # A stopping leader frees the Lease once no consumer loop can write any more,
         # not after kopf has wound down (it waits 5 s for tasks it did not start).
