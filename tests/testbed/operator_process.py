@@ -12,6 +12,7 @@ import ssl
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -40,6 +41,7 @@ class OperatorProcess:
         env: dict[str, str] | None = None,
         tls: bool = False,
         code: Path | None = None,
+        also_watched: Sequence[str] = (),
     ) -> None:
         self.port = port or free_port()
         # TLS: the operator serves HTTPS from a CA it keeps in a Secret of `namespace`.
@@ -55,6 +57,7 @@ class OperatorProcess:
             "testbed.launch",
             "streamconsumer.controller",
             f"--namespace={namespace}",
+            *(f"--namespace={other}" for other in also_watched),
         ]
         self._env = {
             "KUBECONFIG": str(kubeconfig),

@@ -84,6 +84,7 @@ class Scenario:
         self.kubelet: LocalKubelet | None = None
         self.tls = False  # True: the operator serves HTTPS from its managed CA
         self.operator_env: dict[str, str] = {}  # settings of every operator process started
+        self.also_watched: list[str] = []  # namespaces the operator watches beside this one
 
     @property
     def kinesis(self) -> KinesisEmulator:
@@ -206,6 +207,7 @@ class Scenario:
             port=port,
             tls=self.tls,
             env=self.operator_env,
+            also_watched=self.also_watched,
         ).start()
         self._operator_port = self.operator.port
 
