@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import http.client
+import resource
 import socket
 import ssl
 import struct
@@ -62,6 +63,7 @@ def test_the_total_is_kept_to_half_the_open_file_limit() -> None:
     assert within_open_files(4096, 1_048_576) == 4096
     assert within_open_files(4096, 1024) == 512
     assert within_open_files(4096, 1) == 1
+    assert within_open_files(4096, resource.RLIM_INFINITY) == 4096
 
 
 @contextlib.asynccontextmanager

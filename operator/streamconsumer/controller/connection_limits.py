@@ -74,8 +74,11 @@ class ConnectionLimits:
 
 
 def within_open_files(wanted: int, soft_limit: int) -> int:
-    """The total cap, kept to half the process' open-file limit: the rest is for the
-    probes, the Kubernetes and AWS clients, kopf and the process' own files."""
+    """The total cap, kept to half the process' open-file limit (`soft_limit`, negative
+    if none): the rest is for the probes, the Kubernetes and AWS clients, kopf and the
+    process' own files."""
+    if soft_limit < 0:  # RLIM_INFINITY
+        return wanted
     return max(1, min(wanted, soft_limit // 2))
 
 
