@@ -65,6 +65,8 @@ def test_values_schema_refuses_bad_values(helm: Path) -> None:
         ("replicas=-1", "replicas"),
         ("leaderElection.retrySeconds=0", "retrySeconds"),
         ("api.port=80", "port"),
+        ("api.maxConnectionsPerClient=0", "maxConnectionsPerClient"),
+        ("probes.port=80", "port"),
         ("logLevel=LOUD", "logLevel"),
         ("tls.mode=off", "mode"),
     ):
@@ -215,8 +217,13 @@ def test_tls_is_the_default_with_a_managed_ca_kept_in_the_release_namespace(helm
     assert env["STREAMCONSUMER_TLS_SANS"] == '["$(SC_OPERATOR_SERVICE_HOST)"]', "the cluster IP"
     assert env["STREAMCONSUMER_SERVICE_NAME"] == "sc-operator"
     assert env["STREAMCONSUMER_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    for probe in (container["readinessProbe"], container["livenessProbe"]):
+        # Their own plain-HTTP listener, never subject to the workers' connection caps.
+        assert probe["httpGet"] == {"path": "/healthz", "port": "probes", "scheme": "HTTP"}
+    assert {"name": "probes", "containerPort": 8081} in container["ports"]
+    assert env["STREAMCONSUMER_PROBE_PORT"] == "8081"
+    assert env["STREAMCONSUMER_API_MAX_CONNECTIONS"] == "4096"
+    assert env["STREAMCONSUMER_API_MAX_CONNECTIONS_PER_CLIENT"] == "64"
     role = next(d for d in docs if d["kind"] == "Role" and grants_secrets(d))
     assert role["metadata"]["namespace"] == "sys"
     get = next(r for r in role["rules"] if r["verbs"] == ["get"])
@@ -230,7 +237,7 @@ def test_tls_disabled_is_plain_http(helm: Path) -> None:
     docs = rendered_docs(helm, "--set", "tls.mode=disabled")
     container = operator_container(docs)
     assert env_of(container)["STREAMCONSUMER_API_URL"].startswith("http://")
-    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+    assert container["readinessProbe"]["httpGet"]["port"] == "probes"
     assert not any(d["kind"] == "Role" and grants_secrets(d) for d in docs)
 
 

@@ -49,6 +49,8 @@ class OperatorProcess:
         # Prometheus' /metrics: plain HTTP, on a port of its own.
         self.metrics_port = free_port()
         self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        # The kubelet's probes: plain HTTP, on a port of their own.
+        self.probe_port = free_port()
         self.code = code  # None: this checkout's package
         pythonpath = [str(p) for p in (code, TESTS_DIR) if p is not None]
         self._argv = [
@@ -64,6 +66,7 @@ class OperatorProcess:
             "STREAMCONSUMER_API_HOST": "127.0.0.1",
             "STREAMCONSUMER_API_PORT": str(self.port),
             "STREAMCONSUMER_METRICS_PORT": str(self.metrics_port),
+            "STREAMCONSUMER_PROBE_PORT": str(self.probe_port),
             "STREAMCONSUMER_API_URL": self.url,
             "STREAMCONSUMER_NAMESPACE": namespace,
             "STREAMCONSUMER_SHARD_SYNC_SECONDS": "1",

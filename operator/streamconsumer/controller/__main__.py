@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 
 import kopf
-from aiohttp import web
 from kubernetes import client as k8s
 from prometheus_client import start_http_server
 from pydantic import ValidationError
@@ -35,6 +34,7 @@ from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
 from streamconsumer.controller.lifecycle import Lifecycle, Phase
+from streamconsumer.controller.listeners import listen
 from streamconsumer.controller.owned import apply_owned
 from streamconsumer.controller.registry import Registry
 from streamconsumer.controller.serving import keep_fresh, publish_ca, serving_for
@@ -89,20 +89,11 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         budget=ReviewBudget(config.token_reviews_per_second, config.token_review_burst),
     )
     api = WorkerApi(registry, reviewer, time.monotonic, leading, config.api_body_timeout_seconds)
-    # A short shutdown: workers retry, and reach the next leader. aiohttp's keep-alive
-    # timeout also closes a connection whose request headers are not all in by then.
-    runner = web.AppRunner(
-        api.app(),
-        access_log=None,
-        shutdown_timeout=1.0,
-        keepalive_timeout=config.api_header_timeout_seconds,
-    )
-    await runner.setup()
     # HTTPS unless the API URL is http:// (local development): workers' tokens never
     # cross the pod network in clear. Every replica serves from the one CA in the Secret.
     tls = await executors.run_in(executors.KUBERNETES, lambda: serving_for(config, api_client))
     ssl_context = tls.context if tls is not None else None
-    await web.TCPSite(runner, config.api_host, config.api_port, ssl_context=ssl_context).start()
+    listeners = await listen(config, api.app(), ssl_context)
     refresh = None
     ca_bundles = CaBundles()
     if tls is not None:
@@ -173,7 +164,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             holder=f"{config.identity()}/{uuid.uuid4().hex[:8]}",
             leading=leading,
             deposed=deposed,
-            stop_serving=runner.cleanup,
+            stop_serving=listeners.stop,
             step_down=step_down,
         )
         await kopf.operator(
@@ -192,7 +183,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             await step_down()
             assert campaign is not None
             campaign.cancel()
-        await runner.cleanup()
+        await listeners.stop()
         if scrapes is not None:
             scrapes.shutdown()
     if lifecycle.exit_code:

@@ -11,8 +11,9 @@ could not be reviewed right now, the consumer is still being loaded, or a SHARD_
 waits for the first listing of the stream; 429 with Retry-After, too many new tokens
 from one address; 408, a body that did not arrive in time. Every answer carries our
 wire version. A 401 or 403 is counted, and logged at most once a minute per source
-address and reason (`refusals.py`). A connection that does not send its headers in time
-is closed (`OperatorConfig.api_header_timeout_seconds`).
+address and reason (`refusals.py`). A connection that does not finish its TLS handshake
+or send its headers in time is closed (`OperatorConfig.api_header_timeout_seconds`), and
+how many a client may hold is bounded (`connection_limits.py`).
 
 What each request gets is decided in `answers.py` (sans-I/O, run by the simulation
 too); this module serves it: the token reviewed before the body is read, the body read

@@ -60,10 +60,19 @@ class OperatorConfig(BaseSettings):
     # The workers' tokens are meant for this audience only: one per operator release, so a
     # token minted for another release's workers is refused here (the chart sets it).
     token_audience: str = Field(default=AUDIENCE, min_length=1)
-    # A connection that has not sent a whole request's headers this long after it opened
-    # or after its last answer is closed (also the idle keep-alive timeout; workers' HTTP
+    # A connection whose TLS handshake is not done this long after it opened is closed,
+    # and so is one that has not sent a whole request's headers this long after its
+    # handshake or its last answer (also the idle keep-alive timeout; workers' HTTP
     # client drops idle connections after 5 s).
     api_header_timeout_seconds: float = Field(default=15.0, gt=0)
+    # Connections the worker API holds at once, from one client address and in all (at
+    # most half the process' open-file limit); one more is closed as it is accepted
+    # (docs/security.md#connection-bounds). A worker holds one or two.
+    api_max_connections_per_client: int = Field(default=64, ge=1)
+    api_max_connections: int = Field(default=4096, ge=1)
+    # The kubelet's probes ask /healthz here, plain HTTP, never subject to the workers'
+    # caps; 0: on the API's port only (local development).
+    probe_port: int = Field(default=8081, ge=0, le=65535)
     # A request whose body takes longer is answered 408 and its connection closed.
     api_body_timeout_seconds: float = Field(default=10.0, gt=0)
     # New tokens (each a TokenReview) one source address may present: a burst, then a rate.

@@ -53,6 +53,18 @@ REFUSED_CALLS = Counter(
     ["status"],
     registry=REGISTRY,
 )
+API_CONNECTIONS_REFUSED = Counter(
+    "streamconsumer_worker_api_connections_refused",
+    "Connections closed as they were accepted, by listener (api, probes) and the cap they "
+    "were over: client (one source address's) or total.",
+    ["listener", "cap"],
+    registry=REGISTRY,
+)
+API_CONNECTIONS = Gauge(
+    "streamconsumer_worker_api_connections",
+    "Connections the worker API holds open, TLS handshakes under way included.",
+    registry=REGISTRY,
+)
 TOKEN_REVIEWS = Counter(
     "streamconsumer_token_reviews",
     "TokenReviews sent to the apiserver (new worker tokens; junk never reaches one).",
