@@ -176,10 +176,12 @@ images:  ## build the operator, worker and example images
 kind-load: kind-up images  ## load the images into the kind cluster
 	kind load docker-image --name $(KIND_CLUSTER) $(OPERATOR_IMAGE) $(WORKER_IMAGE) $(EXAMPLE_IMAGE)
 
+# A kind cluster of one's own is single-tenant: every namespace may name any stream.
 deploy: kind-load  ## install the chart into the kind cluster
 	helm upgrade --install streamconsumer charts/streamconsumer \
 	  --namespace streamconsumer-system --create-namespace --wait \
-	  --set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG)
+	  --set image.repository=$(firstword $(subst :, ,$(OPERATOR_IMAGE))) --set image.tag=$(IMAGE_TAG) \
+	  --set awsAccess.allowAllNamespaces=true
 
 e2e-kind: deploy  ## apply the example (edit its stream and credentials first) and wait for Ready
 	kubectl apply -f examples/clickstream/streamconsumer.yaml

@@ -281,9 +281,19 @@ def test_aws_access_reaches_the_operator_as_it_reads_it(helm: Path) -> None:
     assert read == AccessPolicy.model_validate(policy)
     default = env_of(operator_container(rendered_docs(helm)))
     assert "STREAMCONSUMER_AWS_ACCESS" not in default, "no awsAccess: the operator's default"
+    assert AccessPolicy().access("any") is None, "which allows no namespace anything"
     refused = template(helm, "--set-json", 'awsAccess={"default":{"endpoint":["x"]}}')
     assert refused.returncode != 0
     assert "endpoint" in refused.stderr
+    # A single-tenant cluster's one value (docs/security.md#aws-access).
+    everyone = rendered_docs(helm, "--set", "awsAccess.allowAllNamespaces=true")
+    opened = env_of(operator_container(everyone))["STREAMCONSUMER_AWS_ACCESS"]
+    assert AccessPolicy.model_validate_json(opened) == AccessPolicy(allow_all_namespaces=True)
+    both = template(
+        helm, "--set", "awsAccess.allowAllNamespaces=true", "--set-json", "awsAccess.default={}"
+    )
+    assert both.returncode != 0, "allowAllNamespaces and a default: which one holds?"
+    assert "default" in both.stderr
     # Each release's workers' tokens are for that release only.
     assert env["STREAMCONSUMER_TOKEN_AUDIENCE"] == "streamconsumer.io/sys/sc-operator"
 

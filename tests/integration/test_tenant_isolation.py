@@ -1,6 +1,6 @@
-"""A tenant's attacks (issue 24) on the real operator process and the real apiserver:
+"""A tenant's attacks (issues 24, 40) on the real operator process and the real apiserver:
 an object of the workers' name that is not the StreamConsumer's, junk tokens by the
-thousand, a connection that never finishes its headers."""
+thousand, a connection that never finishes its headers, a stream nobody allowed."""
 
 from __future__ import annotations
 
@@ -321,6 +321,70 @@ def test_an_internal_endpoint_is_refused_and_no_answer_is_reflected(
     finally:
         process.stop()
         page.close()
+
+
+def test_with_nothing_configured_the_operator_reads_no_tenants_stream(
+    api_client: k8s.ApiClient,
+    control_plane: ControlPlane,
+    namespace: str,
+    tmp_path: Path,
+    kinesis: KinesisEmulator,
+    stream_name: str,
+) -> None:
+    """Issue 40: with the chart's defaults (no awsAccess) the operator listed, as itself,
+    whatever stream a StreamConsumer of any namespace named. Here its own environment
+    names the endpoint (AWS_ENDPOINT_URL_KINESIS), as AWS's own is named on EKS: the spec
+    names only the stream. Refused, the consumer says what an admin must set; set as
+    said, the stream is read."""
+    create_stream(kinesis.client, stream_name, 2)
+    aimed = {"AWS_ENDPOINT_URL_KINESIS": kinesis.endpoint_url}
+    tenant = consumer("tenant")
+    tenant["spec"]["source"]["kinesis"] = {  # type: ignore[index]
+        "streamName": stream_name,
+        "region": kinesis.client.meta.region_name,
+    }
+    consumers = StreamConsumers(api_client, namespace)
+
+    def run_operator(env: dict[str, str]) -> OperatorProcess:
+        return OperatorProcess(
+            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env, aws_access=None
+        ).start()
+
+    def shards() -> int | None:
+        return consumers.get("tenant").get("status", {}).get("shards")  # type: ignore[no-any-return]
+
+    process = run_operator(aimed)
+    try:
+        consumers.create(tenant)
+        refused = f"no AWS access is configured for namespace {namespace}"
+        wait_for(
+            lambda: refused in degraded_message(consumers, "tenant") or bool(shards()),
+            60,
+            "the refusal, or the stream listed",
+        )
+        time.sleep(3)  # listings every second: none may reach the stream
+        assert not shards(), f"the operator listed, as itself, a stream nobody allowed: {shards()}"
+        shown = degraded_message(consumers, "tenant")
+        grant = {"namespaces": {namespace: {"streams": [stream_name]}}}
+        assert f"awsAccess: {json.dumps(grant)}" in shown, shown
+        assert "awsAccess.allowAllNamespaces: true" in shown
+        events = k8s.CoreV1Api(api_client).list_namespaced_event(
+            namespace, field_selector="reason=StreamUnavailable"
+        )
+        assert any(refused in (e.message or "") for e in events.items), events.items
+        assert process.server is not None
+        assert "Traceback" not in process.server.log_path.read_text(errors="replace")
+    finally:
+        process.stop()
+
+    process = run_operator({**aimed, "STREAMCONSUMER_AWS_ACCESS": json.dumps(grant)})
+    try:
+        wait_for(lambda: shards() == 2, 60, "the stream listed once the admin allowed it")
+        wait_for(
+            lambda: refused not in degraded_message(consumers, "tenant"), 60, "the refusal cleared"
+        )
+    finally:
+        process.stop()
 
 
 def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(

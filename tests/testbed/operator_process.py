@@ -17,6 +17,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from streamconsumer.controller.access import AccessPolicy
 from testbed.processes import Server, free_port
 from testbed.specs import TEST_BED_ACCESS
 
@@ -31,6 +32,16 @@ LEASE_GROUPS_PAST_TWO = {
 """Operator settings that keep a table past 2 entries in 3 lease groups (tests of them)."""
 
 
+def _access_env(policy: AccessPolicy | None) -> dict[str, str]:
+    """The operator's STREAMCONSUMER_AWS_ACCESS; none for None (the chart's default). The
+    fields left at their defaults are left out: the previous release reads it too
+    (tests/e2e/test_upgrade.py) and refuses fields it does not know."""
+    if policy is None:
+        return {}
+    given = policy.model_dump_json(by_alias=True, exclude_defaults=True)
+    return {"STREAMCONSUMER_AWS_ACCESS": given}
+
+
 class OperatorProcess:
     def __init__(
         self,
@@ -42,6 +53,7 @@ class OperatorProcess:
         tls: bool = False,
         code: Path | None = None,
         also_watched: Sequence[str] = (),
+        aws_access: AccessPolicy | None = TEST_BED_ACCESS,
     ) -> None:
         self.port = port or free_port()
         # TLS: the operator serves HTTPS from a CA it keeps in a Secret of `namespace`.
@@ -76,7 +88,7 @@ class OperatorProcess:
             "STREAMCONSUMER_LEADER_LEASE_SECONDS": str(LEADER_LEASE_SECONDS),
             "STREAMCONSUMER_LEADER_RENEW_DEADLINE_SECONDS": "3",
             "STREAMCONSUMER_LEADER_RETRY_SECONDS": "0.5",
-            "STREAMCONSUMER_AWS_ACCESS": TEST_BED_ACCESS.model_dump_json(by_alias=True),
+            **_access_env(aws_access),
             "PYTHONPATH": os.pathsep.join(
                 [*pythonpath, *filter(None, [os.environ.get("PYTHONPATH")])]
             ),

@@ -9,8 +9,11 @@ from streamconsumer.controller.access import AccessPolicy, AwsAccess
 from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.worker.config import WorkerConfig
 
-# Test beds reach their emulators over plain HTTP, on loopback or a namespace's address.
-TEST_BED_ACCESS = AccessPolicy(default=AwsAccess(endpoints=("*",), allow_http=True))
+# Test beds reach their emulators over plain HTTP, on loopback or a namespace's address,
+# any stream from any namespace: allowed by name, since none is by default.
+TEST_BED_ACCESS = AccessPolicy(
+    default=AwsAccess(streams=("*", "arn:*"), endpoints=("*",), allow_http=True)
+)
 
 
 def consumer_spec(*, lease_seconds: float | None = None, **fields: Any) -> StreamConsumerSpec:

@@ -1,8 +1,13 @@
 """Which streams and endpoints a namespace's StreamConsumers may have the operator call
-AWS for (issue 24): by default any stream over AWS's own https endpoints, no custom
-endpoint; admins widen it per namespace. A refused source sends nothing."""
+AWS for (issue 24): by default none (issue 40); admins allow streams per namespace, or any
+stream over AWS's own https endpoints for all (`allowAllNamespaces`). A refused source
+sends nothing."""
 
 from __future__ import annotations
+
+import json
+import os
+import re
 
 import boto3
 import pytest
@@ -36,15 +41,88 @@ def kinesis(**fields: str) -> Source:
     return source.model_copy(update={"kinesis": spec})
 
 
-def test_the_default_allows_aws_endpoints_only() -> None:
+ALL_NAMESPACES = AccessPolicy.model_validate({"allowAllNamespaces": True})
+FAN_OUT = Source.model_validate({"kinesis": {"streamARN": ARN, "consumer": "fanOut"}})
+TABLE_ARN = "arn:aws:dynamodb:eu-west-1:999999999999:table/orders/stream/2026-01-01T00:00:00.000"
+
+
+def unconfigured_sources() -> list[tuple[Source, str]]:
+    """A source of each spelling, and the pattern that would allow it."""
+    table = Source.model_validate({"dynamodbStreams": {"tableName": "orders"}})
+    table_arn = Source.model_validate({"dynamodbStreams": {"streamARN": TABLE_ARN}})
+    return [(kinesis(), "clicks"), (FAN_OUT, ARN), (table, "orders"), (table_arn, TABLE_ARN)]
+
+
+def test_with_nothing_configured_no_namespace_may_name_a_stream() -> None:
+    """Issue 40: with the chart's defaults (`awsAccess: {}`, no STREAMCONSUMER_AWS_ACCESS)
+    any namespace's StreamConsumer could name any stream, by name or by another account's
+    ARN, fan-out included, and the operator listed and described it as itself."""
     policy = AccessPolicy()
+    assert "STREAMCONSUMER_AWS_ACCESS" not in os.environ
+    assert policy == OperatorConfig().aws_access
+    for source, allowing in unconfigured_sources():
+        refused = policy.refusal("team-a", source)
+        assert refused is not None, source
+        assert refused.startswith("no AWS access is configured for namespace team-a"), refused
+        assert "is not one namespace" not in refused, "distinct from a pattern's refusal"
+        assert f'{{"namespaces": {{"team-a": {{"streams": ["{allowing}"]}}}}}}' in refused
+        assert "awsAccess.allowAllNamespaces: true" in refused
+        assert "docs/security.md#aws-access" in refused
+    assert policy.identity("team-a", kinesis()) is None
+
+
+def test_the_refusal_says_what_an_admin_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The advice works as given: its JSON as the operator's setting allows the source
+    (in that namespace only), and so does allowAllNamespaces."""
+    for source, _ in unconfigured_sources():
+        refused = AccessPolicy().refusal("team-a", source)
+        assert refused is not None
+        found = re.search(r"awsAccess: (\{.*?\]\}\}\})", refused)
+        assert found is not None, refused
+        assert "STREAMCONSUMER_AWS_ACCESS" in refused
+        monkeypatch.setenv("STREAMCONSUMER_AWS_ACCESS", found.group(1))
+        granted = OperatorConfig().aws_access
+        assert granted.refusal("team-a", source) is None
+        assert granted.refusal("team-b", source) is not None
+        monkeypatch.setenv("STREAMCONSUMER_AWS_ACCESS", json.dumps({"allowAllNamespaces": True}))
+        assert OperatorConfig().aws_access.refusal("team-b", source) is None
+
+
+def test_a_consumer_refused_for_want_of_configuration_calls_nothing() -> None:
+    made: list[Source] = []
+
+    def make(source: Source, identity: object) -> object:
+        made.append(source)
+        return object()
+
+    source = guarded(AccessPolicy(), "team-a", make)(kinesis())  # type: ignore[arg-type]
+    assert isinstance(source, RefusedSource)
+    with pytest.raises(AccessRefused):
+        source.list_shards()
+    assert made == []
+    shown = failure(AccessRefused(source.reason), "listing shards", 30.0)
+    assert shown.startswith("listing shards: no AWS access is configured for namespace team-a")
+
+
+def test_allow_all_namespaces_is_one_value_and_not_a_second_default() -> None:
+    assert ALL_NAMESPACES.access("anyone") == AwsAccess()
+    entry = {"namespaces": {"team-a": {"streams": ["a-*"]}}, "allowAllNamespaces": True}
+    both = AccessPolicy.model_validate(entry)
+    assert both.refusal("team-a", kinesis()) is not None, "an entry still bounds its namespace"
+    assert both.refusal("team-b", kinesis()) is None
+    with pytest.raises(ValidationError, match="set one of the two"):
+        AccessPolicy.model_validate({"default": {"streams": ["*"]}, "allowAllNamespaces": True})
+
+
+def test_all_namespaces_get_aws_endpoints_only() -> None:
+    policy = ALL_NAMESPACES
     assert policy.refusal("team-a", kinesis()) is None
     vpce = "https://vpce-0a1b-2c3d.kinesis.eu-west-1.vpce.amazonaws.com"
     assert policy.refusal("team-a", kinesis(endpointURL=vpce)) is None
     fips = "https://kinesis-fips.us-gov-west-1.amazonaws.com"
     assert policy.refusal("team-a", kinesis(endpointURL=fips)) is None
     arn = Source.model_validate({"kinesis": {"streamARN": ARN}})
-    assert policy.refusal("team-a", arn) is None, "the default takes ARNs too"
+    assert policy.refusal("team-a", arn) is None, "ARNs too"
     for url, reason in [
         # Found by review: urlsplit took the host after "@", urllib3 connected to the one
         # before the backslash, and the operator's signed request went there.
@@ -104,7 +182,7 @@ def test_a_refused_source_calls_nothing() -> None:
         made.append(source)
         return object()
 
-    make_source = guarded(AccessPolicy(), "team-a", make)  # type: ignore[arg-type]
+    make_source = guarded(ALL_NAMESPACES, "team-a", make)  # type: ignore[arg-type]
     source = make_source(kinesis(endpointURL="https://internal.corp"))
     assert isinstance(source, RefusedSource)
     with pytest.raises(AccessRefused):
@@ -122,7 +200,9 @@ def test_the_policy_comes_from_the_operators_environment(monkeypatch: pytest.Mon
     )
     policy = OperatorConfig().aws_access
     assert policy.namespaces == {"lab": AwsAccess(endpoints=("*",), allow_http=True)}
-    assert policy.default == AwsAccess()
+    assert policy.default is None
+    assert policy.refusal("lab", kinesis()) is None, "an entry without streams: any stream"
+    assert policy.refusal("elsewhere", kinesis()) is not None
 
 
 SECRET_WORD = "hunter2"
@@ -206,9 +286,11 @@ def test_without_a_role_the_operator_calls_as_itself(monkeypatch: pytest.MonkeyP
         made.append((source, identity))
         return object()
 
-    policy = AccessPolicy.model_validate({"namespaces": {"team-a": {"roleArn": ROLE}}})
+    policy = AccessPolicy.model_validate(
+        {"namespaces": {"team-a": {"roleArn": ROLE}}, "allowAllNamespaces": True}
+    )
     assert AwsAccess().role_arn is None
-    assert policy.identity("team-b", kinesis()) is None, "the default names no role"
+    assert policy.identity("team-b", kinesis()) is None, "allowAllNamespaces names no role"
     guarded(policy, "team-b", make)(kinesis())  # type: ignore[arg-type]
     assert made == [(kinesis(), None)]
 
@@ -221,7 +303,7 @@ def test_without_a_role_the_operator_calls_as_itself(monkeypatch: pytest.MonkeyP
         return real(service, region_name="us-east-1")  # type: ignore[call-overload]
 
     monkeypatch.setattr(boto3, "client", client)
-    guarded(AccessPolicy(), "team-a", make_source)(kinesis())
+    guarded(ALL_NAMESPACES, "team-a", make_source)(kinesis())
     assert clients == ["kinesis"]
 
 
@@ -229,8 +311,8 @@ def test_an_entry_replaces_the_default_role_and_all() -> None:
     policy = AccessPolicy.model_validate(
         {"default": {"roleArn": ROLE}, "namespaces": {"team-b": {"streams": ["b-*"]}}}
     )
-    assert policy.access("team-c").role_arn == ROLE
-    assert policy.access("team-b").role_arn is None
+    assert policy.access("team-c") == AwsAccess(role_arn=ROLE)
+    assert policy.access("team-b") == AwsAccess(streams=("b-*",)), "no role"
 
 
 def test_the_role_comes_from_the_operators_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ POLLING = {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}}
 FAN_OUT = {"kinesis": {"streamName": "clicks", "region": "eu-west-1", "consumer": "fanOut"}}
 OTHER_STREAM = {"kinesis": {**FAN_OUT["kinesis"], "streamName": "views"}}
 TABLE = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
+ALL_NAMESPACES = AccessPolicy(allow_all_namespaces=True)  # any stream over AWS's endpoints
 
 
 class Calls:
@@ -110,5 +111,16 @@ def test_moving_to_an_endpoint_the_policy_refuses_deregisters_first(calls: Calls
     old endpoint stayed (billed, one of the stream's 20 slots) after the resource went."""
     moved = {"kinesis": {**FAN_OUT["kinesis"], "endpointURL": "https://internal.corp"}}
     with pytest.raises(AccessRefused):
-        asyncio.run(fanout.consumer_changed(AccessPolicy(), "team", "clicks", FAN_OUT, moved))
+        asyncio.run(fanout.consumer_changed(ALL_NAMESPACES, "team", "clicks", FAN_OUT, moved))
     assert calls.made == [("deregister", "team.clicks")]
+
+
+def test_with_nothing_configured_no_stream_consumer_is_registered(calls: Calls) -> None:
+    """Issue 40: the chart's defaults let any namespace take a fan-out slot of any stream
+    the operator's identity could reach."""
+    nothing, fan_out = AccessPolicy(), Source.model_validate(FAN_OUT)
+    with pytest.raises(AccessRefused, match="no AWS access is configured for namespace team"):
+        asyncio.run(fanout.register(nothing, "team", "clicks", fan_out))
+    asyncio.run(fanout.consumer_changed(nothing, "team", "clicks", FAN_OUT, POLLING))
+    asyncio.run(fanout.deregister(nothing, "team", "clicks", fan_out))
+    assert calls.made == []

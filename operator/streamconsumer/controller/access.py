@@ -4,16 +4,19 @@ call with its own AWS identity (docs/security.md#aws-access).
 The operator lists shards, probes backlogs and registers fan-out consumers for every
 StreamConsumer, as itself: without a policy a tenant could point it at any stream its
 role can read (another team's lag), use up a stream's fan-out slots, or make it send
-signed requests to an internal URL. The default allows any stream name over AWS's own
-endpoints (https, `*.amazonaws.com`) and no custom endpoint; platform admins widen it per
-namespace in the operator's configuration (`STREAMCONSUMER_AWS_ACCESS`, the chart's
-`awsAccess`), never tenants in their spec. A refused source costs no AWS call: its
-listing fails with `AccessRefused`, shown in Degraded. An entry may also name an IAM role
-the operator assumes for that namespace's calls (`roleArn`, `controller/assumed_role.py`)."""
+signed requests to an internal URL. So by default no namespace may name any stream:
+platform admins allow streams per namespace (or for all, `default`) in the operator's
+configuration (`STREAMCONSUMER_AWS_ACCESS`, the chart's `awsAccess`), never tenants in
+their spec; a single-tenant cluster opts in with `allowAllNamespaces` (any stream over
+AWS's own https endpoints). A refused source costs no AWS call: its listing fails with
+`AccessRefused`, shown in Degraded, which says what an admin must configure. An entry may
+also name an IAM role the operator assumes for that namespace's calls (`roleArn`,
+`controller/assumed_role.py`)."""
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -92,13 +95,38 @@ class AwsAccess(_Settings):
         return self
 
 
-class AccessPolicy(_Settings):
-    default: AwsAccess = AwsAccess()
-    namespaces: dict[str, AwsAccess] = Field(default_factory=dict)
+# What `allowAllNamespaces` gives a namespace without an entry: an entry's own defaults.
+_ANY_STREAM = AwsAccess()
 
-    def access(self, namespace: str) -> AwsAccess:
-        """The namespace's entry, else the default (never a mix of the two)."""
-        return self.namespaces.get(namespace, self.default)
+
+class AccessPolicy(_Settings):
+    """Secure by default: a namespace with no entry, when there is no `default` either,
+    may name no stream (docs/security.md#aws-access)."""
+
+    default: AwsAccess | None = Field(
+        default=None, description="What namespaces without an entry may name; none: nothing."
+    )
+    namespaces: dict[str, AwsAccess] = Field(default_factory=dict)
+    allow_all_namespaces: bool = Field(
+        default=False,
+        description="Namespaces without an entry may name any stream (by name or ARN) "
+        "over AWS's own https endpoints, as the operator: single-tenant clusters.",
+    )
+
+    @model_validator(mode="after")
+    def _one_rule_for_the_rest(self) -> AccessPolicy:
+        if self.allow_all_namespaces and self.default is not None:
+            raise ValueError(
+                "allowAllNamespaces gives namespaces without an entry any stream, and "
+                "default gives them its own: set one of the two"
+            )
+        return self
+
+    def access(self, namespace: str) -> AwsAccess | None:
+        """The namespace's entry, else the default (never a mix of the two); None when
+        nothing is configured for it."""
+        entry = self.namespaces.get(namespace, self.default)
+        return _ANY_STREAM if entry is None and self.allow_all_namespaces else entry
 
     def refusal(self, namespace: str, source: Source) -> str | None:
         """Why the operator must not call AWS for this source; None if it may."""
@@ -106,6 +134,8 @@ class AccessPolicy(_Settings):
         _, spec = selected(source)
         assert isinstance(spec, KinesisSource | DynamoDBStreamsSource)
         names = _names(spec)
+        if access is None:
+            return _unconfigured(namespace, names)
         if not any(_matches(pattern, names) for pattern in access.streams):
             what = "table" if isinstance(spec, DynamoDBStreamsSource) else "stream"
             return f"{what} {names[0]} is not one namespace {namespace} may read"
@@ -117,7 +147,7 @@ class AccessPolicy(_Settings):
         """Whom the operator calls AWS as for this source: the namespace's role, in the
         source's region; None for its own identity (no roleArn)."""
         access = self.access(namespace)
-        if access.role_arn is None:
+        if access is None or access.role_arn is None:
             return None
         _, spec = selected(source)
         assert isinstance(spec, AwsStreamSource)
@@ -132,6 +162,20 @@ def _names(spec: KinesisSource | DynamoDBStreamsSource) -> tuple[str, str | None
         return (spec.stream_name or str(arn).rsplit("/", 1)[-1]), arn
     arn = spec.stream_arn
     return (spec.table_name or str(arn).split(":table/", 1)[-1].split("/", 1)[0]), arn
+
+
+def _unconfigured(namespace: str, names: tuple[str, str | None]) -> str:
+    """The refusal when no access is configured for the namespace: what an admin sets to
+    allow this stream (by the name or ARN the spec gives), or every one."""
+    name, arn = names
+    grant = {"namespaces": {namespace: {"streams": [arn or name]}}}
+    return (
+        f"no AWS access is configured for namespace {namespace}, so the operator calls AWS "
+        "for none of its StreamConsumers. An admin allows this one with the chart value "
+        f"awsAccess: {json.dumps(grant)} (the operator's STREAMCONSUMER_AWS_ACCESS), or, "
+        "on a single-tenant cluster, any stream in every namespace with "
+        "awsAccess.allowAllNamespaces: true (docs/security.md#aws-access)"
+    )
 
 
 def _matches(pattern: str, names: tuple[str, str | None]) -> bool:
