@@ -103,6 +103,25 @@ def bind(rbac: k8s.RbacAuthorizationV1Api, namespace: str, role: str) -> None:
     )
 
 
+def grant_create(
+    plane: ControlPlane, rbac: k8s.RbacAuthorizationV1Api, namespace: str, resource: str
+) -> None:
+    """The tenant may now create `resource` (core) in the namespace, once the apiserver
+    says so."""
+    rule = k8s.V1PolicyRule(api_groups=[""], resources=[resource], verbs=["create"])
+    name = f"create-{resource}"
+    rbac.create_namespaced_role(
+        namespace, k8s.V1Role(metadata=k8s.V1ObjectMeta(name=name), rules=[rule])
+    )
+    bind(rbac, namespace, name)
+    asked = ("auth", "can-i", "create", resource)
+    wait_for(
+        lambda: plane.kubectl(f"--as={TENANT}", "-n", namespace, *asked).returncode == 0,
+        30,
+        "the role bound",
+    )
+
+
 def as_tenant(
     plane: ControlPlane, namespace: str, verb: str, manifest: dict[str, Any], *flags: str
 ) -> subprocess.CompletedProcess[str]:
@@ -286,6 +305,58 @@ def test_a_tenant_may_edit_an_admins_streamconsumer_but_add_nothing_they_may_not
     )
     assert image.returncode != 0
     assert "spec.pod.volumes mounts a Secret" in image.stderr
+
+
+SELECTED = {"app": "payments"}  # the admins' Service `payments` selects this
+
+
+def test_worker_labels_need_the_right_to_create_pods(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, admission_policy: None, tenant: str
+) -> None:
+    """Issue 40: a tenant who may not create pods had the operator make worker pods
+    labelled `app: payments`. They joined the admins' Service `payments` (its traffic
+    reached the tenant's code) and whatever NetworkPolicy admits that label. Labels are
+    refused like annotations, on create and on update, to whoever could not label a pod
+    of their own."""
+    namespace = tenant
+    core = k8s.CoreV1Api(api_client)
+    core.create_namespaced_service(
+        namespace,
+        k8s.V1Service(
+            metadata=k8s.V1ObjectMeta(name="payments"),
+            spec=k8s.V1ServiceSpec(selector=SELECTED, ports=[k8s.V1ServicePort(port=80)]),
+        ),
+    )
+    joins = consumer("joins", pod={"labels": SELECTED})
+    wait_for(
+        lambda: (
+            as_tenant(
+                control_plane, namespace, "create", MOUNTS_THE_SECRET, "--dry-run=server"
+            ).returncode
+            != 0
+        ),
+        30,
+        "the policy enforced",
+    )
+    refused = as_tenant(control_plane, namespace, "create", joins)
+    assert refused.returncode != 0, "the tenant's workers would join the Service payments"
+    assert "spec.pod.labels needs the right to create pods" in refused.stderr, refused.stderr
+
+    admins = control_plane.kubectl(
+        "-n", namespace, "create", "-f", "-", input=json.dumps(consumer("admins"))
+    )
+    assert admins.returncode == 0, admins.stderr
+    relabelled = control_plane.kubectl(
+        f"--as={TENANT}", "-n", namespace, "patch", "streamconsumer", "admins",
+        "--type=merge", "-p", json.dumps({"spec": {"pod": {"labels": SELECTED}}}),
+    )  # fmt: skip
+    assert relabelled.returncode != 0, "on update too"
+    assert "spec.pod.labels needs the right to create pods" in relabelled.stderr
+
+    # Someone who could run a pod labelled so themselves gains nothing from the operator.
+    grant_create(control_plane, k8s.RbacAuthorizationV1Api(api_client), namespace, "pods")
+    allowed = as_tenant(control_plane, namespace, "create", joins)
+    assert allowed.returncode == 0, allowed.stderr
 
 
 HOST_SOCKET = consumer(
@@ -494,24 +565,10 @@ def test_naming_the_workers_serviceaccount_needs_the_rights_to_make_it_and_run_p
         "the policy enforced",
     )
     rbac = k8s.RbacAuthorizationV1Api(api_client)
-
-    def grant(name: str, resource: str) -> None:
-        rule = k8s.V1PolicyRule(api_groups=[""], resources=[resource], verbs=["create"])
-        rbac.create_namespaced_role(
-            namespace, k8s.V1Role(metadata=k8s.V1ObjectMeta(name=name), rules=[rule])
-        )
-        bind(rbac, namespace, name)
-
-    def may(verb: str, resource: str) -> bool:
-        asked = ("auth", "can-i", verb, resource)
-        return control_plane.kubectl(f"--as={TENANT}", "-n", namespace, *asked).returncode == 0
-
-    grant("make-accounts", "serviceaccounts")
-    wait_for(lambda: may("create", "serviceaccounts"), 30, "the role bound")
+    grant_create(control_plane, rbac, namespace, "serviceaccounts")
     refused = as_tenant(control_plane, namespace, "create", named)
     assert refused.returncode != 0
     assert "needs the right to create ServiceAccounts and pods" in refused.stderr, refused.stderr
-    grant("run-pods", "pods")
-    wait_for(lambda: may("create", "pods"), 30, "the role bound")
+    grant_create(control_plane, rbac, namespace, "pods")
     allowed = as_tenant(control_plane, namespace, "create", named)
     assert allowed.returncode == 0, allowed.stderr

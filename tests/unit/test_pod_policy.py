@@ -16,7 +16,7 @@ from streamconsumer.models.pod_policy import (
     UNRESTRICTED,
     UNSAFE_VOLUME_SOURCES,
 )
-from streamconsumer.models.resource import PodSettings
+from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL, PodSettings
 from testbed.specs import consumer_spec
 
 
@@ -48,6 +48,18 @@ def test_the_workers_own_settings_win_over_a_tenants_env() -> None:
     assert last["STREAMCONSUMER_OPERATOR_URL"]["value"] == "https://operator:8443"
     assert [e["name"] for e in env].count("POD_NAME") == 1, "the pod's name is the pod's"
     assert last["A"]["value"] == "1"
+
+
+def test_a_tenants_labels_never_replace_the_workers_own() -> None:
+    """The Deployment's selector and the worker identity check read these labels; ours
+    are merged last, so even an object the CRD did not check keeps them."""
+    spec = consumer_spec(pod={"labels": {"team": "clicks"}})
+    spec.pod.labels.update({CONSUMER_LABEL: "payments", NAME_LABEL: "payments"})
+    template = deployment("n", "c", spec, "https://operator:8443", AUDIENCE)["spec"]["template"]
+    labels = template["metadata"]["labels"]
+    assert labels[CONSUMER_LABEL] == "c"
+    assert labels[NAME_LABEL] != "payments"
+    assert labels["team"] == "clicks"
 
 
 def test_unrestricted_pods_are_made_only_in_namespaces_the_admins_list() -> None:

@@ -343,7 +343,12 @@ class PodSettings(Model):
         *POD_RULES,  # no more than the tenant could run: models/pod_policy.py
     )
 
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the worker pods, beside the operator's own (which win). "
+        "Setting them needs the right to create pods in the namespace: a Service or a "
+        "NetworkPolicy may select them (docs/security.md#no-confused-deputy).",
+    )
     annotations: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(
