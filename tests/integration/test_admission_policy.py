@@ -359,11 +359,17 @@ def test_worker_labels_need_the_right_to_create_pods(
     assert allowed.returncode == 0, allowed.stderr
 
 
-HOST_SOCKET = consumer(
+# Beyond a tenant's pod (models/pod_policy.py): the node's files, a token of the workers'
+# ServiceAccount for the apiserver, an inline CSI volume.
+BEYOND_A_TENANT = consumer(
     "node",
     pod={
         "unrestricted": True,
-        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+        "volumes": [
+            {"name": "sock", "hostPath": {"path": "/run/containerd"}},
+            {"name": "kube", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+            {"name": "vault", "csi": {"driver": "secrets-store.csi.k8s.io"}},
+        ],
     },
 )
 
@@ -371,18 +377,21 @@ HOST_SOCKET = consumer(
 def test_unrestricted_workers_only_where_admins_allow_and_only_for_who_could_run_them(
     control_plane: ControlPlane, api_client: k8s.ApiClient, admission_policy: None, tenant: str
 ) -> None:
-    """The CRD lets `spec.pod.unrestricted` lift the pod limits; the admins' list in the
-    chart decides where, and only someone who may create pods there may ask."""
+    """The CRD lets `spec.pod.unrestricted` lift the pod limits (a hostPath, a
+    serviceAccountToken, an inline CSI volume); the admins' list in the chart decides
+    where, and only someone who may create pods there may ask."""
     wait_for(
         lambda: (
-            as_tenant(control_plane, tenant, "create", HOST_SOCKET, "--dry-run=server").returncode
+            as_tenant(
+                control_plane, tenant, "create", BEYOND_A_TENANT, "--dry-run=server"
+            ).returncode
             != 0
         ),
         30,
         "the policy enforced",
     )
     elsewhere = control_plane.kubectl(
-        "-n", tenant, "create", "-f", "-", input=json.dumps(HOST_SOCKET)
+        "-n", tenant, "create", "-f", "-", input=json.dumps(BEYOND_A_TENANT)
     )
     assert elsewhere.returncode != 0, "an admin too, outside the listed namespaces"
     assert "spec.pod.unrestricted is not allowed in this namespace" in elsewhere.stderr
@@ -396,11 +405,11 @@ def test_unrestricted_workers_only_where_admins_allow_and_only_for_who_could_run
             WIDENED, k8s.V1Role(metadata=k8s.V1ObjectMeta(name="consumers"), rules=[rule])
         )
         bind(rbac, WIDENED, "consumers")
-        tenants = as_tenant(control_plane, WIDENED, "create", HOST_SOCKET)
+        tenants = as_tenant(control_plane, WIDENED, "create", BEYOND_A_TENANT)
         assert tenants.returncode != 0, "a tenant who may not create pods"
         assert "spec.pod.unrestricted needs the right to create pods" in tenants.stderr
         admins = control_plane.kubectl(
-            "-n", WIDENED, "create", "-f", "-", input=json.dumps(HOST_SOCKET)
+            "-n", WIDENED, "create", "-f", "-", input=json.dumps(BEYOND_A_TENANT)
         )
         assert admins.returncode == 0, admins.stderr
     finally:

@@ -12,8 +12,10 @@ from streamconsumer.controller.children import deployment, pod_policy_refusal
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.models import kubernetes_schemas
 from streamconsumer.models.pod_policy import (
+    SAFE_PROJECTED_SOURCES,
     SAFE_VOLUME_SOURCES,
     UNRESTRICTED,
+    UNSAFE_PROJECTED_SOURCES,
     UNSAFE_VOLUME_SOURCES,
 )
 from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL, PodSettings
@@ -26,6 +28,18 @@ def test_every_volume_source_of_kubernetes_is_either_allowed_or_refused() -> Non
     sources = set(schema[kubernetes_schemas.CORE + "Volume"]["properties"]) - {"name"}
     assert set(SAFE_VOLUME_SOURCES) | set(UNSAFE_VOLUME_SOURCES) == sources
     assert not set(SAFE_VOLUME_SOURCES) & set(UNSAFE_VOLUME_SOURCES)
+
+
+def test_every_projected_source_of_kubernetes_is_either_allowed_or_refused() -> None:
+    """A Kubernetes upgrade that adds a projected source (1.34 added podCertificate, a
+    credential) fails here until it is sorted."""
+    schema = json.loads(kubernetes_schemas.PATH.read_text())
+    projected = schema[kubernetes_schemas.CORE + "Volume"]["properties"]["projected"]
+    sources = set(projected["properties"]["sources"]["items"]["properties"])
+    assert set(SAFE_PROJECTED_SOURCES) | set(UNSAFE_PROJECTED_SOURCES) == sources
+    assert not set(SAFE_PROJECTED_SOURCES) & set(UNSAFE_PROJECTED_SOURCES)
+    assert "serviceAccountToken" in UNSAFE_PROJECTED_SOURCES
+    assert "csi" in UNSAFE_VOLUME_SOURCES, "behind spec.pod.unrestricted"
 
 
 def test_the_workers_own_settings_win_over_a_tenants_env() -> None:
