@@ -42,6 +42,68 @@ def test_every_projected_source_of_kubernetes_is_either_allowed_or_refused() -> 
     assert "csi" in UNSAFE_VOLUME_SOURCES, "behind spec.pod.unrestricted"
 
 
+TOKEN = {"serviceAccountToken": {"audience": "sts.amazonaws.com", "path": "token"}}
+REFUSED_VOLUMES = [
+    pytest.param(
+        [{"name": "vault", "csi": {"driver": "secrets-store.csi.k8s.io"}}],
+        "spec.pod.volumes[0].csi",
+        id="csi",
+    ),
+    pytest.param(
+        [
+            {"name": "plain", "emptyDir": {}},
+            {"name": "kube", "projected": {"sources": [{"configMap": {"name": "a"}}, TOKEN]}},
+        ],
+        "spec.pod.volumes[1].projected.sources[1].serviceAccountToken",
+        id="serviceAccountToken",
+    ),
+    pytest.param(
+        [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+        "spec.pod.volumes[0].hostPath",
+        id="hostPath",
+    ),
+    pytest.param(
+        [{"name": "many", "projected": {"sources": [TOKEN] * 1000}}],
+        "sources[2].serviceAccountToken and 997 more:",
+        id="a-bounded-message",
+    ),
+]
+
+
+@pytest.mark.parametrize(("volumes", "named"), REFUSED_VOLUMES)
+def test_the_operator_makes_no_workers_with_a_volume_the_crd_refuses(
+    volumes: list[dict[str, object]], named: str
+) -> None:
+    """Defence in depth (docs/security.md#pod-template): an object the CRD admitted
+    before its rules did keeps the field through updates; the operator refuses it."""
+    refusal = pod_policy_refusal(consumer_spec(pod={"volumes": volumes}), "team-a", frozenset())
+    assert refusal is not None
+    assert named in refusal
+    assert refusal.endswith("no worker pods are made")
+    unrestricted = consumer_spec(pod={"volumes": volumes, "unrestricted": True})
+    assert pod_policy_refusal(unrestricted, "team-a", frozenset({"team-a"})) is None
+
+
+def test_volumes_a_tenant_could_mount_themselves_are_made() -> None:
+    volumes = [
+        {"name": "s", "secret": {"secretName": "db"}},
+        {"name": "c", "configMap": {"name": "settings"}},
+        {"name": "e", "emptyDir": {}},
+        {
+            "name": "p",
+            "projected": {
+                "sources": [
+                    {"secret": {"name": "db"}},
+                    {"configMap": {"name": "settings"}},
+                    {"downwardAPI": {"items": [{"path": "n", "fieldRef": {"fieldPath": "x"}}]}},
+                ]
+            },
+        },
+    ]
+    spec = consumer_spec(pod={"volumes": volumes})
+    assert pod_policy_refusal(spec, "team-a", frozenset()) is None
+
+
 def test_the_workers_own_settings_win_over_a_tenants_env() -> None:
     """A StreamConsumer applied before the CRD refused reserved names still cannot point
     the worker at another operator URL: the operator's entry comes last, and last wins."""

@@ -5,12 +5,16 @@ StreamConsumer would be a way around the namespace's policy (a hostPath of the c
 runtime's socket with group 0 is root on the node).
 
 Each rule is a CEL expression (with its message) that the CRD checks at `kubectl apply`;
-`models/resource.py` attaches them. The lists follow the Pod Security Standards
+`models/resource.py` attaches them. The operator checks the volume rules again before it
+makes workers (`refused_volume_sources`). The lists follow the Pod Security Standards
 (https://kubernetes.io/docs/concepts/security/pod-security-standards/), and go further
 where the standard trusts what a pod's creator may do: inline CSI volumes and projected
 ServiceAccount tokens."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 SAFE_VOLUME_SOURCES = (
     "configMap",
@@ -194,6 +198,24 @@ POD_RULES = tuple(
         SYSCTL_RULE,
     )
 )
+
+
+def refused_volume_sources(volumes: list[dict[str, Any]]) -> list[str]:
+    """The paths of the sources VOLUME_RULE and PROJECTED_RULE refuse, as the apiserver
+    names fields (`volumes[1].csi`): the operator checks them again when it renders the
+    pod, for an object the CRD admitted before a rule existed (CRD validation ratcheting
+    lets an unchanged field stay)."""
+    refused: list[str] = []
+    for index, volume in enumerate(volumes):
+        refused += [f"volumes[{index}].{s}" for s in UNSAFE_VOLUME_SOURCES if s in volume]
+        projected: Mapping[str, Any] = volume.get("projected") or {}
+        for at, source in enumerate(projected.get("sources") or []):
+            refused += [
+                f"volumes[{index}].projected.sources[{at}].{s}"
+                for s in UNSAFE_PROJECTED_SOURCES
+                if s in source
+            ]
+    return refused
 
 
 ENV_RULE = (
