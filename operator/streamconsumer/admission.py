@@ -4,11 +4,12 @@
 The operator creates the workers' pods with its own rights. Whoever may create a
 StreamConsumer must therefore get no more through it than they could do themselves: a
 Secret or ConfigMap it mounts or reads into env, a PersistentVolumeClaim, pull secrets,
-an IRSA role on the workers' ServiceAccount, a pod-level securityContext. The policy asks
-the apiserver's authorizer (CEL `authorizer`) whether the requester may do each, for the
-references a request adds or changes; an update that leaves them as they were (kopf's
-own bookkeeping, a tenant scaling an admin's consumer) is not asked about, unless what
-runs changes (any processor or pod setting): new code would inherit every reference.
+an IRSA role on the workers' ServiceAccount, a pod-level securityContext, labels that a
+Service selects. The policy asks the apiserver's authorizer (CEL `authorizer`) whether
+the requester may do each, for the references a request adds or changes; an update that
+leaves them as they were (kopf's own bookkeeping, a tenant scaling an admin's consumer)
+is not asked about, unless what runs changes (any processor or pod setting): new code
+would inherit every reference.
 
 `python -m streamconsumer.admission` prints the chart template; `make crds` writes it,
 and a test fails when the file and this module drift apart."""
@@ -144,6 +145,7 @@ PRIVILEGES = (
         (f"pod.{name}", *_CREATE_PODS)
         for name in (
             "securityContext",
+            "labels",  # what a Service or a NetworkPolicy selects: any key may be
             "annotations",  # AppArmor's annotation, kube2iam's role
             "nodeSelector",
             "tolerations",

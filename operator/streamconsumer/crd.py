@@ -19,6 +19,13 @@ from streamconsumer.models.resource import StreamConsumerSpec, StreamConsumerSta
 _DROPPED = {"title", "$defs"}
 
 
+def _inner(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    """The schema of the property at the dotted `path` inside `schema`."""
+    for name in path.split("."):
+        schema = schema["properties"][name]
+    return schema
+
+
 def structural_schema(model: type[Any]) -> dict[str, Any]:
     """The model's JSON Schema, rewritten as a Kubernetes structural OpenAPI v3 schema:
     references inlined, optionals unwrapped, exclusive bounds in OpenAPI 3.0 form."""
@@ -27,7 +34,9 @@ def structural_schema(model: type[Any]) -> dict[str, Any]:
 
     def convert(node: dict[str, Any]) -> dict[str, Any]:
         if "x-kubernetes-schema" in node:  # a Pod field: Kubernetes' own schema
-            kind = kubernetes_schemas.schema(node["x-kubernetes-schema"])
+            kind = copy.deepcopy(kubernetes_schemas.schema(node["x-kubernetes-schema"]))
+            for path, limit in node.get("x-kubernetes-max-items", {}).items():
+                _inner(kind, path)["maxItems"] = limit
             field = {"type": "array", "items": kind} if node["x-kubernetes-many"] else dict(kind)
             field.update({k: node[k] for k in ("description", "maxItems") if k in node})
             return field

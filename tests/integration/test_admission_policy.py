@@ -103,6 +103,25 @@ def bind(rbac: k8s.RbacAuthorizationV1Api, namespace: str, role: str) -> None:
     )
 
 
+def grant_create(
+    plane: ControlPlane, rbac: k8s.RbacAuthorizationV1Api, namespace: str, resource: str
+) -> None:
+    """The tenant may now create `resource` (core) in the namespace, once the apiserver
+    says so."""
+    rule = k8s.V1PolicyRule(api_groups=[""], resources=[resource], verbs=["create"])
+    name = f"create-{resource}"
+    rbac.create_namespaced_role(
+        namespace, k8s.V1Role(metadata=k8s.V1ObjectMeta(name=name), rules=[rule])
+    )
+    bind(rbac, namespace, name)
+    asked = ("auth", "can-i", "create", resource)
+    wait_for(
+        lambda: plane.kubectl(f"--as={TENANT}", "-n", namespace, *asked).returncode == 0,
+        30,
+        "the role bound",
+    )
+
+
 def as_tenant(
     plane: ControlPlane, namespace: str, verb: str, manifest: dict[str, Any], *flags: str
 ) -> subprocess.CompletedProcess[str]:
@@ -288,11 +307,69 @@ def test_a_tenant_may_edit_an_admins_streamconsumer_but_add_nothing_they_may_not
     assert "spec.pod.volumes mounts a Secret" in image.stderr
 
 
-HOST_SOCKET = consumer(
+SELECTED = {"app": "payments"}  # the admins' Service `payments` selects this
+
+
+def test_worker_labels_need_the_right_to_create_pods(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, admission_policy: None, tenant: str
+) -> None:
+    """Issue 40: a tenant who may not create pods had the operator make worker pods
+    labelled `app: payments`. They joined the admins' Service `payments` (its traffic
+    reached the tenant's code) and whatever NetworkPolicy admits that label. Labels are
+    refused like annotations, on create and on update, to whoever could not label a pod
+    of their own."""
+    namespace = tenant
+    core = k8s.CoreV1Api(api_client)
+    core.create_namespaced_service(
+        namespace,
+        k8s.V1Service(
+            metadata=k8s.V1ObjectMeta(name="payments"),
+            spec=k8s.V1ServiceSpec(selector=SELECTED, ports=[k8s.V1ServicePort(port=80)]),
+        ),
+    )
+    joins = consumer("joins", pod={"labels": SELECTED})
+    wait_for(
+        lambda: (
+            as_tenant(
+                control_plane, namespace, "create", MOUNTS_THE_SECRET, "--dry-run=server"
+            ).returncode
+            != 0
+        ),
+        30,
+        "the policy enforced",
+    )
+    refused = as_tenant(control_plane, namespace, "create", joins)
+    assert refused.returncode != 0, "the tenant's workers would join the Service payments"
+    assert "spec.pod.labels needs the right to create pods" in refused.stderr, refused.stderr
+
+    admins = control_plane.kubectl(
+        "-n", namespace, "create", "-f", "-", input=json.dumps(consumer("admins"))
+    )
+    assert admins.returncode == 0, admins.stderr
+    relabelled = control_plane.kubectl(
+        f"--as={TENANT}", "-n", namespace, "patch", "streamconsumer", "admins",
+        "--type=merge", "-p", json.dumps({"spec": {"pod": {"labels": SELECTED}}}),
+    )  # fmt: skip
+    assert relabelled.returncode != 0, "on update too"
+    assert "spec.pod.labels needs the right to create pods" in relabelled.stderr
+
+    # Someone who could run a pod labelled so themselves gains nothing from the operator.
+    grant_create(control_plane, k8s.RbacAuthorizationV1Api(api_client), namespace, "pods")
+    allowed = as_tenant(control_plane, namespace, "create", joins)
+    assert allowed.returncode == 0, allowed.stderr
+
+
+# Beyond a tenant's pod (models/pod_policy.py): the node's files, a token of the workers'
+# ServiceAccount for the apiserver, an inline CSI volume.
+BEYOND_A_TENANT = consumer(
     "node",
     pod={
         "unrestricted": True,
-        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+        "volumes": [
+            {"name": "sock", "hostPath": {"path": "/run/containerd"}},
+            {"name": "kube", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+            {"name": "vault", "csi": {"driver": "secrets-store.csi.k8s.io"}},
+        ],
     },
 )
 
@@ -300,18 +377,21 @@ HOST_SOCKET = consumer(
 def test_unrestricted_workers_only_where_admins_allow_and_only_for_who_could_run_them(
     control_plane: ControlPlane, api_client: k8s.ApiClient, admission_policy: None, tenant: str
 ) -> None:
-    """The CRD lets `spec.pod.unrestricted` lift the pod limits; the admins' list in the
-    chart decides where, and only someone who may create pods there may ask."""
+    """The CRD lets `spec.pod.unrestricted` lift the pod limits (a hostPath, a
+    serviceAccountToken, an inline CSI volume); the admins' list in the chart decides
+    where, and only someone who may create pods there may ask."""
     wait_for(
         lambda: (
-            as_tenant(control_plane, tenant, "create", HOST_SOCKET, "--dry-run=server").returncode
+            as_tenant(
+                control_plane, tenant, "create", BEYOND_A_TENANT, "--dry-run=server"
+            ).returncode
             != 0
         ),
         30,
         "the policy enforced",
     )
     elsewhere = control_plane.kubectl(
-        "-n", tenant, "create", "-f", "-", input=json.dumps(HOST_SOCKET)
+        "-n", tenant, "create", "-f", "-", input=json.dumps(BEYOND_A_TENANT)
     )
     assert elsewhere.returncode != 0, "an admin too, outside the listed namespaces"
     assert "spec.pod.unrestricted is not allowed in this namespace" in elsewhere.stderr
@@ -325,11 +405,11 @@ def test_unrestricted_workers_only_where_admins_allow_and_only_for_who_could_run
             WIDENED, k8s.V1Role(metadata=k8s.V1ObjectMeta(name="consumers"), rules=[rule])
         )
         bind(rbac, WIDENED, "consumers")
-        tenants = as_tenant(control_plane, WIDENED, "create", HOST_SOCKET)
+        tenants = as_tenant(control_plane, WIDENED, "create", BEYOND_A_TENANT)
         assert tenants.returncode != 0, "a tenant who may not create pods"
         assert "spec.pod.unrestricted needs the right to create pods" in tenants.stderr
         admins = control_plane.kubectl(
-            "-n", WIDENED, "create", "-f", "-", input=json.dumps(HOST_SOCKET)
+            "-n", WIDENED, "create", "-f", "-", input=json.dumps(BEYOND_A_TENANT)
         )
         assert admins.returncode == 0, admins.stderr
     finally:
@@ -494,24 +574,10 @@ def test_naming_the_workers_serviceaccount_needs_the_rights_to_make_it_and_run_p
         "the policy enforced",
     )
     rbac = k8s.RbacAuthorizationV1Api(api_client)
-
-    def grant(name: str, resource: str) -> None:
-        rule = k8s.V1PolicyRule(api_groups=[""], resources=[resource], verbs=["create"])
-        rbac.create_namespaced_role(
-            namespace, k8s.V1Role(metadata=k8s.V1ObjectMeta(name=name), rules=[rule])
-        )
-        bind(rbac, namespace, name)
-
-    def may(verb: str, resource: str) -> bool:
-        asked = ("auth", "can-i", verb, resource)
-        return control_plane.kubectl(f"--as={TENANT}", "-n", namespace, *asked).returncode == 0
-
-    grant("make-accounts", "serviceaccounts")
-    wait_for(lambda: may("create", "serviceaccounts"), 30, "the role bound")
+    grant_create(control_plane, rbac, namespace, "serviceaccounts")
     refused = as_tenant(control_plane, namespace, "create", named)
     assert refused.returncode != 0
     assert "needs the right to create ServiceAccounts and pods" in refused.stderr, refused.stderr
-    grant("run-pods", "pods")
-    wait_for(lambda: may("create", "pods"), 30, "the role bound")
+    grant_create(control_plane, rbac, namespace, "pods")
     allowed = as_tenant(control_plane, namespace, "create", named)
     assert allowed.returncode == 0, allowed.stderr

@@ -227,7 +227,30 @@ RESERVED_ENV = (
     "env names STREAMCONSUMER_* (but STREAMCONSUMER_LOG_LEVEL or STREAMCONSUMER_SPARK_JARS) "
     "and POD_NAME are"
 )
+# Issue 40: a token or a certificate of the workers' ServiceAccount, an inline CSI volume.
+TOKEN_REFUSED = "projected volumes may use only configMap, secret or downwardAPI sources"
+KUBE_TOKEN = {"name": "kube", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}}
+STS_TOKEN = {
+    "name": "aws",
+    "projected": {
+        "sources": [
+            {"configMap": {"name": "clicks"}},
+            {"serviceAccountToken": {"audience": "sts.amazonaws.com", "path": "token"}},
+        ]
+    },
+}
+POD_CERTIFICATE = {
+    "name": "cert",
+    "projected": {
+        "sources": [{"podCertificate": {"signerName": "example.com/s", "keyType": "ED25519"}}]
+    },
+}
+INLINE_CSI = {"name": "vault", "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": True}}
 TENANT_REFUSED = [
+    pytest.param(variant(pod={"volumes": [KUBE_TOKEN]}), TOKEN_REFUSED, id="apiserver-token"),
+    pytest.param(variant(pod={"volumes": [STS_TOKEN]}), TOKEN_REFUSED, id="sts-token"),
+    pytest.param(variant(pod={"volumes": [POD_CERTIFICATE]}), TOKEN_REFUSED, id="certificate"),
+    pytest.param(variant(pod={"volumes": [INLINE_CSI]}), VOLUMES_REFUSED, id="csi"),
     pytest.param(
         variant(pod={"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}]}),
         VOLUMES_REFUSED,
@@ -350,6 +373,25 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
                         {"name": "settings", "configMap": {"name": "clicks"}},
                         {"name": "cache", "emptyDir": {}},
                         {"name": "data", "persistentVolumeClaim": {"claimName": "clicks"}},
+                        {
+                            "name": "bundle",
+                            "projected": {
+                                "sources": [
+                                    {"secret": {"name": "aws"}},
+                                    {"configMap": {"name": "clicks"}},
+                                    {
+                                        "downwardAPI": {
+                                            "items": [
+                                                {
+                                                    "path": "name",
+                                                    "fieldRef": {"fieldPath": "metadata.name"},
+                                                }
+                                            ]
+                                        }
+                                    },
+                                ]
+                            },
+                        },
                     ],
                     "securityContext": {
                         "runAsNonRoot": True,
@@ -378,7 +420,11 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
             variant(
                 pod={
                     "unrestricted": True,
-                    "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+                    "volumes": [
+                        {"name": "sock", "hostPath": {"path": "/run/containerd"}},
+                        KUBE_TOKEN,
+                        INLINE_CSI,
+                    ],
                     "securityContext": {"runAsUser": 0, "seLinuxOptions": {"type": "spc_t"}},
                 }
             ),
@@ -387,6 +433,18 @@ def test_valid_specs_are_accepted(control_plane: ControlPlane, namespace: str) -
         manifest["metadata"]["name"] = f"clicks-{index}"
         code, output = apply(control_plane, namespace, manifest)
         assert code == 0, output
+
+
+def test_a_token_or_csi_volume_cannot_be_added_to_a_consumer_either(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The rules hold on UPDATE: a consumer admitted without them cannot be given a
+    projected serviceAccountToken or an inline CSI volume afterwards."""
+    assert apply(control_plane, namespace, VALID)[0] == 0
+    for volume, message in ((STS_TOKEN, TOKEN_REFUSED), (INLINE_CSI, VOLUMES_REFUSED)):
+        code, output = apply(control_plane, namespace, variant(pod={"volumes": [volume]}))
+        assert code != 0, output
+        assert message in output, output
 
 
 def test_the_stream_of_a_consumer_cannot_change_but_its_endpoint_can(

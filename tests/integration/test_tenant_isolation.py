@@ -12,7 +12,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
+from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.kube import StreamConsumers
@@ -492,6 +493,105 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
         with pytest.raises(ApiException) as gone:
             apps.read_namespaced_deployment("node-workers", namespace)
         assert gone.value.status == 404
+    finally:
+        process.stop()
+
+
+PREDATING: dict[
+    str, tuple[Mapping[str, object], str]
+] = {  # consumer: (a volume the previous release's CRD admitted, its path)
+    "minted": (
+        {"name": "kube", "projected": {"sources": [{"serviceAccountToken": {"path": "t"}}]}},
+        "spec.pod.volumes[0].projected.sources[0].serviceAccountToken",
+    ),
+    "inline": (
+        {"name": "vault", "csi": {"driver": "secrets-store.csi.k8s.io"}},
+        "spec.pod.volumes[0].csi",
+    ),
+}
+
+
+def with_volume(name: str, volume: Mapping[str, object]) -> dict[str, object]:
+    manifest = consumer(name)
+    spec = manifest["spec"]
+    assert isinstance(spec, dict)
+    spec["pod"] = {"volumes": [volume]}
+    return manifest
+
+
+def dry_run(plane: ControlPlane, namespace: str, manifest: dict[str, object]) -> str:
+    """The apiserver's refusal of creating `manifest`, '' if it would be created."""
+    created = plane.kubectl(
+        "-n", namespace, "create", "--dry-run=server", "-f", "-", input=json.dumps(manifest)
+    )
+    return "" if created.returncode == 0 else created.stderr or "refused"
+
+
+def test_no_workers_mint_a_token_or_mount_csi_from_an_object_admitted_before_the_rules(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """Issue 40: the previous release's CRD admitted a projected serviceAccountToken
+    and an inline CSI volume. Such an object keeps them through updates of other fields
+    (CRD validation ratcheting): the operator makes no workers for it, says why, and
+    makes them once the volume is gone."""
+    apps = k8s.AppsV1Api(api_client)
+    consumers = StreamConsumers(api_client, namespace)
+    manifests = {name: with_volume(name, volume) for name, (volume, _) in PREDATING.items()}
+    try:
+        releases.apply_crd(control_plane, releases.PREVIOUS_CRD)
+        for manifest in manifests.values():
+            wait_for(
+                lambda m=manifest: not dry_run(control_plane, namespace, m),  # type: ignore[misc]
+                30,
+                "the previous CRD in force",
+            )
+            consumers.create(manifest)
+    finally:
+        releases.apply_crd(control_plane, releases.CURRENT_CRD)
+    wait_for(
+        lambda: (
+            "projected volumes may use only"
+            in dry_run(control_plane, namespace, with_volume("again", PREDATING["minted"][0]))
+        ),
+        30,
+        "this release's CRD in force",
+    )
+    consumers.patch("minted", {"spec": {"replicas": 2}})  # kept through an update
+
+    process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
+    try:
+        for name, (_, path) in PREDATING.items():
+            wait_for(
+                lambda n=name, p=path: p in degraded_message(consumers, n),  # type: ignore[misc]
+                60,
+                f"Degraded of {name} says why",
+            )
+        events = k8s.CoreV1Api(api_client).list_namespaced_event(
+            namespace, field_selector="reason=PodPolicyRefused"
+        )
+        told = " ".join(e.message or "" for e in events.items)
+        assert all(path in told for _, path in PREDATING.values()), told
+        assert "Traceback" not in process.log_path.read_text(errors="replace")
+        for name in PREDATING:
+            with pytest.raises(ApiException) as missing:
+                apps.read_namespaced_deployment(f"{name}-workers", namespace)
+            assert missing.value.status == 404, f"no workers of {name}"
+
+        consumers.patch("minted", {"spec": {"pod": {"volumes": []}}})
+
+        def made() -> bool:
+            try:
+                apps.read_namespaced_deployment("minted-workers", namespace)
+            except ApiException:
+                return False
+            return True
+
+        wait_for(made, 60, "the workers, once the token is gone")
+        wait_for(
+            lambda: "serviceAccountToken" not in degraded_message(consumers, "minted"),
+            60,
+            "the refusal cleared",
+        )
     finally:
         process.stop()
 

@@ -11,6 +11,7 @@ from streamconsumer.controller.names import (
     worker_deployment,
     worker_service_account,
 )
+from streamconsumer.models.pod_policy import refused_volume_sources
 from streamconsumer.models.resource import (
     CA_DIR,
     CA_FILE,
@@ -40,16 +41,32 @@ RESTRICTED_CONTAINER = {
 }
 
 
+_NAMED_AT_MOST = 3  # refused sources a message names: a list's length is the tenant's
+
+
 def pod_policy_refusal(
     spec: StreamConsumerSpec, namespace: str, unrestricted_namespaces: frozenset[str]
 ) -> str | None:
     """Why no workers may be made for this spec; None if they may. Unrestricted pods
-    (docs/security.md#pod-template) are the admins' to allow, per namespace."""
-    if spec.pod.unrestricted and namespace not in unrestricted_namespaces:
+    (docs/security.md#pod-template) are the admins' to allow, per namespace. Without
+    them the CRD's volume rules are checked here again: an object admitted before a rule
+    existed keeps its field through updates (CRD validation ratcheting)."""
+    if spec.pod.unrestricted:
+        if namespace in unrestricted_namespaces:
+            return None
         return (
             f"spec.pod.unrestricted is not allowed in namespace {namespace}: platform "
             "admins list the namespaces that may run unrestricted workers in the "
             "operator's podPolicy.unrestrictedNamespaces; no worker pods are made"
+        )
+    if refused := refused_volume_sources(spec.pod.volumes):
+        named = ", ".join(f"spec.pod.{path}" for path in refused[:_NAMED_AT_MOST])
+        more = len(refused) - _NAMED_AT_MOST
+        return (
+            f"{named}{f' and {more} more' if more > 0 else ''}: a tenant's workers may not "
+            "mount the node's files, storage beyond what the namespace grants, or a "
+            "credential of their ServiceAccount (platform admins may allow "
+            "spec.pod.unrestricted in a namespace); no worker pods are made"
         )
     return None
 

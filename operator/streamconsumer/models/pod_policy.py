@@ -5,17 +5,22 @@ StreamConsumer would be a way around the namespace's policy (a hostPath of the c
 runtime's socket with group 0 is root on the node).
 
 Each rule is a CEL expression (with its message) that the CRD checks at `kubectl apply`;
-`models/resource.py` attaches them. The lists follow the Pod Security Standards
-(https://kubernetes.io/docs/concepts/security/pod-security-standards/)."""
+`models/resource.py` attaches them. The operator checks the volume rules again before it
+makes workers (`refused_volume_sources`). The lists follow the Pod Security Standards
+(https://kubernetes.io/docs/concepts/security/pod-security-standards/), and go further
+where the standard trusts what a pod's creator may do: inline CSI volumes and projected
+ServiceAccount tokens."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 SAFE_VOLUME_SOURCES = (
     "configMap",
     "secret",
     "emptyDir",
     "persistentVolumeClaim",
-    "csi",
     "projected",
     "downwardAPI",
     "ephemeral",
@@ -29,6 +34,7 @@ UNSAFE_VOLUME_SOURCES = (
     "azureFile",
     "cephfs",
     "cinder",
+    "csi",
     "fc",
     "flexVolume",
     "flocker",
@@ -48,7 +54,19 @@ UNSAFE_VOLUME_SOURCES = (
 )
 """Every other source of core/v1 Volume (tests/unit/test_pod_policy.py checks the two lists
 cover Kubernetes' schema): the node's files, or storage reached with credentials the
-tenant does not hold."""
+tenant does not hold. An inline `csi` volume is whatever its driver makes of
+`volumeAttributes`, with the driver's own credentials (a secrets store's, a bucket's):
+RBAC does not say which of them a tenant may use, so it is the admins' to allow."""
+
+SAFE_PROJECTED_SOURCES = ("configMap", "secret", "downwardAPI")
+"""Sources of a projected volume a tenant can use: a Secret or ConfigMap (which the
+admission policy asks they may get) and the pod's own fields."""
+
+UNSAFE_PROJECTED_SOURCES = ("clusterTrustBundle", "podCertificate", "serviceAccountToken")
+"""The other sources (tests/unit/test_pod_policy.py checks they cover Kubernetes' schema):
+a token or a certificate of the workers' ServiceAccount, for any audience (the
+apiserver's, sts.amazonaws.com), or trust bundles read with the kubelet's rights.
+Processor code has no Kubernetes identity to use (docs/security.md#pod-template)."""
 
 SAFE_SYSCTLS = (
     "kernel.shm_rmid_forced",
@@ -97,6 +115,19 @@ VOLUME_RULE = (
     + ")",
     f"volumes may use only {_listed(SAFE_VOLUME_SOURCES)}: the workers must not reach "
     "the node's files or storage beyond what the namespace grants",
+)
+MAX_PROJECTED_SOURCES = 64
+"""Sources of one projected volume at most (Kubernetes sets none): PROJECTED_RULE looks
+at each source of each volume, and the apiserver refuses a CRD whose rules could cost
+more than its budget on the largest object."""
+PROJECTED_RULE = (
+    "!has(self.volumes) || self.volumes.all(v, !has(v.projected) || "
+    "!has(v.projected.sources) || v.projected.sources.all(s, "
+    + " && ".join(f"!has(s.{source})" for source in UNSAFE_PROJECTED_SOURCES)
+    + "))",
+    f"projected volumes may use only {_listed(SAFE_PROJECTED_SOURCES)} sources: a "
+    "serviceAccountToken or podCertificate would hand the processor a credential of the "
+    "workers' ServiceAccount",
 )
 ROOT_RULE = (
     f"!has({SC}) || ("
@@ -158,8 +189,34 @@ def _unless_unrestricted(rule: tuple[str, str]) -> tuple[str, str]:
 
 POD_RULES = tuple(
     _unless_unrestricted(rule)
-    for rule in (VOLUME_RULE, ROOT_RULE, SELINUX_RULE, UNCONFINED_RULE, SYSCTL_RULE)
+    for rule in (
+        VOLUME_RULE,
+        PROJECTED_RULE,
+        ROOT_RULE,
+        SELINUX_RULE,
+        UNCONFINED_RULE,
+        SYSCTL_RULE,
+    )
 )
+
+
+def refused_volume_sources(volumes: list[dict[str, Any]]) -> list[str]:
+    """The paths of the sources VOLUME_RULE and PROJECTED_RULE refuse, as the apiserver
+    names fields (`volumes[1].csi`): the operator checks them again when it renders the
+    pod, for an object the CRD admitted before a rule existed (CRD validation ratcheting
+    lets an unchanged field stay)."""
+    refused: list[str] = []
+    for index, volume in enumerate(volumes):
+        refused += [f"volumes[{index}].{s}" for s in UNSAFE_VOLUME_SOURCES if s in volume]
+        projected: Mapping[str, Any] = volume.get("projected") or {}
+        for at, source in enumerate(projected.get("sources") or []):
+            refused += [
+                f"volumes[{index}].projected.sources[{at}].{s}"
+                for s in UNSAFE_PROJECTED_SOURCES
+                if s in source
+            ]
+    return refused
+
 
 ENV_RULE = (
     "!has(self.env) || self.env.all(e, "

@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, added_since, with_rules
 from streamconsumer.models.failure import FailurePolicy
-from streamconsumer.models.pod_policy import POD_RULES, PROCESSOR_RULES
+from streamconsumer.models.pod_policy import MAX_PROJECTED_SOURCES, POD_RULES, PROCESSOR_RULES
 from streamconsumer.models.record_filter import RecordFilter
 
 GROUP = "streamconsumer.io"
@@ -172,10 +172,17 @@ class InitialPosition(StrEnum):
     AT_TIMESTAMP = "AT_TIMESTAMP"
 
 
-def kubernetes(kind: str, many: bool = False) -> dict[str, Any]:
+def kubernetes(
+    kind: str, many: bool = False, max_items: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """Marks a field the CRD validates with Kubernetes' own schema of `kind` (core/v1),
-    as the apiserver validates a Pod (models/kubernetes_schemas.py)."""
-    return {"x-kubernetes-schema": kind, "x-kubernetes-many": many}
+    as the apiserver validates a Pod (models/kubernetes_schemas.py). `max_items` bounds
+    lists inside it that Kubernetes leaves open (by their dotted path in `kind`), for a
+    CEL rule over them to fit the apiserver's cost budget."""
+    extra: dict[str, Any] = {"x-kubernetes-schema": kind, "x-kubernetes-many": many}
+    if max_items:
+        extra["x-kubernetes-max-items"] = dict(max_items)
+    return extra
 
 
 class EnvVar(Model):
@@ -343,7 +350,12 @@ class PodSettings(Model):
         *POD_RULES,  # no more than the tenant could run: models/pod_policy.py
     )
 
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels of the worker pods, beside the operator's own (which win). "
+        "Setting them needs the right to create pods in the namespace: a Service or a "
+        "NetworkPolicy may select them (docs/security.md#no-confused-deputy).",
+    )
     annotations: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, Any]] = Field(
@@ -367,8 +379,12 @@ class PodSettings(Model):
         default_factory=list,
         max_length=64,
         description="Volumes of the worker pods: configMap, secret, emptyDir, "
-        "persistentVolumeClaim, csi, projected, downwardAPI, ephemeral or image.",
-        json_schema_extra=kubernetes("Volume", many=True),
+        "persistentVolumeClaim, projected (of configMap, secret and downwardAPI sources), "
+        "downwardAPI, ephemeral or image; others (csi, a serviceAccountToken) only with "
+        "`unrestricted` (docs/security.md#pod-template).",
+        json_schema_extra=kubernetes(
+            "Volume", many=True, max_items={"projected.sources": MAX_PROJECTED_SOURCES}
+        ),
     )
     volume_mounts: list[dict[str, Any]] = Field(
         default_factory=list,
