@@ -174,12 +174,16 @@ def _unpacked(packed: str | bytes) -> str:
         return f"not a gzipped table: {error}"
 
 
-def _taken(text: str) -> str:
-    """When the table was taken, as ISO text (comparable), or "" if it does not say."""
+_NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
+def _taken(text: str) -> datetime.datetime:
+    """When the table was taken, or _NEVER if it does not say. A time, not its ISO text:
+    01:00+05:00 is earlier than 00:30Z, though its text sorts after it."""
     try:
-        return parsed(text).taken.isoformat()
+        return parsed(text).taken
     except KeptTableInvalid:
-        return ""
+        return _NEVER
 
 
 def same_stream(a: Source, b: Source) -> bool:
