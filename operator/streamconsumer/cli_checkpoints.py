@@ -90,15 +90,6 @@ def import_(text: str, namespace: str, name: str | None, days: int) -> str:
     except ValueError as error:  # KeptTableInvalid, TableOutOfBounds, pydantic's
         raise CheckpointsError(f"not an exported table: {error}") from None
     target = name or loaded.consumer
-    existing = _consumer(namespace, target)
-    if existing is not None and (existing.get("status") or {}).get("term") is not None:
-        raise CheckpointsError(
-            f"{namespace}/{target} exists and has checkpoints of its own: delete it first "
-            "(they are kept) or use `streamconsumer reset`"
-        )
-    found = _kept(namespace, target)
-    if found is not None and not kept_for(found.metadata, target):
-        raise CheckpointsError(f"ConfigMap {kept_checkpoints(target)} exists and is not ours")
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     kept = loaded.model_copy(
         update={
@@ -108,6 +99,19 @@ def import_(text: str, namespace: str, name: str | None, days: int) -> str:
         }
     )
     manifest = config_map(kept, kept_checkpoints(target))
+    try:  # and as it will be written: an escape unescaped, a table past what inflates
+        parsed(kept_data(manifest.get("data"), manifest.get("binaryData"))[TABLE_KEY])
+    except ValueError as error:
+        raise CheckpointsError(f"not a table the operator would read once kept: {error}") from None
+    existing = _consumer(namespace, target)
+    if existing is not None and (existing.get("status") or {}).get("term") is not None:
+        raise CheckpointsError(
+            f"{namespace}/{target} exists and has checkpoints of its own: delete it first "
+            "(they are kept) or use `streamconsumer reset`"
+        )
+    found = _kept(namespace, target)
+    if found is not None and not kept_for(found.metadata, target):
+        raise CheckpointsError(f"ConfigMap {kept_checkpoints(target)} exists and is not ours")
     k8s.CoreV1Api().patch_namespaced_config_map(
         manifest["metadata"]["name"],
         namespace,

@@ -12,7 +12,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import AwareDatetime, Field, ValidationError
 
 from streamconsumer.models.base import Model
 from streamconsumer.models.resource import GROUP, LeaseState, Source, StreamConsumerSpec
@@ -26,12 +26,14 @@ class KeptTable(Model):
     namespace: str
     consumer: str
     source: Source
-    created: datetime.datetime = Field(
+    # Aware, all three: a time of no zone compared with now raised TypeError, not a
+    # refusal (a kept ConfigMap is anyone's in the namespace to write).
+    created: AwareDatetime = Field(
         description="The deleted object's creationTimestamp: where initialPosition LATEST "
         "started, so a shard that had not started yet loses nothing in between."
     )
-    taken: datetime.datetime
-    expires: datetime.datetime
+    taken: AwareDatetime
+    expires: AwareDatetime
     drained: bool = Field(
         description="Every shard was handed off before it was taken: no record was "
         "processed past these checkpoints."
@@ -172,12 +174,16 @@ def _unpacked(packed: str | bytes) -> str:
         return f"not a gzipped table: {error}"
 
 
-def _taken(text: str) -> str:
-    """When the table was taken, as ISO text (comparable), or "" if it does not say."""
+_NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
+def _taken(text: str) -> datetime.datetime:
+    """When the table was taken, or _NEVER if it does not say. A time, not its ISO text:
+    01:00+05:00 is earlier than 00:30Z, though its text sorts after it."""
     try:
-        return parsed(text).taken.isoformat()
+        return parsed(text).taken
     except KeptTableInvalid:
-        return ""
+        return _NEVER
 
 
 def same_stream(a: Source, b: Source) -> bool:
