@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import datetime
 import gzip
+import json
 import zlib
 from collections.abc import Mapping
 from typing import Any
@@ -88,6 +89,10 @@ MAX_KEPT_EPOCH = 2**32
 fenced), but no further than this: the wire carries no more than 2**53."""
 
 
+MAX_LEASE_BYTES = 1024  # a lease's JSON; one the operator writes is about 150 B
+_OF_THE_LAST_RESET = ("requestedBy", "shards")  # said by the file alone: not resumed
+
+
 class KeptTableInvalid(ValueError):
     """A kept table no new object may start from: unreadable, or out of bounds."""
 
@@ -134,11 +139,12 @@ def config_map(kept: KeptTable, name: str) -> dict[str, Any]:
             "name": name,
             "labels": {KEPT_LABEL: kept.consumer},
         },
-        **_contents(kept.model_dump_json(by_alias=True)),
+        **stored_form(kept.model_dump_json(by_alias=True)),
     }
 
 
-def _contents(text: str) -> dict[str, Any]:
+def stored_form(text: str) -> dict[str, Any]:
+    """A table's text as a ConfigMap holds it: `data`, or gzipped in `binaryData`."""
     if len(text.encode()) <= PACK_ABOVE_BYTES:
         return {"data": {TABLE_KEY: text}}
     packed = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
@@ -231,7 +237,9 @@ def as_resumed(status: Mapping[str, Any]) -> dict[str, Any]:
     """A kept table's status as a new object may take it. A ConfigMap anyone in the
     namespace may write, so nothing in it is taken as it stands that only the operator
     may say: no owner, hand-off or held state; no requester of the last reset (only the
-    apiserver can tell who asks); no epoch past MAX_KEPT_EPOCH."""
+    apiserver can tell who asks) nor its list of shards (only its id keeps it from being
+    applied twice); no epoch past MAX_KEPT_EPOCH. And no lease the status could not hold:
+    a status write is at most 1.5 MiB (etcd), so a lease is at most MAX_LEASE_BYTES."""
     leases = status.get("leases") or {}
     if not isinstance(leases, Mapping) or not isinstance(status.get("finishedShards") or [], list):
         raise KeptTableInvalid("its leases are not a table, or its finished shards no list")
@@ -239,9 +247,11 @@ def as_resumed(status: Mapping[str, Any]) -> dict[str, Any]:
         epoch = lease.get("epoch", 0) if isinstance(lease, Mapping) else None
         if not isinstance(epoch, int) or not 0 <= epoch <= MAX_KEPT_EPOCH:
             raise KeptTableInvalid(f"shard {shard_id[:128]}: not a lease of epoch 0 to 2**32")
+        if len(json.dumps(lease)) > MAX_LEASE_BYTES:
+            raise KeptTableInvalid(f"shard {shard_id[:128]}: a lease of over {MAX_LEASE_BYTES} B")
     resumed = ownerless(dict(status))
     if isinstance(last := resumed.get("lastReset"), Mapping):
-        resumed["lastReset"] = {k: v for k, v in last.items() if k != "requestedBy"}
+        resumed["lastReset"] = {k: v for k, v in last.items() if k not in _OF_THE_LAST_RESET}
     return resumed
 
 
