@@ -5,8 +5,11 @@ limit (docs/security.md#lease-tables)."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import datetime
 import json
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streamconsumer.cli_checkpoints import CheckpointsError, import_
+from streamconsumer.controller import executors
 from streamconsumer.controller.consumers import _checked
 from streamconsumer.controller.lease_coordinator import durable_from_status
 from streamconsumer.controller.lease_groups import joined
@@ -84,6 +88,9 @@ def test_a_kept_table_from_a_file_is_taken_as_nobodys() -> None:
     assert table.status["leases"]["s0"] == {"epoch": 7, "checkpoint": "49", "state": "Released"}
     assert table.status["leases"]["s1"] == {"epoch": 2, "state": "Released"}
     assert table.status["lastReset"] == {"id": "r1", "to": {"timestamp": None}}
+    forged["leases"]["s0"]["checkpoint"] = "4" * 2000  # a status holds 1.5 MiB at most
+    with pytest.raises(kept.KeptTableInvalid, match="a lease of over 1024 B"):
+        resumed(table_text(forged))
     forged["leases"]["s0"]["epoch"] = 2**62
     with pytest.raises(kept.KeptTableInvalid, match="epoch"):
         resumed(table_text(forged))
@@ -158,3 +165,26 @@ def test_any_lease_group_is_joined_or_refused_within_limits(contents: list[str])
         return "ok"
 
     within(join, seconds=10, memory_mib=256)
+
+
+def test_a_table_waiting_behind_a_slow_one_gets_its_own_whole_budget() -> None:
+    """Found by review: one tenant's loads that time out keep the table threads busy,
+    and another tenant's instant load, queued behind them, was refused LoadTimedOut."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+    async def both() -> tuple[BaseException | str, BaseException | str]:
+        def slowly() -> str:
+            time.sleep(0.6)
+            return "slow"
+
+        slow = executors.run_within(pool, slowly, seconds=0.3)
+        quick = executors.run_within(pool, lambda: "quick", seconds=0.3)
+        results = await asyncio.gather(slow, quick, return_exceptions=True)
+        return results[0], results[1]
+
+    try:
+        slow, quick = asyncio.run(both())
+    finally:
+        pool.shutdown(wait=True)
+    assert isinstance(slow, TimeoutError)
+    assert quick == "quick"

@@ -151,7 +151,8 @@ async def consume(
 CHECKPOINTS_LOST = "lost: see the CheckpointsLost Event"
 LOADING_SECONDS = 30.0
 """A consumer's table is read and checked off the event loop, on TABLES' threads, in at
-most this long: one tenant's table never holds up the others' (docs/security.md#tables)."""
+most this long from when a thread takes it up: one tenant's table never holds up the
+others' for longer than its own check (docs/security.md#lease-tables)."""
 
 
 class Refused(Exception):
@@ -178,10 +179,11 @@ async def _loaded(
     try:
         current = await executors.run_in(executors.KUBERNETES, status_api.get)
         resumed, not_resumed = await _resumable(context, current, namespace, name)
-        loading = functools.partial(
-            load, current, writer, settings, time.monotonic(), generation, kept=resumed
-        )
-        loop = await asyncio.wait_for(executors.run_in(executors.TABLES, loading), LOADING_SECONDS)
+
+        def loading() -> ConsumerLoop:  # its clock read once a thread runs it
+            return load(current, writer, settings, time.monotonic(), generation, kept=resumed)
+
+        loop = await executors.run_within(executors.TABLES, loading, LOADING_SECONDS)
     except KeptTableInvalid as error:
         raise Refused("CheckpointsInvalid", f"the kept checkpoints: {error}") from None
     except (ValueError, StatusInvalid) as error:  # TableOutOfBounds, pydantic's among them
@@ -249,9 +251,7 @@ async def _resumable(
     data = await kept.read(context.api_client, namespace, source)
     now = datetime.datetime.now(datetime.UTC)
     checking = functools.partial(_checked, data, source, spec, now)
-    table, why_not = await asyncio.wait_for(
-        executors.run_in(executors.TABLES, checking), LOADING_SECONDS
-    )
+    table, why_not = await executors.run_within(executors.TABLES, checking, LOADING_SECONDS)
     if table is not None and kept_table.kept_stream(table) is not None:
         try:
             now_is = await _stream(context, namespace, spec)

@@ -29,3 +29,21 @@ TABLES = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix
 
 async def run_in(executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(executor, call)
+
+
+async def run_within(
+    executor: concurrent.futures.Executor, call: Callable[[], T], seconds: float
+) -> T:
+    """`call` on `executor`, given `seconds` from when a thread takes it up (TimeoutError
+    after): time spent waiting behind others' calls is not its own. Its thread, if it
+    times out, runs on until the call returns: a call run here must be bounded."""
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+
+    def timed() -> T:
+        loop.call_soon_threadsafe(started.set)
+        return call()
+
+    running = loop.run_in_executor(executor, timed)
+    await started.wait()
+    return await asyncio.wait_for(running, seconds)
