@@ -84,25 +84,9 @@ def export(namespace: str, name: str) -> tuple[str, str]:
 def import_(text: str, namespace: str, name: str | None, days: int) -> str:
     """Keeps the table for a new StreamConsumer `name` (by default the table's own) of
     `namespace`; says what happens next."""
-    try:  # as the operator will resume from it: nobody's, and within bounds
-        loaded = parsed(text)
-        durable_from_status(loaded.status)
-    except ValueError as error:  # KeptTableInvalid, TableOutOfBounds, pydantic's
-        raise CheckpointsError(f"not an exported table: {error}") from None
-    target = name or loaded.consumer
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    kept = loaded.model_copy(
-        update={
-            "namespace": namespace,
-            "consumer": target,
-            "expires": now + datetime.timedelta(days=days),
-        }
-    )
-    manifest = config_map(kept, kept_checkpoints(target))
-    try:  # and as it will be written: an escape unescaped, a table past what inflates
-        parsed(kept_data(manifest.get("data"), manifest.get("binaryData"))[TABLE_KEY])
-    except ValueError as error:
-        raise CheckpointsError(f"not a table the operator would read once kept: {error}") from None
+    kept, manifest = importable(text, namespace, name, days, now)
+    target = kept.consumer
     existing = _consumer(namespace, target)
     if existing is not None and (existing.get("status") or {}).get("term") is not None:
         raise CheckpointsError(
@@ -129,3 +113,30 @@ def import_(text: str, namespace: str, name: str | None, days: int) -> str:
         f"{shards} shards' checkpoints kept in ConfigMap {kept_checkpoints(target)}: "
         f"StreamConsumer {namespace}/{target} of the same stream resumes from them {when}"
     )
+
+
+def importable(
+    text: str, namespace: str, name: str | None, days: int, now: datetime.datetime
+) -> tuple[KeptTable, dict[str, Any]]:
+    """The table a file holds as it will be kept for `name` (by default its own) and the
+    ConfigMap that keeps it; raises CheckpointsError for a file the operator would refuse
+    to resume from, as it will read it. Reads nothing but `text`."""
+    try:  # as the operator will resume from it: nobody's, and within bounds
+        loaded = parsed(text)
+        durable_from_status(loaded.status)
+    except ValueError as error:  # KeptTableInvalid, TableOutOfBounds, pydantic's
+        raise CheckpointsError(f"not an exported table: {error}") from None
+    target = name or loaded.consumer
+    kept = loaded.model_copy(
+        update={
+            "namespace": namespace,
+            "consumer": target,
+            "expires": now + datetime.timedelta(days=days),
+        }
+    )
+    manifest = config_map(kept, kept_checkpoints(target))
+    try:  # and as it will be written: an escape unescaped, a table past what inflates
+        parsed(kept_data(manifest.get("data"), manifest.get("binaryData"))[TABLE_KEY])
+    except ValueError as error:
+        raise CheckpointsError(f"not a table the operator would read once kept: {error}") from None
+    return kept, manifest

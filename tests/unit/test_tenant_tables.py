@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamconsumer.cli_checkpoints import CheckpointsError, import_
+from streamconsumer.cli_checkpoints import CheckpointsError, import_, importable
 from streamconsumer.controller import executors
 from streamconsumer.controller.consumers import _checked
 from streamconsumer.controller.lease_coordinator import durable_from_status
@@ -152,6 +152,25 @@ def outcome(call: Any) -> str:
 def test_any_kept_table_is_resumed_or_refused_within_limits(status: dict[str, Any]) -> None:
     text = table_text(status)
     within(lambda: outcome(lambda: resumed(text)), seconds=10, memory_mib=256)
+
+
+@settings(max_examples=60, deadline=None)
+@given(status=STATUS, name=st.none() | st.text(max_size=12))
+def test_any_file_to_import_is_kept_or_refused_within_limits(
+    status: dict[str, Any], name: str | None
+) -> None:
+    """`checkpoints import` keeps only what the operator would resume from as it stands."""
+    text = table_text(status)
+
+    def keep() -> str:
+        try:
+            kept_table, _ = importable(text, "tenant", name, 7, NOW)
+        except CheckpointsError:
+            return "refused"
+        assert all("owner" not in lease for lease in kept_table.status["leases"].values())
+        return "kept"
+
+    within(keep, seconds=10, memory_mib=256)
 
 
 @settings(max_examples=60, deadline=None)
