@@ -78,7 +78,7 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 
 .PHONY: test
 test: venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=25 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv  ## ruff and mypy
