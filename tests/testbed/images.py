@@ -261,18 +261,27 @@ def build(recipe: Recipe, base: str, log: Path, step: str) -> str:
         return reference
     _progress(f"{step} building {recipe.name} from {recipe.dockerfile.relative_to(REPO)}...")
     started = time.monotonic()
-    podman.run(
-        "build",
+    flags = [
         *build_flags(),
         f"--build-arg={arg}",
         *([f"--target={recipe.target}"] if recipe.target else []),
         f"--file={recipe.dockerfile}",
         f"--tag={reference}",
-        str(recipe.context_dir),
-        log=log,
-    )
+    ]
+    try:
+        podman.run("build", *flags, str(recipe.context_dir), log=log)
+    except RuntimeError as error:
+        if UNKNOWN_LAYER not in str(error):
+            raise
+        # Seen once on a store our builds had pruned: the layer cache's look-up failed on
+        # an image whose top layer was gone. Without the cache the build needs no look-up.
+        _progress(f"{step} podman's layer cache failed ({UNKNOWN_LAYER}): building without it")
+        podman.run("build", "--layers=false", *flags, str(recipe.context_dir), log=log)
     _progress(f"{step} {recipe.name} built in {time.monotonic() - started:.0f}s")
     return reference
+
+
+UNKNOWN_LAYER = "layer not known"
 
 
 def pause_image(pause_binary: Path, log: Path) -> str:
