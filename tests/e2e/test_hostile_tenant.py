@@ -138,10 +138,15 @@ def test_a_hostile_kept_table_stalls_its_own_consumer_and_no_other(
                 memory.pid = scenario.operator.pid
 
     assert stalled_for(evil, "evil") == "CheckpointsInvalid"
-    said = [m for r, m in warnings(scenario, hostile) if r == "CheckpointsInvalid"]
-    assert said, warnings(scenario, hostile)
-    assert "100,000 shards" in said[0]
-    assert scenario.checkpoints() != before, "the other team's checkpoints moved"
+
+    def said() -> list[str]:
+        return [m for r, m in warnings(scenario, hostile) if r == "CheckpointsInvalid"]
+
+    wait_for(lambda: bool(said()), 30, "a Warning Event of the hostile one's reason")
+    assert "100,000 shards" in said()[0]
+    # Records are processed before their checkpoints are written (at most a status
+    # interval later, and a restarted operator writes once its term is fenced).
+    wait_for(lambda: scenario.checkpoints() != before, 30, "the other team's checkpoints moved")
     scenario.delivered(duplicates_at_most=0)
     assert memory.peak < MEMORY_LIMIT_BYTES, memory.peak
     assert "Traceback" not in scenario.operator.log_path.read_text()
