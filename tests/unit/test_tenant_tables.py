@@ -33,11 +33,12 @@ TRILLION = "shardId-000000000000..shardId-999999999999"  # the 600-byte ConfigMa
 SPEC = consumer_spec()
 
 
-def table_text(status: dict[str, Any], consumer: str = "evil") -> str:
+def table_text(status: dict[str, Any], **fields: Any) -> str:
+    """A kept table of consumer "evil" holding `status`; `fields` replace its others."""
     return json.dumps(
         {
             "namespace": "tenant",
-            "consumer": consumer,
+            "consumer": "evil",
             "source": {"kinesis": {"streamName": "s"}},
             "created": "2026-11-01T00:00:00Z",
             "taken": "2026-11-26T00:00:00Z",
@@ -45,6 +46,7 @@ def table_text(status: dict[str, Any], consumer: str = "evil") -> str:
             "drained": True,
             "status": status,
         }
+        | fields
     )
 
 

@@ -23,6 +23,7 @@ from streamconsumer.core.lineage import MAX_TABLE_SHARDS, compact, expand
 from streamconsumer.models import kept
 from testbed.specs import consumer_spec
 
+from .test_tenant_tables import table_text
 from .within_limits import within
 
 NOW = datetime.datetime(2026, 11, 26, 12, 0, tzinfo=datetime.UTC)
@@ -30,22 +31,6 @@ SPEC = consumer_spec()
 # 128 characters each (the longest id allowed) whose trailing-counter match backtracks
 # over every digit from every start: quadratic in the id, ~0.2 ms each.
 BACKTRACKING = [f"{n:06d}" + "1" * 121 + "x" for n in range(MAX_TABLE_SHARDS)]
-
-
-def table_text(status: dict[str, Any], **fields: Any) -> str:
-    return json.dumps(
-        {
-            "namespace": "tenant",
-            "consumer": "evil",
-            "source": {"kinesis": {"streamName": "s"}},
-            "created": "2026-11-01T00:00:00Z",
-            "taken": "2026-11-26T00:00:00Z",
-            "expires": "2026-12-03T00:00:00Z",
-            "drained": True,
-            "status": status,
-        }
-        | fields
-    )
 
 
 def test_finished_ids_that_backtrack_are_expanded_and_compacted_in_linear_time() -> None:
