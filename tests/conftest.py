@@ -47,10 +47,28 @@ def delta_jars() -> Path:
     return jars.cached()
 
 
+# `make test` spreads the tests over xdist workers (`--dist loadgroup`). A test in one of
+# these folders runs on the worker that runs the rest of its group: the real node is one
+# per machine, Spark one JVM per mode, and an integration file's module-scoped fixtures
+# (control planes of other versions, emulators) would start again on every worker.
+_ONE_GROUP = {"realnode": "realnode", "spark": "spark"}
+_GROUPED_BY_FILE = {"integration"}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    folder = item.path.relative_to(REPO / "tests").parts[0]
+    if folder in _ONE_GROUP:
+        return _ONE_GROUP[folder]
+    return item.path.name if folder in _GROUPED_BY_FILE else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
