@@ -47,18 +47,22 @@ def delta_jars() -> Path:
     return jars.cached()
 
 
-# `make test` spreads the tests over xdist workers (`--dist loadgroup`). A test in one of
-# these folders runs on the worker that runs the rest of its group: the real node is one
-# per machine, Spark one JVM per mode, and an integration file's module-scoped fixtures
-# (control planes of other versions, emulators) would start again on every worker.
-_ONE_GROUP = {"realnode": "realnode", "spark": "spark"}
+# `make test` spreads the tests over xdist workers (`--dist loadgroup`). A test named here
+# runs on the worker that runs the rest of its group: the real node is one per machine;
+# Spark (a JVM per mode, or in worker processes) would starve a neighbour's leases if two
+# ran at once; an integration file's module-scoped fixtures (control planes of other
+# versions, emulators) would start again on every worker that took one of its tests.
+_GROUP_OF_FOLDER = {"realnode": "realnode", "spark": "spark"}
+_GROUP_OF_FILE = {"test_cdc.py": "spark", "test_spark_pods.py": "spark"}
 _GROUPED_BY_FILE = {"integration"}
 
 
 def _xdist_group(item: pytest.Item) -> str | None:
     folder = item.path.relative_to(REPO / "tests").parts[0]
-    if folder in _ONE_GROUP:
-        return _ONE_GROUP[folder]
+    if folder in _GROUP_OF_FOLDER:
+        return _GROUP_OF_FOLDER[folder]
+    if item.path.name in _GROUP_OF_FILE:
+        return _GROUP_OF_FILE[item.path.name]
     return item.path.name if folder in _GROUPED_BY_FILE else None
 
 
