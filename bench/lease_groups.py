@@ -26,14 +26,19 @@ from kubernetes import config as k8s_config
 from bench.results import record
 from bench.scratch import scratch_plane
 from bench.system import CRD, namespace
-from streamconsumer.controller.lease_coordinator import (
+from streamconsumer.controller.leases.lease_coordinator import (
     DurableState,
     LeaseCoordinator,
     durable_from_status,
 )
-from streamconsumer.controller.lease_group_store import KubeLeaseGroups
-from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, StoredGroup, Writer
-from streamconsumer.controller.status import (
+from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
+from streamconsumer.controller.leases.lease_groups import (
+    GroupedStatusApi,
+    Layout,
+    StoredGroup,
+    Writer,
+)
+from streamconsumer.controller.leases.status import (
     KubeStatusApi,
     StatusInvalid,
     StatusUnavailable,
@@ -142,7 +147,7 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
     status_api = KubeStatusApi(api, ns, NAME, timeout=60)
     groups = KubeLeaseGroups(api, ns, NAME, created["metadata"]["uid"], timeout=60)
     counted_status = CountedStatus(status_api, counted)
-    grouped = GroupedStatusApi(  # as the operator makes it (controller/consumers.py)
+    grouped = GroupedStatusApi(  # as the operator makes it (controller/consumer/consumers.py)
         counted_status,
         CountedGroups(groups, counted),
         NAME,

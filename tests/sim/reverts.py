@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.controller import answers
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.driver import ConsumerDriver
-from streamconsumer.controller.lease_coordinator import LeaseCoordinator
-from streamconsumer.controller.lease_groups import GroupedStatusApi
-from streamconsumer.controller.loop import ConsumerLoop
+from streamconsumer.controller.consumer.autoscaler import Autoscaler
+from streamconsumer.controller.consumer.driver import ConsumerDriver
+from streamconsumer.controller.consumer.loop import ConsumerLoop
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
+from streamconsumer.controller.worker_api import answers
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
@@ -311,7 +311,7 @@ def release_forgets_the_reset(patch: pytest.MonkeyPatch) -> None:
         return replace(updated, start=None) if updated.checkpoint else updated
 
     patch.setattr(leases, "apply_checkpoint", forgetting)
-    patch.setattr("streamconsumer.controller.lease_coordinator.apply_checkpoint", forgetting)
+    patch.setattr("streamconsumer.controller.leases.lease_coordinator.apply_checkpoint", forgetting)
 
 
 def calls_outlive_their_fence(patch: pytest.MonkeyPatch) -> None:
@@ -341,7 +341,7 @@ def serving_before_the_term_fence(patch: pytest.MonkeyPatch) -> None:
 def abandoned_writes_resend(patch: pytest.MonkeyPatch) -> None:
     """22.1: a status write whose job timed out runs on in its thread and, after a 409
     whose table is ours, re-sends its older table over a newer one."""
-    from streamconsumer.controller import status
+    from streamconsumer.controller.leases import status
 
     resolve = status.StatusWriter._resolve
 
@@ -370,7 +370,7 @@ def shard_end_taken_for_open_shards(patch: pytest.MonkeyPatch) -> None:
     def trusting(lease: Any, *args: Any, **kwargs: Any) -> Any:
         return apply_checkpoint(lease, *args, **{**kwargs, "shard_closed": True})
 
-    patch.setattr("streamconsumer.controller.lease_coordinator.apply_checkpoint", trusting)
+    patch.setattr("streamconsumer.controller.leases.lease_coordinator.apply_checkpoint", trusting)
 
 
 def refused_shard_end_let_go(patch: pytest.MonkeyPatch) -> None:

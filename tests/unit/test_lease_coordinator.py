@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.lease_coordinator import (
+from streamconsumer.controller.leases.lease_coordinator import (
     MAX_PENDING_NOTES,
     DurableState,
     LeaseCoordinator,

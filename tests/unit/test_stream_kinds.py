@@ -11,8 +11,8 @@ import pytest
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from streamconsumer.controller import driver
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.consumer import driver
+from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.core import lineage
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import CheckpointRequest, HeartbeatRequest, HeldShard

@@ -18,18 +18,13 @@ from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
 from streamconsumer import audit
-from streamconsumer.controller import (
-    children,
-    consumers,
-    fanout,
-    reconcile,
-    requests,
-    stalls,
-    worker_health,
-)
-from streamconsumer.controller.access import AccessRefused
+from streamconsumer.controller import requests
+from streamconsumer.controller.aws import fanout
+from streamconsumer.controller.aws.access import AccessRefused
+from streamconsumer.controller.consumer import consumers, stalls
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.essence import Essence
+from streamconsumer.controller.workloads import children, reconcile, worker_health
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,

@@ -19,5 +19,5 @@ def operator_ca(consumer: str) -> str:
 
 
 def kept_checkpoints(consumer: str) -> str:
-    """The ConfigMap that keeps a deleted consumer's lease table (controller/kept.py)."""
+    """The ConfigMap that keeps a deleted consumer's lease table (controller/leases/kept.py)."""
     return f"{consumer}-checkpoints"

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS
+from streamconsumer.controller.workloads.owned import KUBERNETES_TIMEOUT_SECONDS
 from streamconsumer.models.resource import GROUP, PLURAL, VERSION, Condition
 
 log = logging.getLogger(__name__)

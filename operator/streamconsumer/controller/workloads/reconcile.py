@@ -11,10 +11,11 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller import children, executors, worker_health
+from streamconsumer.controller import executors
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.names import worker_deployment
-from streamconsumer.controller.owned import (
+from streamconsumer.controller.workloads import children, worker_health
+from streamconsumer.controller.workloads.owned import (
     NotApplied,
     NotOurs,
     apply_owned,

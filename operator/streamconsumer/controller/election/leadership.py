@@ -25,7 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.jobs import Job, Jobs, Outcome, ThreadJobs
+from streamconsumer.controller.consumer.jobs import Job, Jobs, Outcome, ThreadJobs
 from streamconsumer.core.election import Act, Action, Election, LeaseRecord
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from streamconsumer.controller import metrics
-from streamconsumer.controller.auth import Caller
+from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
 from streamconsumer.controller.names import worker_service_account
-from streamconsumer.controller.registry import ManagedConsumer, Registry
+from streamconsumer.controller.worker_api.auth import Caller
 from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
 from streamconsumer.models import (
     CheckpointRequest,

@@ -19,24 +19,30 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller import children, executors, kept, metrics, names
-from streamconsumer.controller.access import guarded
+from streamconsumer.controller import executors, metrics, names
+from streamconsumer.controller.aws.access import guarded
+from streamconsumer.controller.consumer.driver import ConsumerDriver, Timeouts, load
+from streamconsumer.controller.consumer.jobs import ThreadJobs
+from streamconsumer.controller.consumer.loop import ConsumerLoop, Event, LoopSettings
+from streamconsumer.controller.consumer.registry import ManagedConsumer
+from streamconsumer.controller.consumer.runner import run_consumer
 from streamconsumer.controller.context import OperatorContext
-from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
-from streamconsumer.controller.jobs import ThreadJobs
-from streamconsumer.controller.lease_coordinator import durable_from_status
-from streamconsumer.controller.lease_group_store import KubeLeaseGroups
-from streamconsumer.controller.lease_groups import GroupedStatusApi
-from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings
-from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS, NotOurs, controlled_by
-from streamconsumer.controller.registry import ManagedConsumer
-from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.status import (
+from streamconsumer.controller.leases import kept
+from streamconsumer.controller.leases.lease_coordinator import durable_from_status
+from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
+from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
+from streamconsumer.controller.leases.status import (
     KubeStatusApi,
     StatusApi,
     StatusInvalid,
     StatusUnavailable,
     StatusWriter,
+)
+from streamconsumer.controller.workloads import children
+from streamconsumer.controller.workloads.owned import (
+    KUBERNETES_TIMEOUT_SECONDS,
+    NotOurs,
+    controlled_by,
 )
 from streamconsumer.models import kept as kept_table
 from streamconsumer.models.kept import KeptTable, KeptTableInvalid
@@ -196,7 +202,7 @@ async def _loaded(
 
 async def _drop_groups(groups: KubeLeaseGroups, namespace: str, name: str) -> None:
     """A deleted consumer's lease groups, once its table is kept or discarded: they have
-    no owner reference for the garbage collector (controller/lease_group_store.py)."""
+    no owner reference for the garbage collector (controller/leases/lease_group_store.py)."""
     try:
         dropped = await executors.run_in(executors.KUBERNETES, groups.drop)
     except (StatusInvalid, StatusUnavailable) as error:

@@ -30,11 +30,12 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from streamconsumer.controller import answers, metrics
-from streamconsumer.controller.answers import ROUTES, Reply, Route
-from streamconsumer.controller.auth import Caller, ReviewUnavailable, TooManyReviews
-from streamconsumer.controller.refusals import RefusalLog
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller import metrics
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.worker_api import answers
+from streamconsumer.controller.worker_api.answers import ROUTES, Reply, Route
+from streamconsumer.controller.worker_api.auth import Caller, ReviewUnavailable, TooManyReviews
+from streamconsumer.controller.worker_api.refusals import RefusalLog
 from streamconsumer.models.api import MAX_HELD_SHARDS, WIRE_VERSION_HEADER, heartbeat_body_limit
 
 log = logging.getLogger(__name__)

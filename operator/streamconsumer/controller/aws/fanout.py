@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.access import AccessPolicy, AccessRefused
+from streamconsumer.controller.aws.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.aws import aws_error
 from streamconsumer.sources.base import ConsumerRegistration, Identity

@@ -11,7 +11,7 @@ their spec; a single-tenant cluster opts in with `allowAllNamespaces` (any strea
 AWS's own https endpoints). A refused source costs no AWS call: its listing fails with
 `AccessRefused`, shown in Degraded, which says what an admin must configure. An entry may
 also name an IAM role the operator assumes for that namespace's calls (`roleArn`,
-`controller/assumed_role.py`)."""
+`controller/aws/assumed_role.py`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from streamconsumer.controller import assumed_role
-from streamconsumer.controller.assumed_role import (
+from streamconsumer.controller.aws import assumed_role
+from streamconsumer.controller.aws.assumed_role import (
     EXTERNAL_ID_PATTERN,
     ROLE_ARN_PATTERN,
     Role,

@@ -1,4 +1,4 @@
-"""The lease groups of one StreamConsumer as ConfigMaps (controller/lease_groups.py),
+"""The lease groups of one StreamConsumer as ConfigMaps (controller/leases/lease_groups.py),
 labelled with the consumer's name and uid so that they can be listed, and only those of
 this very object are read or swept (not a deleted namesake's, not one anyone labelled
 without its uid). No owner reference: a foreground deletion would have the garbage
@@ -16,15 +16,15 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller.lease_groups import (
+from streamconsumer.controller.leases.lease_groups import (
     MAX_GROUPS,
     GroupedStatusApi,
     StoredGroup,
     Writer,
     refs_of,
 )
-from streamconsumer.controller.owned import REFUSALS, api_message
-from streamconsumer.controller.status import KubeStatusApi, StatusInvalid, StatusUnavailable
+from streamconsumer.controller.leases.status import KubeStatusApi, StatusInvalid, StatusUnavailable
+from streamconsumer.controller.workloads.owned import REFUSALS, api_message
 from streamconsumer.models.resource import (
     CONSUMER_LABEL,
     GROUP,

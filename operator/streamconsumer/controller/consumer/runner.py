@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from streamconsumer.controller.driver import ConsumerDriver
-from streamconsumer.controller.jobs import ThreadJobs
-from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.controller.consumer.driver import ConsumerDriver
+from streamconsumer.controller.consumer.jobs import ThreadJobs
+from streamconsumer.controller.consumer.registry import ManagedConsumer
 
 TICK_SECONDS = 0.2
 

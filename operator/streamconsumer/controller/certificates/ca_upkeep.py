@@ -19,9 +19,10 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller import children, executors
-from streamconsumer.controller.owned import NotOurs
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller import executors
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.workloads import children
+from streamconsumer.controller.workloads.owned import NotOurs
 
 log = logging.getLogger(__name__)
 

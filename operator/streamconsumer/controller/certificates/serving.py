@@ -16,7 +16,8 @@ from typing import Protocol
 
 from kubernetes import client as k8s
 
-from streamconsumer.controller import ca_secret, executors, tls
+from streamconsumer.controller import executors
+from streamconsumer.controller.certificates import ca_secret, tls
 from streamconsumer.controller.config import OperatorConfig
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller.tls import KeyPair
+from streamconsumer.controller.certificates.tls import KeyPair
 
 # cert-manager's CA Issuer reads the same keys, so either can sign from this Secret.
 CERT_KEY, KEY_KEY = "tls.crt", "tls.key"

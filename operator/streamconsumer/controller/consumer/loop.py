@@ -18,15 +18,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.lease_coordinator import (
+from streamconsumer.controller.consumer.autoscaler import Autoscaler
+from streamconsumer.controller.leases.lease_coordinator import (
     DurableState,
     LeaseCoordinator,
     PassedOverNote,
     ShardChanges,
 )
-from streamconsumer.controller.status import Children, render
-from streamconsumer.controller.worker_health import WORKERS_NOT_STARTING, WorkerHealth
+from streamconsumer.controller.leases.status import Children, render
+from streamconsumer.controller.workloads.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import (
     FINISHED,
     Action,

@@ -15,7 +15,7 @@ import json
 import logging
 import re
 
-from streamconsumer.controller.answers import Refusal
+from streamconsumer.controller.worker_api.answers import Refusal
 from streamconsumer.core.log_limit import LogLimit
 
 log = logging.getLogger(__name__)

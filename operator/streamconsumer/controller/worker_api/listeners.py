@@ -18,7 +18,7 @@ from aiohttp import web
 
 from streamconsumer.controller import metrics
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.connection_limits import (
+from streamconsumer.controller.worker_api.connection_limits import (
     ConnectionLimits,
     LimitedSite,
     within_open_files,

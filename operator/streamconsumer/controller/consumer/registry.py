@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 import kopf
 
-from streamconsumer.controller.lease_coordinator import LeaseCoordinator
-from streamconsumer.controller.loop import ConsumerLoop
-from streamconsumer.controller.status import Children
-from streamconsumer.controller.worker_health import Replicas, Trouble, WorkerHealth
+from streamconsumer.controller.consumer.loop import ConsumerLoop
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.status import Children
+from streamconsumer.controller.workloads.worker_health import Replicas, Trouble, WorkerHealth
 
 
 class ManagedConsumer:

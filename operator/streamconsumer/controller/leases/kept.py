@@ -16,10 +16,14 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.access import AccessPolicy, guarded
-from streamconsumer.controller.loop import ConsumerLoop
+from streamconsumer.controller.aws.access import AccessPolicy, guarded
+from streamconsumer.controller.consumer.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
-from streamconsumer.controller.owned import FIELD_MANAGER, KUBERNETES_TIMEOUT_SECONDS, NotOurs
+from streamconsumer.controller.workloads.owned import (
+    FIELD_MANAGER,
+    KUBERNETES_TIMEOUT_SECONDS,
+    NotOurs,
+)
 from streamconsumer.models.kept import KeptTable, config_map, kept_data, kept_for
 from streamconsumer.models.resource import GROUP, PLURAL, VERSION, Source
 from streamconsumer.sources.factory import make_source

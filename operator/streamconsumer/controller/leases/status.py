@@ -17,14 +17,14 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from streamconsumer.controller.children import label_selector
-from streamconsumer.controller.lease_coordinator import (
+from streamconsumer.controller.leases.lease_coordinator import (
     DurableState,
     LeaseCoordinator,
     durable_fields,
 )
-from streamconsumer.controller.owned import JSON_PATCH, api_message, replacing
-from streamconsumer.controller.worker_health import WORKERS_NOT_STARTING, WorkerHealth
+from streamconsumer.controller.workloads.children import label_selector
+from streamconsumer.controller.workloads.owned import JSON_PATCH, api_message, replacing
+from streamconsumer.controller.workloads.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import ACTIVE, HANDOFF
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.resource import Condition, StreamConsumerStatus, Term, WorkerSummary

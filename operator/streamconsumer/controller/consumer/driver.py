@@ -24,17 +24,17 @@ from pydantic import ValidationError
 
 from streamconsumer import audit
 from streamconsumer.controller import metrics
-from streamconsumer.controller.access import AccessRefused
-from streamconsumer.controller.assumed_role import ERRORS as ROLE_ERRORS
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.jobs import Job, Jobs, Outcome
-from streamconsumer.controller.lease_coordinator import (
+from streamconsumer.controller.aws.access import AccessRefused
+from streamconsumer.controller.aws.assumed_role import ERRORS as ROLE_ERRORS
+from streamconsumer.controller.consumer.autoscaler import Autoscaler
+from streamconsumer.controller.consumer.jobs import Job, Jobs, Outcome
+from streamconsumer.controller.consumer.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
+from streamconsumer.controller.leases.lease_coordinator import (
     LeaseCoordinator,
     creation_time,
     durable_from_status,
 )
-from streamconsumer.controller.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
-from streamconsumer.controller.status import (
+from streamconsumer.controller.leases.status import (
     Deposed,
     StaleState,
     StatusInvalid,
@@ -251,7 +251,7 @@ def load(
     status = body.get("status") or {}
     desired = status.get("desiredReplicas")
     durable, created = durable_from_status(status), creation_time(body)
-    if kept is not None:  # a new object resuming a deleted one's table (controller/kept.py)
+    if kept is not None:  # a new object resuming a deleted one's table (controller/leases/kept.py)
         durable, created = durable_from_status(kept.status), kept.created
     coordinator = LeaseCoordinator(spec, durable, now, created=created, desired_replicas=desired)
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler

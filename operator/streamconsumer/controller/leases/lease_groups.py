@@ -34,7 +34,12 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from streamconsumer.controller.status import Conflict, StatusApi, StatusInvalid, StatusUnavailable
+from streamconsumer.controller.leases.status import (
+    Conflict,
+    StatusApi,
+    StatusInvalid,
+    StatusUnavailable,
+)
 from streamconsumer.core.lineage import MAX_TABLE_SHARDS, TableOutOfBounds, compact, expand
 from streamconsumer.models.resource import LeaseState
 
