@@ -81,10 +81,11 @@ test: venv emulators controlplane helm actionlint prometheus kubevalidate node-p
 	$(BIN)/pytest --durations=25 $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv  ## ruff and mypy
+lint: venv  ## ruff, mypy and the layer contract (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 .PHONY: fmt
 fmt: venv  ## format and autofix

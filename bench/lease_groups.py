@@ -26,6 +26,7 @@ from kubernetes import config as k8s_config
 from bench.results import record
 from bench.scratch import scratch_plane
 from bench.system import CRD, namespace
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
 from streamconsumer.controller.leases.lease_coordinator import (
     DurableState,
     LeaseCoordinator,
@@ -38,13 +39,8 @@ from streamconsumer.controller.leases.lease_groups import (
     StoredGroup,
     Writer,
 )
-from streamconsumer.controller.leases.status import (
-    KubeStatusApi,
-    StatusInvalid,
-    StatusUnavailable,
-    StatusWriter,
-    render,
-)
+from streamconsumer.controller.leases.render import render
+from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable, StatusWriter
 from streamconsumer.core.leases import ACTIVE, ShardLease
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION

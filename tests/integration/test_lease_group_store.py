@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
 from streamconsumer.controller.leases.lease_group_store import (
     CONSUMER_UID_LABEL,
     LEASE_GROUP_APP,
@@ -18,12 +19,7 @@ from streamconsumer.controller.leases.lease_group_store import (
     read_consumer,
 )
 from streamconsumer.controller.leases.lease_groups import GroupedStatusApi, Layout, Writer, refs_of
-from streamconsumer.controller.leases.status import (
-    KubeStatusApi,
-    StaleState,
-    StatusInvalid,
-    StatusWriter,
-)
+from streamconsumer.controller.leases.status import StaleState, StatusInvalid, StatusWriter
 from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL
 from testbed import releases
 from testbed.controlplane import ControlPlane

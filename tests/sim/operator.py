@@ -42,7 +42,7 @@ from streamconsumer.controller.leases.status import (
 from streamconsumer.controller.names import worker_service_account
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.answers import ROUTES, Reply
-from streamconsumer.controller.worker_api.auth import Caller
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.controller.workloads.worker_health import (
     DEPLOYMENT_CHECK_SECONDS,
     deployment_replicas,

@@ -20,7 +20,7 @@ from streamconsumer.controller.certificates.serving import ManagedServing
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.worker_api.api import WorkerApi
-from streamconsumer.controller.worker_api.auth import Caller
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.controller.worker_api.listeners import listen
 
 

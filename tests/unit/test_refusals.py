@@ -16,7 +16,7 @@ from streamconsumer.controller.leases.lease_coordinator import DurableState, Lea
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.answers import Refusal, admit
 from streamconsumer.controller.worker_api.api import WorkerApi
-from streamconsumer.controller.worker_api.auth import Caller
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.controller.worker_api.refusals import MAX_VALUE_CHARS, line
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.specs import consumer_spec

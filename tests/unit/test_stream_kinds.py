@@ -57,7 +57,7 @@ def test_shard_end_is_defined_once() -> None:
         for name, text in sources_of_the_package().items()
         if re.search(r"^SHARD_END\s*(:[^=]*)?=", text, re.MULTILINE)
     ]
-    assert defining == ["core/lineage.py"]
+    assert defining == ["shard_end.py"]
     from streamconsumer.models.api import SHARD_END as from_the_wire
     from streamconsumer.processor import SHARD_END as for_processors
 

@@ -24,7 +24,7 @@ from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.api import WorkerApi
-from streamconsumer.controller.worker_api.auth import Caller
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import CheckpointRequest, CheckpointResponse, HeartbeatRequest, HeldShard
 from streamconsumer.models.api import (

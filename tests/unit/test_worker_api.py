@@ -23,7 +23,6 @@ from streamconsumer.controller.worker_api.answers import Reply, admit
 from streamconsumer.controller.worker_api.api import WorkerApi
 from streamconsumer.controller.worker_api.auth import (
     AUDIENCE,
-    Caller,
     KubePodOwners,
     ReviewBudget,
     ReviewUnavailable,
@@ -31,6 +30,7 @@ from streamconsumer.controller.worker_api.auth import (
     TooManyReviews,
     WorkerOf,
 )
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.core.leases import ACTIVE, ShardLease
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import HeartbeatRequest

@@ -72,13 +72,14 @@ async def spread(
             break
         # Nor for one being deleted: its ConfigMap, maybe collected already, would be made
         # again for an owner about to go.
-        if consumer.owner is None or consumer.owner.metadata.deletion_timestamp:
+        owner = consumer.owner
+        if not isinstance(owner, kopf.Body) or owner.metadata.deletion_timestamp:
             continue
         manifest = children.ca_bundle(consumer.name, ca_pem)
         # The whole object, as the reconcile applies it: server-side apply would drop
         # any field of ours left out (the owner reference, the labels).
-        kopf.adopt(manifest, owner=consumer.owner)
-        call = functools.partial(apply, manifest, consumer.namespace, consumer.owner.metadata.uid)
+        kopf.adopt(manifest, owner=owner)
+        call = functools.partial(apply, manifest, consumer.namespace, owner.metadata.uid)
         try:
             await executors.run_in(executors.KUBERNETES, call)
         except NotOurs as conflict:

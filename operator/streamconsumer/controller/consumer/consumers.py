@@ -28,11 +28,11 @@ from streamconsumer.controller.consumer.registry import ManagedConsumer
 from streamconsumer.controller.consumer.runner import run_consumer
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.leases import kept
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
 from streamconsumer.controller.leases.lease_coordinator import durable_from_status
 from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
 from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
 from streamconsumer.controller.leases.status import (
-    KubeStatusApi,
     StatusApi,
     StatusInvalid,
     StatusUnavailable,

@@ -25,7 +25,7 @@ from streamconsumer.controller.leases.lease_coordinator import (
     PassedOverNote,
     ShardChanges,
 )
-from streamconsumer.controller.leases.status import Children, render
+from streamconsumer.controller.leases.render import Children, render
 from streamconsumer.controller.workloads.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import (
     FINISHED,

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
-
-import kopf
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from streamconsumer.controller.consumer.loop import ConsumerLoop
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
-from streamconsumer.controller.leases.status import Children
+from streamconsumer.controller.leases.render import Children
 from streamconsumer.controller.workloads.worker_health import Replicas, Trouble, WorkerHealth
 
 
 class ManagedConsumer:
     def __init__(
-        self, namespace: str, name: str, loop: ConsumerLoop, owner: kopf.Body | None = None
+        self,
+        namespace: str,
+        name: str,
+        loop: ConsumerLoop,
+        owner: Mapping[str, Any] | None = None,
     ) -> None:
         self.namespace = namespace
         self.name = name
         self.loop = loop
-        # The StreamConsumer (kopf's live view): what owns the objects applied for it
+        # The StreamConsumer (kopf's live view, a kopf.Body): what owns the objects applied for it
         # outside its handlers (ca_upkeep). None in tests that apply nothing.
         self.owner = owner
         self.coordinator: LeaseCoordinator = loop.coordinator

@@ -16,6 +16,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
 from streamconsumer.controller.leases.lease_groups import (
     MAX_GROUPS,
     GroupedStatusApi,
@@ -23,7 +24,7 @@ from streamconsumer.controller.leases.lease_groups import (
     Writer,
     refs_of,
 )
-from streamconsumer.controller.leases.status import KubeStatusApi, StatusInvalid, StatusUnavailable
+from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
 from streamconsumer.controller.workloads.owned import REFUSALS, api_message
 from streamconsumer.models.resource import (
     CONSUMER_LABEL,

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from streamconsumer.controller import metrics
 from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
 from streamconsumer.controller.names import worker_service_account
-from streamconsumer.controller.worker_api.auth import Caller
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.core.leases import CheckpointDeferred, CheckpointRefused
 from streamconsumer.models import (
     CheckpointRequest,

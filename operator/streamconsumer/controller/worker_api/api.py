@@ -34,7 +34,8 @@ from streamconsumer.controller import metrics
 from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.answers import ROUTES, Reply, Route
-from streamconsumer.controller.worker_api.auth import Caller, ReviewUnavailable, TooManyReviews
+from streamconsumer.controller.worker_api.auth import ReviewUnavailable, TooManyReviews
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.controller.worker_api.refusals import RefusalLog
 from streamconsumer.models.api import MAX_HELD_SHARDS, WIRE_VERSION_HEADER, heartbeat_body_limit
 

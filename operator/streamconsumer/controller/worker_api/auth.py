@@ -30,6 +30,7 @@ from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors, metrics
 from streamconsumer.controller.names import worker_deployment, worker_service_account
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 
 AUDIENCE = "streamconsumer.io"
@@ -72,18 +73,6 @@ def plausible(token: str, audience: str, now: float) -> bool:
         and len(subject) == 4
         and subject[:2] == ["system", "serviceaccount"]
     )
-
-
-@dataclass(frozen=True)
-class Caller:
-    namespace: str
-    service_account: str
-    pod_name: str | None
-    pod_uid: str | None = None
-    # The StreamConsumer whose workers' Deployment controls the pod; None if none does.
-    consumer: str | None = None
-    # The ServiceAccount that StreamConsumer's workers run as (its spec, read with it).
-    consumer_account: str | None = None
 
 
 class ReviewUnavailable(Exception):

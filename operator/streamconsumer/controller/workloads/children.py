@@ -8,6 +8,7 @@ from typing import Any
 
 from streamconsumer.controller.names import (
     operator_ca,
+    selector_labels,
     worker_deployment,
     worker_service_account,
 )
@@ -16,8 +17,6 @@ from streamconsumer.models.resource import (
     CA_DIR,
     CA_FILE,
     CA_VOLUME,
-    CONSUMER_LABEL,
-    NAME_LABEL,
     SCRATCH_DIR,
     SCRATCH_VOLUME,
     TOKEN_DIR,
@@ -29,7 +28,6 @@ from streamconsumer.worker.config import WorkerConfig
 
 DRAIN_MARGIN_SECONDS = 5  # the worker's drain ends this long before the pod is killed
 WORKER_METRICS_PORT = 9102
-WORKER_APP = "streamconsumer-worker"  # the workers' app.kubernetes.io/name
 # Pod Security Standard `restricted`, set on the container so that a pod-level
 # spec.pod.securityContext (runAsUser, fsGroup, ...) still applies alongside it.
 RESTRICTED_CONTAINER = {
@@ -87,14 +85,6 @@ def scale_patch(consumer: str, replicas: int) -> dict[str, Any]:
         "metadata": {"name": worker_deployment(consumer)},
         "spec": {"replicas": replicas},
     }
-
-
-def selector_labels(consumer: str) -> dict[str, str]:
-    return {CONSUMER_LABEL: consumer, NAME_LABEL: WORKER_APP}
-
-
-def label_selector(consumer: str) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(consumer).items()))
 
 
 def service_account(consumer: str, spec: StreamConsumerSpec) -> dict[str, Any]:
