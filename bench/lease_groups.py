@@ -27,11 +27,7 @@ from bench.results import record
 from bench.scratch import scratch_plane
 from bench.system import CRD, namespace
 from streamconsumer.controller.leases.kube_status import KubeStatusApi
-from streamconsumer.controller.leases.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
 from streamconsumer.controller.leases.lease_groups import (
     GroupedStatusApi,
@@ -40,6 +36,7 @@ from streamconsumer.controller.leases.lease_groups import (
     Writer,
 )
 from streamconsumer.controller.leases.render import render
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
 from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable, StatusWriter
 from streamconsumer.core.leases import ACTIVE, ShardLease
 from streamconsumer.core.lineage import Shard

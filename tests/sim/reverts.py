@@ -16,6 +16,7 @@ from streamconsumer.controller.consumer.driver import ConsumerDriver
 from streamconsumer.controller.consumer.loop import ConsumerLoop
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
+from streamconsumer.controller.leases.stuck import StuckShards
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
@@ -506,13 +507,14 @@ def a_hand_off_waits_for_shard_end(patch: pytest.MonkeyPatch) -> None:
 def withdrawn_leases_released_at_once(patch: pytest.MonkeyPatch) -> None:
     """25 (stuck shards): a withdrawn lease is released at once, without waiting for its
     owner's fence to close."""
-    watch = LeaseCoordinator._watch
+    judge = StuckShards.judge
 
-    def hasty(self: LeaseCoordinator, now: float) -> None:
-        watch(self, now)
+    def hasty(self: StuckShards, *args: Any) -> bool:
+        changed = judge(self, *args)
         self.withdrawn = {s: replace(w, closes_at=-1.0) for s, w in self.withdrawn.items()}
+        return changed
 
-    patch.setattr(LeaseCoordinator, "_watch", hasty)
+    patch.setattr(StuckShards, "judge", hasty)
 
 
 def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:

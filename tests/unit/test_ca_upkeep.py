@@ -11,7 +11,8 @@ import kopf
 from streamconsumer.controller.certificates.ca_upkeep import CaBundles, spread
 from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.controller.workloads.children import ca_bundle
 from streamconsumer.controller.workloads.owned import NotOurs
 from streamconsumer.models import API_VERSION, KIND

@@ -21,11 +21,8 @@ from streamconsumer.controller.consumer.jobs import ThreadJobs
 from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
 from streamconsumer.controller.consumer.runner import run_consumer
-from streamconsumer.controller.leases.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
 from streamconsumer.controller.leases.status import (
     Conflict,
     StaleState,

@@ -12,7 +12,8 @@ import pytest
 
 from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.leases import kept as farewells
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import HeartbeatRequest, kept
 from testbed.specs import consumer_spec

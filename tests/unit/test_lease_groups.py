@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from sim import reverts
 
 from streamconsumer.controller.leases import lease_groups
-from streamconsumer.controller.leases.lease_coordinator import durable_from_status
 from streamconsumer.controller.leases.lease_groups import (
     SWEEP_EVERY,
     GroupedStatusApi,
@@ -33,6 +32,7 @@ from streamconsumer.controller.leases.lease_groups import (
     refs_of,
     split,
 )
+from streamconsumer.controller.leases.state import durable_from_status
 from streamconsumer.controller.leases.status import (
     Conflict,
     Deposed,

@@ -12,7 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from streamconsumer.controller import metrics
 from streamconsumer.controller.consumer.registry import Registry
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.answers import Refusal, admit
 from streamconsumer.controller.worker_api.api import WorkerApi

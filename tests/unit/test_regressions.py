@@ -10,11 +10,8 @@ import pytest
 from kubernetes import client as k8s
 
 from streamconsumer.controller.consumer.registry import Registry
-from streamconsumer.controller.leases.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
 from streamconsumer.controller.worker_api.api import WorkerApi
 from streamconsumer.controller.worker_api.auth import KubePodOwners, TokenReviewer
 from streamconsumer.core.lineage import SHARD_END, Shard

@@ -12,7 +12,8 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from streamconsumer.controller.consumer import driver
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.core import lineage
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import CheckpointRequest, HeartbeatRequest, HeldShard

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from streamconsumer.controller.consumer.registry import Registry
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.api import WorkerApi
 from streamconsumer.controller.worker_api.caller import Caller

@@ -18,7 +18,8 @@ from kubernetes.client.exceptions import ApiException
 from multidict import CIMultiDictProxy
 
 from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.controller.worker_api.answers import Reply, admit
 from streamconsumer.controller.worker_api.api import WorkerApi
 from streamconsumer.controller.worker_api.auth import (
@@ -106,7 +107,8 @@ def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
 def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     """Issue 22.1: a new term answers nobody from the status it only read."""
     from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
-    from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+    from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+    from streamconsumer.controller.leases.state import DurableState
 
     from .moments import CREATED
 

@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from streamconsumer.controller.consumer.registry import Registry
-from streamconsumer.controller.leases.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.controller.worker_api.api import WorkerApi
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import HeartbeatRequest
@@ -132,7 +133,7 @@ def state(coordinator: LeaseCoordinator, now: float) -> object:
         repr(coordinator.snapshot(now)),
         sorted(coordinator.workers),
         coordinator.lag_millis(),
-        len(coordinator.passed_over),
+        len(coordinator.passed_over.pending),
     )
 
 

@@ -29,9 +29,9 @@ from streamconsumer.controller.consumer.runner import run_consumer
 from streamconsumer.controller.context import OperatorContext
 from streamconsumer.controller.leases import kept
 from streamconsumer.controller.leases.kube_status import KubeStatusApi
-from streamconsumer.controller.leases.lease_coordinator import durable_from_status
 from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
 from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
+from streamconsumer.controller.leases.state import durable_from_status
 from streamconsumer.controller.leases.status import (
     StatusApi,
     StatusInvalid,

@@ -29,11 +29,8 @@ from streamconsumer.controller.aws.assumed_role import ERRORS as ROLE_ERRORS
 from streamconsumer.controller.consumer.autoscaler import Autoscaler
 from streamconsumer.controller.consumer.jobs import Job, Jobs, Outcome
 from streamconsumer.controller.consumer.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
-from streamconsumer.controller.leases.lease_coordinator import (
-    LeaseCoordinator,
-    creation_time,
-    durable_from_status,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import creation_time, durable_from_status
 from streamconsumer.controller.leases.status import (
     Deposed,
     StaleState,
@@ -133,7 +130,7 @@ class ConsumerDriver:
             workers=sum(1 for w in coordinator.workers.values() if not w.draining),
             open_shards=sum(1 for s in coordinator.shards if not s.closed),
             blocked_shards=len(coordinator.blocked_shards()),
-            stuck_shards=len(coordinator.stuck),
+            stuck_shards=len(coordinator.watch.stuck),
         )
         if (
             self._scale is not None

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from streamconsumer.controller.consumer.autoscaler import Autoscaler
-from streamconsumer.controller.leases.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    PassedOverNote,
-    ShardChanges,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.notes import PassedOverNote
 from streamconsumer.controller.leases.render import Children, render
+from streamconsumer.controller.leases.state import DurableState, ShardChanges
 from streamconsumer.controller.workloads.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import (
     FINISHED,
@@ -215,7 +212,7 @@ class ConsumerLoop:
             return True
         if self.coordinator.stream_replaced is not None:
             return False  # stopped: no listing is applied, no child is waited for
-        if self.coordinator.relist_wanted:  # a SHARD_END waits for a fresher listing
+        if self.coordinator.listings.relist_wanted:  # a SHARD_END waits for a fresher listing
             return now - self._last_sync >= self.settings.relist_seconds
         return self._children_unknown() and now - self._last_sync >= self._relist_wait
 
@@ -233,7 +230,7 @@ class ConsumerLoop:
         only if the shards changed (`driver._listing`): a stream deleted and created
         again under its name lists other starting sequence numbers at least."""
         self._syncing, self._last_sync = True, now
-        self._listing = self.coordinator.listing_started()
+        self._listing = self.coordinator.listings.start()
         return self.coordinator.stream is None or self.coordinator.stream_replaced is not None
 
     def sync_succeeded(
@@ -307,7 +304,7 @@ class ConsumerLoop:
 
     def probes_done(self, measured: dict[str, int | None], now: float) -> None:
         self.coordinator.set_backlog(measured, now)
-        self.coordinator.watch_probed(measured, now)
+        self.coordinator.watch.probed(measured, now)
 
     # --- the engine -------------------------------------------------------------------
 
@@ -315,9 +312,9 @@ class ConsumerLoop:
         if not self._fenced:
             return []  # nothing is decided before the term's fence has landed
         actions = self.coordinator.step(now)
-        self.events.extend(map(describe_stuck, self.coordinator.take_stuck_notes()))
+        self.events.extend(map(describe_stuck, self.coordinator.watch.take_notes()))
         self.events.extend(describe(action) for action in actions)
-        self.events.extend(map(describe_passed_over, self.coordinator.take_passed_over()))
+        self.events.extend(map(describe_passed_over, self.coordinator.passed_over.take()))
         return actions
 
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
@@ -357,7 +354,7 @@ class ConsumerLoop:
             p for p in (self.source_error, self.write_error, self.children.error, not_starting) if p
         ]
         problems += coordinator.blocked_shards()
-        problems += coordinator.stuck_shards()
+        problems += coordinator.watch.described()
         status = render(
             self.name,
             coordinator,

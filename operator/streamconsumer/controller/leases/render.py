@@ -8,11 +8,8 @@ import datetime
 from collections import Counter
 from dataclasses import dataclass
 
-from streamconsumer.controller.leases.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_fields,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState, durable_fields
 from streamconsumer.controller.names import label_selector
 from streamconsumer.controller.workloads.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import ACTIVE, HANDOFF
@@ -139,7 +136,7 @@ def stalled(seen: Facts) -> Reason | None:
         return (WORKERS_NOT_STARTING, not_starting)
     if blocked := coordinator.blocked_shards():
         return ("ShardBlocked", _first(blocked))
-    if stuck := coordinator.stuck_shards():
+    if stuck := coordinator.watch.described():
         return ("ShardStuck", _first(stuck))
     if not coordinator.shards_known and seen.problems:
         return ("StreamUnavailable", seen.problems[0])
