@@ -89,10 +89,11 @@ test:  ## unit, property, integration, end-to-end and real-node tests (prints th
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv  ## ruff and mypy
+lint: venv  ## ruff, mypy and the layer contract (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 .PHONY: fmt
 fmt: venv  ## format and autofix
