@@ -252,26 +252,9 @@ def policy() -> dict[str, Any]:
                 "reason": "Forbidden",
             }
         )
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": f"{_NAME}-no-confused-deputy"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": [PLURAL],
-                    }
-                ]
-            },
-            "variables": variables,
-            "validations": validations,
-        },
-    }
+    return _on_stream_consumers(
+        "no-confused-deputy", ["CREATE", "UPDATE"], variables=variables, validations=validations
+    )
 
 
 def deletion_guard() -> dict[str, Any]:
@@ -282,30 +265,32 @@ def deletion_guard() -> dict[str, Any]:
         f"oldObject.metadata.annotations && "
         f"oldObject.metadata.annotations['{DELETION_PROTECTION}'] == 'true'"
     )
+    return _on_stream_consumers(
+        "deletion-guard",
+        ["DELETE"],
+        validations=[
+            {
+                "expression": f"!({marked})",
+                "message": f"this StreamConsumer is protected from deletion "
+                f'({DELETION_PROTECTION}: "true"): remove the annotation first',
+                "reason": "Forbidden",
+            }
+        ],
+    )
+
+
+def _on_stream_consumers(suffix: str, operations: list[str], **checks: Any) -> dict[str, Any]:
+    """A policy that fails closed on `operations` of StreamConsumers, with its `checks`
+    (variables, validations) as the spec's own fields."""
+    rule = {"apiGroups": [GROUP], "apiVersions": ["*"], "operations": operations}
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": f"{_NAME}-deletion-guard"},
+        "metadata": {"name": f"{_NAME}-{suffix}"},
         "spec": {
             "failurePolicy": "Fail",
-            "matchConstraints": {
-                "resourceRules": [
-                    {
-                        "apiGroups": [GROUP],
-                        "apiVersions": ["*"],
-                        "operations": ["DELETE"],
-                        "resources": [PLURAL],
-                    }
-                ]
-            },
-            "validations": [
-                {
-                    "expression": f"!({marked})",
-                    "message": f"this StreamConsumer is protected from deletion "
-                    f'({DELETION_PROTECTION}: "true"): remove the annotation first',
-                    "reason": "Forbidden",
-                }
-            ],
+            "matchConstraints": {"resourceRules": [{**rule, "resources": [PLURAL]}]},
+            **checks,
         },
     }
 

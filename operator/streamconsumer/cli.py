@@ -25,6 +25,7 @@ from rich.table import Table
 from urllib3.exceptions import HTTPError
 
 from streamconsumer import cli_checkpoints
+from streamconsumer.controller import apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models import GROUP, PLURAL, VERSION
@@ -37,8 +38,6 @@ from streamconsumer.resets import ResetError, describe, parse_position, shards_t
 # apiserver's is a manager's, shared by every user and every write of it. Were a pause and
 # a reset written by one manager, bob's reset would leave the entry that wrote alice's
 # `spec.paused` owning bob's name.
-FIELD_MANAGER = "streamconsumer-cli"  # spec.paused: pause and resume
-RESET_FIELD_MANAGER = "streamconsumer-cli-reset"  # the reset request
 
 
 def whoami(api_client: k8s.ApiClient) -> str | None:
@@ -59,7 +58,7 @@ def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, A
     merge patch's null), so that no one else's is taken for yours."""
     annotations = patch.setdefault("metadata", {}).setdefault("annotations", {})
     annotations[REQUESTED_BY] = whoami(api.api_client)
-    manager = RESET_FIELD_MANAGER if RESET_ANNOTATION in annotations else FIELD_MANAGER
+    manager = apply.CLI_RESET if RESET_ANNOTATION in annotations else apply.CLI
     api.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=manager
     )

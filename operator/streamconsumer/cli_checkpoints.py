@@ -12,6 +12,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from streamconsumer.controller.apply import CLI, apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.leases.state import durable_from_status
 from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
@@ -26,8 +27,6 @@ from streamconsumer.models.kept import (
     table,
 )
 from streamconsumer.models.resource import StreamConsumerSpec
-
-FIELD_MANAGER = "streamconsumer-cli"
 
 
 class CheckpointsError(Exception):
@@ -96,13 +95,12 @@ def import_(text: str, namespace: str, name: str | None, days: int) -> str:
     found = _kept(namespace, target)
     if found is not None and not kept_for(found.metadata, target):
         raise CheckpointsError(f"ConfigMap {kept_checkpoints(target)} exists and is not ours")
-    k8s.CoreV1Api().patch_namespaced_config_map(
+    apply(
+        k8s.CoreV1Api().patch_namespaced_config_map,
         manifest["metadata"]["name"],
         namespace,
         manifest,
-        field_manager=FIELD_MANAGER,
-        force=True,
-        _content_type="application/apply-patch+yaml",
+        manager=CLI,
     )
     shards = len(kept.status.get("leases") or {})
     if existing is not None:

@@ -53,8 +53,10 @@ def drained(*_):
     sys.exit(0)
 frozen = name.endswith(os.environ.get("FROZEN", "-"))
 signal.signal(signal.SIGTERM, signal.SIG_IGN if frozen else drained)
-with open(os.path.join(out, name + ".json"), "w") as f:
+said = os.path.join(out, name + ".json")
+with open(said + ".part", "w") as f:  # renamed whole: a reader never sees it half written
     json.dump({k: v for k, v in os.environ.items() if k.startswith("STREAMCONSUMER_")}, f)
+os.rename(said + ".part", said)
 if name.endswith(os.environ.get("ENDS", "-")):
     time.sleep(0.5)  # the others are up
     sys.exit(3)

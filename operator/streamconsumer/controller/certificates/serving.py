@@ -17,6 +17,7 @@ from typing import Protocol
 from kubernetes import client as k8s
 
 from streamconsumer.controller import executors
+from streamconsumer.controller.apply import OPERATOR, apply
 from streamconsumer.controller.certificates import ca_secret, tls
 from streamconsumer.controller.config import OperatorConfig
 
@@ -108,13 +109,12 @@ def publish_ca(core: k8s.CoreV1Api, namespace: str, name: str, ca_pem: bytes) ->
         "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "streamconsumer-operator"}},
         "data": {CA_BUNDLE_KEY: ca_pem.decode()},
     }
-    core.patch_namespaced_config_map(
+    apply(
+        core.patch_namespaced_config_map,
         name,
         namespace,
         body,
-        field_manager="streamconsumer-operator",
-        force=True,
-        _content_type="application/apply-patch+yaml",
+        manager=OPERATOR,
         _request_timeout=10.0,
     )
 

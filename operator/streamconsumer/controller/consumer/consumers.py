@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors, metrics, names
+from streamconsumer.controller.apply import AUTOSCALER, apply
 from streamconsumer.controller.aws.access import guarded
 from streamconsumer.controller.consumer.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.consumer.jobs import ThreadJobs
@@ -50,7 +51,6 @@ from streamconsumer.models.resource import OnDelete, StreamConsumerSpec
 from streamconsumer.sources.aws import summary
 from streamconsumer.sources.factory import make_source
 
-AUTOSCALER_FIELD_MANAGER = "streamconsumer-autoscaler"
 log = logging.getLogger(__name__)
 
 
@@ -386,12 +386,11 @@ def _scale(
     if existing is None or not controlled_by(existing.owner_references, owner_uid):
         raise NotOurs("Deployment", deployment)
     patch["metadata"]["uid"] = existing.uid  # replaced meanwhile: 409, not applied
-    apps.patch_namespaced_deployment(
+    apply(
+        apps.patch_namespaced_deployment,
         deployment,
         namespace,
         patch,
-        field_manager=AUTOSCALER_FIELD_MANAGER,
-        force=True,
-        _content_type="application/apply-patch+yaml",
+        manager=AUTOSCALER,
         _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
     )

@@ -16,11 +16,11 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller import executors
+from streamconsumer.controller.apply import OPERATOR, apply
 from streamconsumer.controller.aws.access import AccessPolicy, guarded
 from streamconsumer.controller.consumer.loop import ConsumerLoop
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.controller.workloads.owned import (
-    FIELD_MANAGER,
     KUBERNETES_TIMEOUT_SECONDS,
     NotOurs,
 )
@@ -73,17 +73,16 @@ async def keep(
     # would force its older table over the one the new leader kept since.
     if not leading():
         raise NoLongerLeading(f"not kept here: the term ended ({kept.consumer})")
-    apply = functools.partial(
+    write = functools.partial(
+        apply,
         k8s.CoreV1Api(api_client).patch_namespaced_config_map,
         manifest["metadata"]["name"],
         namespace,
         manifest,
-        field_manager=FIELD_MANAGER,
-        force=True,
-        _content_type="application/apply-patch+yaml",
+        manager=OPERATOR,
         _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
     )
-    await executors.run_in(executors.KUBERNETES, apply)
+    await executors.run_in(executors.KUBERNETES, write)
 
 
 async def incarnation(

@@ -21,9 +21,9 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from streamconsumer.controller.apply import OPERATOR, apply
 from streamconsumer.sources.aws import summary
 
-FIELD_MANAGER = "streamconsumer-operator"
 REFUSALS = (400, 403, 422)  # the object or our right to it: not a passing fault
 KUBERNETES_TIMEOUT_SECONDS = 10.0
 
@@ -134,13 +134,13 @@ def apply_owned(
         manifest = {**manifest, "metadata": {**manifest["metadata"], "uid": existing.metadata.uid}}
     # Server-side apply: our fields, whoever else manages others (kubectl scale, HPA).
     try:
-        verbs.patch(
+        apply(
+            verbs.patch,
             name,
             namespace,
             manifest,
-            field_manager=FIELD_MANAGER,
+            manager=OPERATOR,
             force=existing is not None,
-            _content_type="application/apply-patch+yaml",
             _request_timeout=KUBERNETES_TIMEOUT_SECONDS,
         )
     except ApiException as error:
