@@ -22,10 +22,11 @@ from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker import lanes
-from streamconsumer.worker.calls import Stopped
+from streamconsumer.worker.calls import PartlyFailed, Stopped
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.driver import ShardDriver
 from streamconsumer.worker.processes import PodProcesses
-from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
+from streamconsumer.worker.shard import Answer, Call, Deliver, ShardMachine, Sifted, Step, Stop
 
 Revert = Callable[[pytest.MonkeyPatch], None]
 
@@ -631,3 +632,17 @@ def lease_groups_deleted_before_the_commit(patch: pytest.MonkeyPatch) -> None:
         return replace_status(self, body)
 
     patch.setattr(GroupedStatusApi, "replace_status", early)
+
+
+def driver_forgets_what_a_partly_failed_call_did_ahead(patch: pytest.MonkeyPatch) -> None:
+    """44 (one worker driver): the driver tells the machine of a partly failed call
+    without the records done after its first failed one, as the harness's own step loop
+    did: they are delivered again with the failed ones."""
+    failed = ShardDriver.failed
+
+    def forgetting(self: ShardDriver, step: Call, error: Exception) -> None:
+        if isinstance(error, PartlyFailed) and isinstance(step, Deliver):
+            error = PartlyFailed(step.batch.records, error.done)
+        failed(self, step, error)
+
+    patch.setattr(ShardDriver, "failed", forgetting)

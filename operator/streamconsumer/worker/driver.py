@@ -164,7 +164,7 @@ class ShardDriver:
         except effects.passes:
             raise
         except Exception as error:
-            self._failed(step, error)
+            self.failed(step, error)
             effects.settled(step, error)
             return
         with effects.lock:
@@ -178,7 +178,9 @@ class ShardDriver:
             step, machine, self.processor, self._factory, self._fanout, self._parts
         )
 
-    def _failed(self, step: Call, error: Exception) -> None:
+    def failed(self, step: Call, error: Exception) -> None:
+        """Tells the machine how `step` failed: cut short, partly failed, a letter too
+        large for its target, or raised."""
         effects, machine = self._effects, self.machine
         with effects.lock:
             now = effects.now()
