@@ -109,10 +109,9 @@ class ShardDriver:
         factory: ProcessorFactory,
         consumer: str,
         fanout: Fanout = in_turn,
-        processor: RecordProcessor | None = None,
     ) -> None:
         self.machine = machine
-        self.processor = processor  # made by the Initialize call
+        self.processor: RecordProcessor | None = None  # made by the Initialize call
         self._effects = effects
         self._factory = factory
         self._consumer = consumer  # namespace/name, in dead letters

@@ -122,13 +122,9 @@ class HarnessShard(Effects):
             ),
             policy=policy,
         )
-        self._driver = ShardDriver(
-            self.machine,
-            self,
-            lambda: processor,
-            consumer,
-            processor=processor if initialized else None,
-        )
+        self._driver = ShardDriver(self.machine, self, lambda: processor, consumer)
+        if initialized:  # (the harness called initialize() already)
+            self._driver.processor = processor
         self._letters: list[dict[str, Any]] = []
         target = _Captured(letter_limit, self._letters)
         overflow = _Captured(None, self._letters)
