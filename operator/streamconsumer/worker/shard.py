@@ -49,6 +49,7 @@ from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.phase import FINISHED, TRANSITIONS, Phase
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
 MAX_UNREPORTED_NOTES = 8  # passed-over notes kept apart while heartbeats go unanswered
@@ -60,6 +61,8 @@ class Stop(Enum):
 
 
 class Outcome(Enum):
+    """A finished phase, named as `Phase` names it (`ShardMachine.outcome`)."""
+
     ENDED = "ended"  # read to the end, SHARD_END stored
     RELEASED = "released"  # handed off with its position
     LOST = "lost"  # taken away; nothing stored
@@ -229,9 +232,7 @@ class ShardMachine:
         self._part_event: float | None = None
         self._in_flight: CheckpointRequest | None = None
         self._final: CheckpointRequest | None = None  # the release or SHARD_END to store
-        self._initialized = False
-        self._shutdown_called = False
-        self._end_called = False
+        self._phase = Phase.STARTING
         self._call_failures = 0
         self._failing_since: float | None = None  # the head call's first failure
         self._error = ""  # what it raised last
@@ -245,7 +246,6 @@ class ShardMachine:
         self._too_old = 0  # the head batch's first n records are past maxRecordAgeSeconds
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
-        self.outcome: Outcome | None = None
         self.millis_behind: int | None = None
 
     # --- what the worker tells it ------------------------------------------------------
@@ -423,7 +423,7 @@ class ShardMachine:
         if self._stop is Stop.LOST:
             if self._final is not None:  # already closing: its last word was sent
                 return self._finish(Outcome.RELEASED if self._final.release else Outcome.ENDED)
-            if self._initialized:
+            if self._phase is not Phase.STARTING:
                 return self._begin(LoseLease())
             return self._finish(Outcome.LOST)
         if self._final is not None:
@@ -433,7 +433,7 @@ class ShardMachine:
         self._take_done_ahead()
         fenced = now >= self._deadline
         if self._stop is Stop.HANDOFF:  # interrupts any retry of a processor call
-            if not self._initialized or self._shutdown_called:
+            if self._phase in (Phase.STARTING, Phase.SHUT_DOWN):
                 return self._send(self._closing(release=True))
             return Wait() if fenced else self._begin(Shutdown())
         if fenced:
@@ -445,7 +445,7 @@ class ShardMachine:
             return self._send(self._checkpoint(pending))
         if now < self._retry_call_at:
             return Wait(self._retry_call_at)
-        if not self._initialized:
+        if self._phase is Phase.STARTING:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
@@ -469,7 +469,7 @@ class ShardMachine:
                 return self._begin(Deliver(batch, self._done_in(batch)), batch)
             self._took(self._batches.popleft())  # an empty read: nothing to deliver
         if self._end_read:
-            if not self._end_called:
+            if self._phase is not Phase.ENDING:
                 self.progress.shard_ended()
                 return self._begin(EndShard())
             return self._send(self._closing(release=False))
@@ -641,8 +641,21 @@ class ShardMachine:
         )
 
     def _finish(self, outcome: Outcome) -> Finished:
-        self.outcome = outcome
+        self._enter(Phase(outcome.value))
         return Finished(outcome)
+
+    def _enter(self, phase: Phase) -> None:
+        assert phase in TRANSITIONS[self._phase], f"{self.shard_id}: {self._phase} to {phase}"
+        self._phase = phase
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the shard was let go; None while it is held."""
+        return Outcome(self._phase.value) if self._phase in FINISHED else None
 
     def _took_head(self) -> None:
         head = self._batches.popleft()
@@ -671,13 +684,13 @@ class ShardMachine:
         self.progress.returned()
         self._recovered()
         if isinstance(call, Initialize):
-            self._initialized = True
+            self._enter(Phase.PROCESSING)
         elif isinstance(call, Deliver):
             self._took_head()
         elif isinstance(call, EndShard):
-            self._end_called = True
+            self._enter(Phase.ENDING)
         elif isinstance(call, Shutdown):
-            self._shutdown_called = True
+            self._enter(Phase.SHUT_DOWN)
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
 
@@ -692,7 +705,7 @@ class ShardMachine:
             return
         self.progress.raised()
         if isinstance(call, Shutdown):
-            self._shutdown_called = True  # release at the last position that returned
+            self._enter(Phase.SHUT_DOWN)  # release at the last position that returned
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
         else:  # retried after a back-off, unless a hand-off or a loss comes first
