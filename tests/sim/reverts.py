@@ -25,6 +25,7 @@ from streamconsumer.worker import lanes
 from streamconsumer.worker.calls import PartlyFailed, Stopped
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.driver import ShardDriver
+from streamconsumer.worker.failures import Failures
 from streamconsumer.worker.processes import PodProcesses
 from streamconsumer.worker.shard import Answer, Call, Deliver, ShardMachine, Sifted, Step, Stop
 
@@ -166,7 +167,7 @@ def retries_ignore_handoffs(patch: pytest.MonkeyPatch) -> None:
     next_step = ShardMachine.next
 
     def stubborn(self: ShardMachine, now: float) -> Step:
-        if self._stop is Stop.HANDOFF and self._call_failures:
+        if self._stop is Stop.HANDOFF and self.failures.count:
             self._stop = None
             try:
                 return next_step(self, now)
@@ -268,10 +269,10 @@ def pause_ignored(patch: pytest.MonkeyPatch) -> None:
 def passed_over_at_the_first_failure(patch: pytest.MonkeyPatch) -> None:
     """13.2: the failure policy skips or dead-letters a batch without retrying it."""
 
-    def exhausted(self: ShardMachine, now: float, batch: Any = None) -> bool:
-        return self._failing_since is not None
+    def exhausted(self: Failures, now: float, piece: bool = False) -> bool:
+        return self.since is not None
 
-    patch.setattr(ShardMachine, "_exhausted", exhausted)
+    patch.setattr(Failures, "exhausted", exhausted)
 
 
 def passing_over_checkpoints_unflushed_records(patch: pytest.MonkeyPatch) -> None:
@@ -552,12 +553,12 @@ def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
 def young_records_given_up_with_old_ones(patch: pytest.MonkeyPatch) -> None:
     """29: a failing batch whose first record is past maxRecordAgeSeconds is given up
     whole, its younger records with it."""
-    too_old = ShardMachine._records_too_old
+    too_old = Failures.records_too_old
 
-    def whole(self: ShardMachine, wall: float) -> int:
-        return len(self._batches[0].records) if too_old(self, wall) else 0
+    def whole(self: Failures, records: Sequence[Record], wall: float) -> int:
+        return len(records) if too_old(self, records, wall) else 0
 
-    patch.setattr(ShardMachine, "_records_too_old", whole)
+    patch.setattr(Failures, "records_too_old", whole)
 
 
 def filter_ignored(patch: pytest.MonkeyPatch) -> None:

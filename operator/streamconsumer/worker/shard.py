@@ -1,7 +1,9 @@
 """One held shard as a sans-I/O state machine: it says what to do next (`next`) and is
 told what happened (batches read, processor calls returned or raised, checkpoint
 answers, revocations, fence renewals). Threads drive it in the worker (`runtime.py`);
-the simulator drives it in tests. It never blocks, sleeps or reads a clock.
+the simulator drives it in tests. It never blocks, sleeps or reads a clock. Where the
+shard is in its life is one `phase.Phase`, each move checked against `phase.TRANSITIONS`;
+the failure policy's counts and decisions are `failures.Failures`.
 
 The rules it keeps:
 - Deliver only while this shard's own fence is open: until `lease duration` after the
@@ -49,6 +51,7 @@ from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.failures import Failures
 from streamconsumer.worker.phase import FINISHED, TRANSITIONS, Phase
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
@@ -216,10 +219,7 @@ class ShardMachine:
         self._read_interval = read_interval  # the shard's read budget, as time between reads
         self._last_read_at = -float("inf")
         self._wants_empty = wants_empty_batches
-        self._policy = policy or FailurePolicy()
-        self._retry = retry or Backoff(
-            base=self._policy.initial_backoff_seconds, cap=self._policy.max_backoff_seconds
-        )
+        self.failures = Failures(policy, retry)  # the failure policy: retries, give-ups
         self._batches: deque[ReadResult] = deque()
         self._end_read = False
         self._stop: Stop | None = None
@@ -233,17 +233,9 @@ class ShardMachine:
         self._in_flight: CheckpointRequest | None = None
         self._final: CheckpointRequest | None = None  # the release or SHARD_END to store
         self._phase = Phase.STARTING
-        self._call_failures = 0
-        self._failing_since: float | None = None  # the head call's first failure
-        self._error = ""  # what it raised last
-        self._retry_call_at = -float("inf")  # a processor call that raised, after back-off
         self._passed_over: list[PassedOver] = []  # for the next heartbeat (Events)
         self._notes_sent = 0  # the first n of them went with the heartbeat in flight
-        self._dead_letter_failures = 0
-        self._unwritable = ""  # why the head batch's dead letters never can be written
-        self._unwritable_in: frozenset[tuple[int, int]] = frozenset()  # the letters refused
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
-        self._too_old = 0  # the head batch's first n records are past maxRecordAgeSeconds
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
         self.millis_behind: int | None = None
@@ -283,8 +275,7 @@ class ShardMachine:
 
     def hung(self, now: float) -> bool:
         """Has the call in flight run past the policy's timeout?"""
-        started = self.call_started
-        return started is not None and now - started >= self._policy.timeout_seconds
+        return self.failures.hung(self.call_started, now)
 
     def hung_call(self, now: float) -> str:
         """What a hung call is, for Degraded and the worker's log."""
@@ -293,7 +284,7 @@ class ShardMachine:
         assert started is not None
         return (
             f"{CALL_NAMES[type(self._call)]} has not returned after "
-            f"{now - started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
+            f"{now - started:.0f}s (timeoutSeconds {self.failures.policy.timeout_seconds:g})"
         )
 
     def part_begins(self, group: int, now: float, whole: bool = True) -> bool:
@@ -367,25 +358,14 @@ class ShardMachine:
 
     def held(self, now: float) -> HeldShard:
         done = self.progress.done
-        failing = None
-        started = self.call_started
+        failures, started = self.failures, self.call_started
+        failing = failures.failing(now)
         if started is not None and self.hung(now):
             failing = Failing(
-                attempts=self._call_failures + 1,
-                seconds=now - (started if self._failing_since is None else self._failing_since),
+                attempts=failures.count + 1,
+                seconds=now - (started if failures.since is None else failures.since),
                 error=f"{self.hung_call(now)}: the worker restarts",
                 blocked=True,
-            )
-        elif self._failing_since is not None:
-            error = self._error
-            if self._unwritable:  # the reason first: it names the record
-                error = f"{self._unwritable}; the processor raised {error}"
-            failing = Failing(
-                attempts=self._call_failures,
-                seconds=now - self._failing_since,
-                error=error,
-                blocked=bool(self._unwritable)
-                or (self._exhausted(now) and self._policy.then is AfterRetries.BLOCK),
             )
         return HeldShard(
             shard_id=self.shard_id,
@@ -443,8 +423,9 @@ class ShardMachine:
             if now < self._retry_send_at:
                 return Wait(self._retry_send_at)
             return self._send(self._checkpoint(pending))
-        if now < self._retry_call_at:
-            return Wait(self._retry_call_at)
+        failures = self.failures
+        if now < failures.retry_at:
+            return Wait(failures.retry_at)
         if self._phase is Phase.STARTING:
             return self._begin(Initialize())
         while self._batches:
@@ -453,18 +434,19 @@ class ShardMachine:
                 self.progress.passed_over(batch.records)
                 self._took(self._batches.popleft())
                 return self._next(now)  # its checkpoint first: nothing else may come soon
-            if self._too_old and batch.records and not self._unwritable:
+            if failures.too_old and batch.records and not failures.unwritable:
                 return self._begin(self._give_up_old(batch))
-            if batch.records and not self._unwritable and self._exhausted(now, batch):
-                then = self._policy.then
+            piece = self._pieces_ahead > 0
+            if batch.records and not failures.unwritable and failures.exhausted(now, piece):
+                then = failures.then
                 if then is not AfterRetries.BLOCK and len(batch.records) > 1:
                     self._bisect()  # find the records that fail, pass over only those
                     continue
                 undone = self._undone(batch)
                 if then is AfterRetries.SKIP:
-                    return self._begin(Skip(undone, self._error, self._call_failures))
+                    return self._begin(Skip(undone, failures.error, failures.count))
                 if then is AfterRetries.DEAD_LETTER:
-                    return self._begin(DeadLetter(undone, self._error, self._call_failures))
+                    return self._begin(DeadLetter(undone, failures.error, failures.count))
             if batch.records or self._wants_empty:
                 return self._begin(Deliver(batch, self._done_in(batch)), batch)
             self._took(self._batches.popleft())  # an empty read: nothing to deliver
@@ -496,7 +478,7 @@ class ShardMachine:
             last = head.records[done - 1].position
             self._batches[0] = replace(head, records=head.records[done:])
             self._done_ahead = frozenset(p for p in self._done_ahead if p > last)
-            self._too_old = max(self._too_old - done, 0)
+            self.failures.too_old = max(self.failures.too_old - done, 0)
             return
 
     def _done_in(self, batch: ReadResult) -> frozenset[tuple[int, int]]:
@@ -517,18 +499,6 @@ class ShardMachine:
         self.progress.begin(batch.records if batch else ())
         return call
 
-    def _exhausted(self, now: float, batch: ReadResult | None = None) -> bool:
-        """The head batch has used up its retries (count or time); a piece of a bisected
-        batch has one attempt."""
-        if self._failing_since is None:
-            return False
-        if batch is not None and self._pieces_ahead:
-            return True  # the head batch is a piece
-        limit = self._policy.retry_for_seconds
-        return self._call_failures > self._policy.retries or (
-            limit is not None and now - self._failing_since >= limit
-        )
-
     def _bisect(self) -> None:
         """Splits the failing head batch in halves, each tried once; a failing half is
         split again, down to the records that fail on their own (as Lambda's
@@ -539,13 +509,14 @@ class ShardMachine:
         second = replace(batch, records=batch.records[middle:])
         self._batches.extendleft((second, first))
         self._pieces_ahead = max(self._pieces_ahead - 1, 0) + 2
-        self._call_failures, self._failing_since = 0, None
+        self.failures.restart_count()
 
     def _give_up_old(self, batch: ReadResult) -> Skip | DeadLetter:
         """The head batch's records past maxRecordAgeSeconds go to the policy's last
         resort now, without bisecting (retrying is what they are too old for); the
         younger rest stays behind them, retried as usual."""
-        count = self._too_old
+        failures = self.failures
+        count = failures.too_old
         if count < len(batch.records):
             old = ReadResult(batch.records[:count], batch.millis_behind_latest)
             rest = replace(batch, records=batch.records[count:])
@@ -554,11 +525,10 @@ class ShardMachine:
             if self._pieces_ahead:
                 self._pieces_ahead += 1
             batch = old
-        limit = self._policy.max_record_age_seconds
-        error = f"{self._error} (older than maxRecordAgeSeconds {limit:g}: not retried)"
-        if self._policy.then is AfterRetries.SKIP:
-            return Skip(self._undone(batch), error, self._call_failures)
-        return DeadLetter(self._undone(batch), error, self._call_failures)
+        error = failures.too_old_error()
+        if failures.then is AfterRetries.SKIP:
+            return Skip(self._undone(batch), error, failures.count)
+        return DeadLetter(self._undone(batch), error, failures.count)
 
     def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
         records = batch.records
@@ -569,7 +539,7 @@ class ShardMachine:
             first_sequence=records[0].sequence_number,
             last_sequence=records[-1].sequence_number,
             count=len(records),
-            error=self._error,
+            error=self.failures.error,
         )
         # One note per action until a heartbeat takes it (a poison batch bisected into
         # single records is one note, not one per record). A note already sent is not
@@ -583,14 +553,7 @@ class ShardMachine:
         else:
             notes.append(note)
         self._took_head()
-        self._recovered()
-
-    def _recovered(self) -> None:
-        self._call_failures = self._dead_letter_failures = 0
-        self._failing_since = None
-        self._error = self._unwritable = ""
-        self._unwritable_in = frozenset()
-        self._too_old = 0
+        self.failures.recovered()
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
         self._in_flight = request
@@ -682,7 +645,7 @@ class ShardMachine:
             self._pass_over(call.batch, "deadLetter")
             return
         self.progress.returned()
-        self._recovered()
+        self.failures.recovered()
         if isinstance(call, Initialize):
             self._enter(Phase.PROCESSING)
         elif isinstance(call, Deliver):
@@ -699,9 +662,7 @@ class ShardMachine:
         time (seconds since the epoch) for the records' age (maxRecordAgeSeconds)."""
         call = self._end_call()
         if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
-            self._error = f"{call.error} (dead-letter target: {error})"
-            self._retry_call_at = now + self._retry.delay(self._dead_letter_failures)
-            self._dead_letter_failures += 1
+            self.failures.letters_failed(now, call.error, error)
             return
         self.progress.raised()
         if isinstance(call, Shutdown):
@@ -738,11 +699,10 @@ class ShardMachine:
             self._failed(now, f"{error}, yet {refused}", wall)
             return
         self._done_ahead |= ahead
-        if self._unwritable_in & self._done_ahead:  # the refused letters are not all due now
-            self._unwritable, self._unwritable_in = "", frozenset()  # the policy tries again
+        self.failures.letters_due_again(self._done_ahead)
         if done:  # progress: what is left is a new head, failed once (its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
-            self._recovered()
+            self.failures.recovered()
         self._failed(now, error, wall)
 
     def interrupted(self, done: int, ahead: frozenset[tuple[int, int]] = frozenset()) -> None:
@@ -763,31 +723,14 @@ class ShardMachine:
         self._done_ahead |= ahead
         if done:  # progress: the rest never failed (as partly_failed: its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
-            self._recovered()
+            self.failures.recovered()
 
     def _failed(self, now: float, error: str, wall: float | None = None) -> None:
-        self._retry_call_at = now + self._retry.delay(self._call_failures)
-        self._call_failures += 1
-        self._error = error
-        if self._failing_since is None:
-            self._failing_since = now
-        if wall is not None:
-            self._too_old = self._records_too_old(wall)
-
-    def _records_too_old(self, wall: float) -> int:
-        """How many of the head batch's first records arrived more than
-        maxRecordAgeSeconds before `wall` (arrivals grow along a shard, so they lead;
-        block passes nothing over, and a record without an arrival time is never old)."""
-        limit = self._policy.max_record_age_seconds
-        if limit is None or self._policy.then is AfterRetries.BLOCK or not self._batches:
-            return 0
-        count = 0
-        for record in self._batches[0].records:
-            arrived = record.approximate_arrival_timestamp
-            if arrived is None or wall - arrived.timestamp() < limit:
-                break
-            count += 1
-        return count
+        too_old = None
+        if wall is not None:  # (a Deliver: its records' ages count)
+            head = self._batches[0].records if self._batches else []
+            too_old = self.failures.records_too_old(head, wall)
+        self.failures.failed(now, error, too_old)
 
     def cannot_dead_letter(self, now: float, reason: str) -> None:
         """The DeadLetter call found a letter its target can never hold (`reason` names
@@ -795,9 +738,9 @@ class ShardMachine:
         by the processor until it returns, or a hand-off or loss comes."""
         call = self._end_call()
         assert isinstance(call, DeadLetter), "only a dead-letter write is refused so"
-        self._unwritable = reason
-        self._unwritable_in = frozenset(r.position for r in call.batch.records)
-        self._retry_call_at = now + self._retry.delay(self._call_failures)
+        self.failures.letters_refused(
+            now, reason, frozenset(r.position for r in call.batch.records)
+        )
 
     def answered(self, answer: Answer, now: float) -> None:
         """The operator's answer to the request from the last SendCheckpoint."""
