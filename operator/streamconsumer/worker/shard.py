@@ -1,9 +1,10 @@
 """One held shard as a sans-I/O state machine: it says what to do next (`next`) and is
 told what happened (batches read, processor calls returned or raised, checkpoint
-answers, revocations, fence renewals). Threads drive it in the worker (`runtime.py`);
-the simulator drives it in tests. It never blocks, sleeps or reads a clock. Where the
-shard is in its life is one `phase.Phase`, each move checked against `phase.TRANSITIONS`;
-the failure policy's counts and decisions are `failures.Failures`.
+answers, revocations, fence renewals). One driver runs it (`driver.py`), hosted by the
+worker's threads (`runtime.py`), the simulation and the tests. It never blocks, sleeps
+or reads a clock. Where the shard is in its life is one `phase.Phase`, each move checked
+against `phase.TRANSITIONS`; the failure policy's counts and decisions are
+`failures.Failures`.
 
 The rules it keeps:
 - Deliver only while this shard's own fence is open: until `lease duration` after the
