@@ -76,15 +76,24 @@ node-binaries: controlplane  ## build kubelet, kube-scheduler, kube-proxy, pause
 node-images: venv node-packages  ## build our images with podman, FROM a debootstrapped bookworm (cached)
 	@PYTHONPATH=tests $(BIN)/python -m testbed.images >/dev/null
 
-.PHONY: test
-test: venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images  ## unit, property, integration, end-to-end and real-node tests
-	$(BIN)/pytest --durations=25 $(PYTEST_ARGS)
+# The tests wait on leases, emulators and JVMs more than they compute: xdist runs them on
+# TEST_WORKERS processes (tests/conftest.py keeps the real node, Spark and each integration
+# file on one worker). The tools are independent builds and downloads, made side by side.
+TEST_WORKERS ?= 3
+TEST_TOOLS := venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images
+
+.PHONY: test test-tools
+test-tools: $(TEST_TOOLS)
+test:  ## unit, property, integration, end-to-end and real-node tests (prints the slowest)
+	@$(MAKE) --no-print-directory -j4 --output-sync=line test-tools
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
 
 .PHONY: lint
-lint: venv  ## ruff and mypy
+lint: venv  ## ruff, mypy and the layer contract (import-linter)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 .PHONY: fmt
 fmt: venv  ## format and autofix

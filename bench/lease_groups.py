@@ -26,20 +26,18 @@ from kubernetes import config as k8s_config
 from bench.results import record
 from bench.scratch import scratch_plane
 from bench.system import CRD, namespace
-from streamconsumer.controller.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
+from streamconsumer.controller.leases.lease_groups import (
+    GroupedStatusApi,
+    Layout,
+    StoredGroup,
+    Writer,
 )
-from streamconsumer.controller.lease_group_store import KubeLeaseGroups
-from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, StoredGroup, Writer
-from streamconsumer.controller.status import (
-    KubeStatusApi,
-    StatusInvalid,
-    StatusUnavailable,
-    StatusWriter,
-    render,
-)
+from streamconsumer.controller.leases.render import render
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
+from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable, StatusWriter
 from streamconsumer.core.leases import ACTIVE, ShardLease
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
@@ -142,7 +140,7 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
     status_api = KubeStatusApi(api, ns, NAME, timeout=60)
     groups = KubeLeaseGroups(api, ns, NAME, created["metadata"]["uid"], timeout=60)
     counted_status = CountedStatus(status_api, counted)
-    grouped = GroupedStatusApi(  # as the operator makes it (controller/consumers.py)
+    grouped = GroupedStatusApi(  # as the operator makes it (controller/consumer/consumers.py)
         counted_status,
         CountedGroups(groups, counted),
         NAME,

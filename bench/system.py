@@ -32,7 +32,7 @@ from kubernetes import watch
 
 from bench.results import record
 from bench.scratch import scratch_plane
-from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from testbed.background import BackgroundLoop
 from testbed.controlplane import ControlPlane

@@ -47,10 +47,32 @@ def delta_jars() -> Path:
     return jars.cached()
 
 
+# `make test` spreads the tests over xdist workers (`--dist loadgroup`). A test named here
+# runs on the worker that runs the rest of its group: the real node is one per machine;
+# Spark (a JVM per mode, or in worker processes) would starve a neighbour's leases if two
+# ran at once; an integration file's module-scoped fixtures (control planes of other
+# versions, emulators) would start again on every worker that took one of its tests.
+_GROUP_OF_FOLDER = {"realnode": "realnode", "spark": "spark"}
+_GROUP_OF_FILE = {"test_cdc.py": "spark", "test_spark_pods.py": "spark"}
+_GROUPED_BY_FILE = {"integration"}
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    folder = item.path.relative_to(REPO / "tests").parts[0]
+    if folder in _GROUP_OF_FOLDER:
+        return _GROUP_OF_FOLDER[folder]
+    if item.path.name in _GROUP_OF_FILE:
+        return _GROUP_OF_FILE[item.path.name]
+    return item.path.name if folder in _GROUPED_BY_FILE else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -25,8 +25,8 @@ from rich.table import Table
 from urllib3.exceptions import HTTPError
 
 from streamconsumer import cli_checkpoints
-from streamconsumer.controller.lease_group_store import read_consumer
-from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
+from streamconsumer.controller.leases.lease_group_store import read_consumer
+from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.kept import UNPACKED_MAX_BYTES
 from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest

@@ -12,10 +12,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from streamconsumer.controller.lease_coordinator import durable_from_status
-from streamconsumer.controller.lease_group_store import read_consumer
+from streamconsumer.controller.leases.lease_group_store import read_consumer
+from streamconsumer.controller.leases.state import durable_from_status
+from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
 from streamconsumer.controller.names import kept_checkpoints
-from streamconsumer.controller.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models.kept import (
     TABLE_KEY,
     KeptTable,

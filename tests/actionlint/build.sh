@@ -10,16 +10,7 @@ stamp=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
 cache=${STREAMCONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamconsumer}
 bin="$cache/actionlint/$version-$stamp/actionlint"
 
-if ! command -v shellcheck >/dev/null 2>&1; then
-  if [[ $(id -u) != 0 ]]; then
-    echo "[actionlint] shellcheck is missing and installing it needs root (apt-get install shellcheck)" >&2
-    exit 1
-  fi
-  echo "[actionlint] installing shellcheck (Debian)..." >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q >&2
-  apt-get install -y -q --no-install-recommends shellcheck >&2
-fi
+"$here/../apt-install.sh" actionlint shellcheck
 
 if [[ ! -x "$bin" ]]; then
   mkdir -p "$(dirname "$bin")"

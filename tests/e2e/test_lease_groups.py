@@ -10,8 +10,8 @@ from __future__ import annotations
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller.lease_group_store import CONSUMER_UID_LABEL, LEASE_GROUP_APP
-from streamconsumer.controller.lease_groups import refs_of
+from streamconsumer.controller.leases.lease_group_store import CONSUMER_UID_LABEL, LEASE_GROUP_APP
+from streamconsumer.controller.leases.lease_groups import refs_of
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.core.lineage import SHARD_END, expand
 from streamconsumer.models import GROUP, PLURAL, VERSION

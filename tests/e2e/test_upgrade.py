@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import streamconsumer
-from streamconsumer.controller.lease_groups import refs_of
+from streamconsumer.controller.leases.lease_groups import refs_of
 from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.operator_process import LEASE_GROUPS_PAST_TWO

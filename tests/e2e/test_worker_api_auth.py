@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 from kubernetes import client as k8s
 
-from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for

@@ -21,8 +21,8 @@ import httpx
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller import tls
-from streamconsumer.controller.serving import ManagedServing
+from streamconsumer.controller.certificates import tls
+from streamconsumer.controller.certificates.serving import ManagedServing
 from streamconsumer.worker.config import WorkerConfig
 from testbed.scenario import TESTS_DIR, Scenario
 from testbed.waiting import wait_for

@@ -19,9 +19,9 @@ from botocore.exceptions import ClientError
 from moto.core import enable_iam_authentication
 from moto.sts.models import AssumedRole, sts_backends
 
-from streamconsumer.controller import assumed_role, fanout
-from streamconsumer.controller.access import AccessPolicy, AwsAccess, guarded
-from streamconsumer.controller.driver import failure
+from streamconsumer.controller.aws import assumed_role, fanout
+from streamconsumer.controller.aws.access import AccessPolicy, AwsAccess, guarded
+from streamconsumer.controller.consumer.driver import failure
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.factory import make_source

@@ -15,7 +15,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from streamconsumer import audit, cli
-from streamconsumer.controller.status import Conflict, KubeStatusApi
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
+from streamconsumer.controller.leases.status import Conflict
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
 from streamconsumer.models.resource import (
     REQUESTED_BY,

@@ -15,10 +15,10 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller import tls
+from streamconsumer.controller.certificates import tls
+from streamconsumer.controller.certificates.serving import CA_BUNDLE_KEY
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.names import operator_ca
-from streamconsumer.controller.serving import CA_BUNDLE_KEY
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.resource import CA_FILE
 from testbed.controlplane import ControlPlane

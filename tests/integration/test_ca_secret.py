@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client as k8s
 
-from streamconsumer.controller import ca_secret, tls
+from streamconsumer.controller.certificates import ca_secret, tls
 
 
 def test_two_replicas_racing_to_create_the_ca_share_one(

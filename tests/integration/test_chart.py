@@ -10,8 +10,8 @@ from typing import Any
 
 import yaml
 
-from streamconsumer.controller.access import AccessPolicy
-from streamconsumer.controller.leadership import LEADER_LABEL
+from streamconsumer.controller.aws.access import AccessPolicy
+from streamconsumer.controller.election.leadership import LEADER_LABEL
 from testbed.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]

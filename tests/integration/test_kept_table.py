@@ -1,5 +1,5 @@
 """The table of a deleted consumer's checkpoints, kept in a ConfigMap on the real
-apiserver (controller/kept.py::keep): written while this replica leads, never by one
+apiserver (controller/leases/kept.py::keep): written while this replica leads, never by one
 whose term ended before the write."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller import kept
+from streamconsumer.controller.leases import kept
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.models import kept as kept_table
 from testbed.specs import consumer_spec
@@ -53,7 +53,7 @@ def test_a_table_of_ten_thousand_shards_is_kept_packed_and_resumed_whole(
     api_client: k8s.ApiClient, namespace: str
 ) -> None:
     """Past about 7,000 shards the table's JSON passes a ConfigMap's 1 MiB: it is kept
-    gzipped in binaryData, and read back as it was (controller/kept.py::read)."""
+    gzipped in binaryData, and read back as it was (controller/leases/kept.py::read)."""
     leases = {
         f"shardId-{n:012d}": {"epoch": 3, "checkpoint": str(10**55 + n * 7919), "state": "Active"}
         for n in range(10_000)

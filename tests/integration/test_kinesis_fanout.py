@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from streamconsumer.controller import fanout
+from streamconsumer.controller.aws import fanout
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult, ShardReader

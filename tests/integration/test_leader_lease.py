@@ -1,4 +1,4 @@
-"""The leader's Lease on the real apiserver (controller/leadership.py::KubeLeaseLock):
+"""The leader's Lease on the real apiserver (controller/election/leadership.py::KubeLeaseLock):
 each swap is conditional on the version read, and leaves alone what others put on the
 Lease."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.leadership import KubeLeaseLock, LockConflict
+from streamconsumer.controller.election.leadership import KubeLeaseLock, LockConflict
 from streamconsumer.core.election import Act, Action
 
 NAME = "streamconsumer-operator"

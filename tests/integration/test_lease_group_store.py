@@ -1,4 +1,4 @@
-"""Lease groups on the real apiserver (controller/lease_group_store.py): a table past the
+"""Lease groups on the real apiserver (controller/leases/lease_group_store.py): a table past the
 threshold written by the production StatusWriter as ConfigMaps owned by its consumer,
 read back whole by the operator, the CLI and an export; fenced as before; a group that
 is not ours, or gone, said in words."""
@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.lease_group_store import (
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
+from streamconsumer.controller.leases.lease_group_store import (
     CONSUMER_UID_LABEL,
     LEASE_GROUP_APP,
     KubeLeaseGroups,
     read_consumer,
 )
-from streamconsumer.controller.lease_groups import GroupedStatusApi, Layout, Writer, refs_of
-from streamconsumer.controller.status import KubeStatusApi, StaleState, StatusInvalid, StatusWriter
+from streamconsumer.controller.leases.lease_groups import GroupedStatusApi, Layout, Writer, refs_of
+from streamconsumer.controller.leases.status import StaleState, StatusInvalid, StatusWriter
 from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL
 from testbed import releases
 from testbed.controlplane import ControlPlane
@@ -52,7 +53,7 @@ def created(api_client: k8s.ApiClient, namespace: str, name: str) -> tuple[Strea
 
 
 def grouped(api_client: k8s.ApiClient, namespace: str, name: str, uid: str) -> GroupedStatusApi:
-    """As the operator makes it (controller/consumers.py)."""
+    """As the operator makes it (controller/consumer/consumers.py)."""
     status = KubeStatusApi(api_client, namespace, name)
     return GroupedStatusApi(status, KubeLeaseGroups(api_client, namespace, name, uid), name, LAYOUT)
 

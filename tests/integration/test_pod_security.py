@@ -13,8 +13,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import deployment
+from streamconsumer.controller.worker_api.auth import AUDIENCE
+from streamconsumer.controller.workloads.children import deployment
 from streamconsumer.models.resource import StreamConsumerSpec
 from testbed.controlplane import ControlPlane
 

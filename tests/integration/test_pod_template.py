@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.children import label_selector
+from streamconsumer.controller.names import label_selector
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess

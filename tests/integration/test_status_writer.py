@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.status import KubeStatusApi, StaleState, StatusWriter
+from streamconsumer.controller.leases.kube_status import KubeStatusApi
+from streamconsumer.controller.leases.status import StaleState, StatusWriter
 from testbed.kube import StreamConsumers
 
 from .test_control_plane import sample_consumer

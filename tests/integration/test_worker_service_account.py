@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.kube import StreamConsumers

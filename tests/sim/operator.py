@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 from sim.ledger import Ledger, Violation
 from sim.stream import SimSource
 from sim.world import EPOCH, World, run_in_process
-from streamconsumer.controller import answers
-from streamconsumer.controller.answers import ROUTES, Reply
-from streamconsumer.controller.auth import Caller
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.driver import ConsumerDriver, Timeouts, load
-from streamconsumer.controller.jobs import Job, Outcome
-from streamconsumer.controller.leadership import ElectionDriver, LockConflict
-from streamconsumer.controller.lease_groups import (
+from streamconsumer.controller.consumer.driver import ConsumerDriver, Timeouts, load
+from streamconsumer.controller.consumer.jobs import Job, Outcome
+from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
+from streamconsumer.controller.election.leadership import ElectionDriver, LockConflict
+from streamconsumer.controller.election.lifecycle import Lifecycle, Phase
+from streamconsumer.controller.leases.lease_groups import (
     GroupedStatusApi,
     Layout,
     StoredGroup,
@@ -33,17 +33,20 @@ from streamconsumer.controller.lease_groups import (
     joined,
     refs_of,
 )
-from streamconsumer.controller.lifecycle import Lifecycle, Phase
-from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-from streamconsumer.controller.names import worker_service_account
-from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.controller.status import (
+from streamconsumer.controller.leases.status import (
     Conflict,
     StatusInvalid,
     StatusUnavailable,
     StatusWriter,
 )
-from streamconsumer.controller.worker_health import DEPLOYMENT_CHECK_SECONDS, deployment_replicas
+from streamconsumer.controller.names import worker_service_account
+from streamconsumer.controller.worker_api import answers
+from streamconsumer.controller.worker_api.answers import ROUTES, Reply
+from streamconsumer.controller.worker_api.caller import Caller
+from streamconsumer.controller.workloads.worker_health import (
+    DEPLOYMENT_CHECK_SECONDS,
+    deployment_replicas,
+)
 from streamconsumer.core.election import Action, Election, ElectionTiming, LeaseRecord
 from streamconsumer.models.api import WIRE_VERSION_HEADER
 from streamconsumer.models.resource import ResetRequest, StreamConsumerSpec
@@ -128,7 +131,7 @@ class SimApiServer:
 
 @dataclass
 class SimLeaseGroups:
-    """The lease groups' ConfigMaps (controller/lease_groups.py) on the same apiserver:
+    """The lease groups' ConfigMaps (controller/leases/lease_groups.py) on the same apiserver:
     a creation fails, or lands unanswered, while status writes do."""
 
     api: SimApiServer

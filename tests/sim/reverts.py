@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.controller import answers
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.driver import ConsumerDriver
-from streamconsumer.controller.lease_coordinator import LeaseCoordinator
-from streamconsumer.controller.lease_groups import GroupedStatusApi
-from streamconsumer.controller.loop import ConsumerLoop
+from streamconsumer.controller.consumer.autoscaler import Autoscaler
+from streamconsumer.controller.consumer.driver import ConsumerDriver
+from streamconsumer.controller.consumer.loop import ConsumerLoop
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
+from streamconsumer.controller.leases.stuck import StuckShards
+from streamconsumer.controller.worker_api import answers
 from streamconsumer.core.leases import RELEASED
 from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
@@ -313,7 +314,7 @@ def release_forgets_the_reset(patch: pytest.MonkeyPatch) -> None:
         return replace(updated, start=None) if updated.checkpoint else updated
 
     patch.setattr(leases, "apply_checkpoint", forgetting)
-    patch.setattr("streamconsumer.controller.lease_coordinator.apply_checkpoint", forgetting)
+    patch.setattr("streamconsumer.controller.leases.lease_coordinator.apply_checkpoint", forgetting)
 
 
 def calls_outlive_their_fence(patch: pytest.MonkeyPatch) -> None:
@@ -343,7 +344,7 @@ def serving_before_the_term_fence(patch: pytest.MonkeyPatch) -> None:
 def abandoned_writes_resend(patch: pytest.MonkeyPatch) -> None:
     """22.1: a status write whose job timed out runs on in its thread and, after a 409
     whose table is ours, re-sends its older table over a newer one."""
-    from streamconsumer.controller import status
+    from streamconsumer.controller.leases import status
 
     resolve = status.StatusWriter._resolve
 
@@ -372,7 +373,7 @@ def shard_end_taken_for_open_shards(patch: pytest.MonkeyPatch) -> None:
     def trusting(lease: Any, *args: Any, **kwargs: Any) -> Any:
         return apply_checkpoint(lease, *args, **{**kwargs, "shard_closed": True})
 
-    patch.setattr("streamconsumer.controller.lease_coordinator.apply_checkpoint", trusting)
+    patch.setattr("streamconsumer.controller.leases.lease_coordinator.apply_checkpoint", trusting)
 
 
 def refused_shard_end_let_go(patch: pytest.MonkeyPatch) -> None:
@@ -508,13 +509,14 @@ def a_hand_off_waits_for_shard_end(patch: pytest.MonkeyPatch) -> None:
 def withdrawn_leases_released_at_once(patch: pytest.MonkeyPatch) -> None:
     """25 (stuck shards): a withdrawn lease is released at once, without waiting for its
     owner's fence to close."""
-    watch = LeaseCoordinator._watch
+    judge = StuckShards.judge
 
-    def hasty(self: LeaseCoordinator, now: float) -> None:
-        watch(self, now)
+    def hasty(self: StuckShards, *args: Any) -> bool:
+        changed = judge(self, *args)
         self.withdrawn = {s: replace(w, closes_at=-1.0) for s, w in self.withdrawn.items()}
+        return changed
 
-    patch.setattr(LeaseCoordinator, "_watch", hasty)
+    patch.setattr(StuckShards, "judge", hasty)
 
 
 def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,7 @@ from sim.worker import (
 )
 from sim.world import Network, World, wall
 from streamconsumer.awaiting import AwaitingProcessor
-from streamconsumer.controller.lease_groups import Layout
+from streamconsumer.controller.leases.lease_groups import Layout
 from streamconsumer.core.lineage import SHARD_END
 from streamconsumer.models.api import (
     MAX_CHECKPOINT_HOLD_SECONDS,

@@ -1,16 +1,17 @@
 """The guarantees under combined faults (issue 11): hypothesis generates consumers and
 fault schedules; the simulation checks every invariant after every event.
 
-`make test` runs a bounded budget (SIM_EXAMPLES, derandomized: the same examples on
-every machine, so a failure is never one run in three); `make soak` explores new ones
-for as long as it is given (sim/soak.py)."""
+`make test` runs a bounded budget (SIM_EXAMPLES, seeded: the same examples on every
+machine, so a failure is never one run in three), cut into SHARDS parts of their own
+seed that xdist runs side by side; `make soak` explores new ones for as long as it is
+given (sim/soak.py)."""
 
 from __future__ import annotations
 
 import os
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 from sim.ledger import Violation
 from sim.regressions import REGRESSIONS
@@ -19,21 +20,26 @@ from sim.scenario import Run, simulate
 from sim.strategies import runs
 
 EXAMPLES = int(os.environ.get("SIM_EXAMPLES", "1500"))
+SHARDS = 6
 
 
 # CPU-bound and deterministic: its wall time is the machine's load, not a hang (1,500
-# examples take about a minute on an idle 2-core machine, five on a loaded one).
+# examples take about 14 minutes of one idle core).
 @pytest.mark.timeout(1800)
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(runs())
-def test_no_fault_in_any_order_breaks_an_invariant(run: Run) -> None:
-    simulate(run)
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_no_fault_in_any_order_breaks_an_invariant(shard: int) -> None:
+    @seed(shard)
+    @settings(
+        max_examples=-(-EXAMPLES // SHARDS),
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(runs())
+    def explore(run: Run) -> None:
+        simulate(run)
+
+    explore()
 
 
 @pytest.mark.parametrize("name", REGRESSIONS)

@@ -21,8 +21,8 @@ from sim.operator import SimOperators
 from sim.stream import ShardGone, SimReader, SimSource
 from sim.world import Network, World, run_in_process, wall
 from streamconsumer.awaiting import AsyncBaseRecordProcessor
-from streamconsumer.controller.answers import CHECKPOINT as CHECKPOINT_ROUTE
-from streamconsumer.controller.answers import HEARTBEAT as HEARTBEAT_ROUTE
+from streamconsumer.controller.worker_api.answers import CHECKPOINT as CHECKPOINT_ROUTE
+from streamconsumer.controller.worker_api.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
 from streamconsumer.deadletter.base import Letter
 from streamconsumer.models import CheckpointRequest, CheckpointResponse, HeartbeatRequest

@@ -10,7 +10,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.core.leases import CheckpointRefused
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import (

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamconsumer.controller.access import AccessPolicy
+from streamconsumer.controller.aws.access import AccessPolicy
 from testbed.processes import Server, free_port
 from testbed.specs import TEST_BED_ACCESS
 

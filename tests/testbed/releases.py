@@ -59,7 +59,8 @@ def unpack_previous(into: Path) -> Path:
 
 def previous_loads(status: Mapping[str, Any], into: Path) -> subprocess.CompletedProcess[str]:
     """The previous release's own `durable_from_status` (what its `load` reads a
-    consumer's table with) run on `status`, its package unpacked into `into`."""
+    consumer's table with) run on `status`, its package unpacked into `into`. Its module
+    path is the previous release's, from before the controller's subpackages."""
     script = (
         "import json, sys\n"
         "from streamconsumer.controller.lease_coordinator import durable_from_status\n"

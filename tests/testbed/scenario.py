@@ -18,9 +18,9 @@ from typing import Any, TypedDict, Unpack
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller.children import label_selector
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.lease_group_store import read_consumer
+from streamconsumer.controller.leases.lease_group_store import read_consumer
+from streamconsumer.controller.names import label_selector
 from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream, put_records

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamconsumer.controller.access import AccessPolicy, AwsAccess
+from streamconsumer.controller.aws.access import AccessPolicy, AwsAccess
 from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.worker.config import WorkerConfig
 

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from streamconsumer.controller.auth import AUDIENCE
+from streamconsumer.controller.worker_api.auth import AUDIENCE
 
 
 def token(**claims: Any) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from streamconsumer.controller.lease_coordinator import LeaseCoordinator
-from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.consumer.registry import ManagedConsumer
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 
 
 def fenced_consumer(namespace: str, name: str, coordinator: LeaseCoordinator) -> ManagedConsumer:

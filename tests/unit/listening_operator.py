@@ -15,13 +15,13 @@ import resource
 import sys
 import time
 
-from streamconsumer.controller import tls
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import Caller
+from streamconsumer.controller.certificates import tls
+from streamconsumer.controller.certificates.serving import ManagedServing
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.listeners import listen
-from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.serving import ManagedServing
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.worker_api.api import WorkerApi
+from streamconsumer.controller.worker_api.caller import Caller
+from streamconsumer.controller.worker_api.listeners import listen
 
 
 class Refusing:

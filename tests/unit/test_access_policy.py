@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from pydantic import ValidationError
 
-from streamconsumer.controller.access import (
+from streamconsumer.controller.aws.access import (
     AccessPolicy,
     AccessRefused,
     AwsAccess,
@@ -23,7 +23,7 @@ from streamconsumer.controller.access import (
     guarded,
 )
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.driver import failure
+from streamconsumer.controller.consumer.driver import failure
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.aws import MAX_REMOTE_TEXT, NOT_AWS, aws_error
 from streamconsumer.sources.factory import make_source

@@ -12,9 +12,9 @@ import weakref
 
 import pytest
 
-from streamconsumer.controller import assumed_role
-from streamconsumer.controller.access import AccessPolicy
-from streamconsumer.controller.assumed_role import (
+from streamconsumer.controller.aws import assumed_role
+from streamconsumer.controller.aws.access import AccessPolicy
+from streamconsumer.controller.aws.assumed_role import (
     SESSION_NAME_LIMIT,
     Role,
     RoleSessions,

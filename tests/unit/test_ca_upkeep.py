@@ -8,12 +8,13 @@ from typing import Any
 
 import kopf
 
-from streamconsumer.controller.ca_upkeep import CaBundles, spread
-from streamconsumer.controller.children import ca_bundle
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-from streamconsumer.controller.owned import NotOurs
-from streamconsumer.controller.registry import ManagedConsumer, Registry
+from streamconsumer.controller.certificates.ca_upkeep import CaBundles, spread
+from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.workloads.children import ca_bundle
+from streamconsumer.controller.workloads.owned import NotOurs
 from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.resource import CA_FILE
 from testbed.specs import consumer_spec

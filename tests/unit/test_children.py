@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import ca_bundle, deployment, service_account
+from streamconsumer.controller.worker_api.auth import AUDIENCE
+from streamconsumer.controller.workloads.children import ca_bundle, deployment, service_account
 from streamconsumer.models.resource import CA_DIR, CA_FILE
 from streamconsumer.worker.config import WorkerConfig
 from testbed.specs import consumer_spec

@@ -19,11 +19,15 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiohttp import web
 
-from streamconsumer.controller import tls
+from streamconsumer.controller.certificates import tls
+from streamconsumer.controller.certificates.serving import ManagedServing
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.connection_limits import ConnectionLimits, Slot, within_open_files
-from streamconsumer.controller.listeners import SHUTDOWN_SECONDS, Listeners, listen
-from streamconsumer.controller.serving import ManagedServing
+from streamconsumer.controller.worker_api.connection_limits import (
+    ConnectionLimits,
+    Slot,
+    within_open_files,
+)
+from streamconsumer.controller.worker_api.listeners import SHUTDOWN_SECONDS, Listeners, listen
 from testbed.processes import free_port
 
 from .test_api_connections import PARTIAL_HELLO

@@ -10,18 +10,20 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.controller.autoscaler import Autoscaler
-from streamconsumer.controller.driver import ConsumerDriver, SourceFactory, Timeouts, list_stream
-from streamconsumer.controller.jobs import ThreadJobs
-from streamconsumer.controller.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
+from streamconsumer.controller.consumer.autoscaler import Autoscaler
+from streamconsumer.controller.consumer.driver import (
+    ConsumerDriver,
+    SourceFactory,
+    Timeouts,
+    list_stream,
 )
-from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
-from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.controller.runner import run_consumer
-from streamconsumer.controller.status import (
+from streamconsumer.controller.consumer.jobs import ThreadJobs
+from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
+from streamconsumer.controller.consumer.runner import run_consumer
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
+from streamconsumer.controller.leases.status import (
     Conflict,
     StaleState,
     StatusInvalid,

@@ -318,7 +318,7 @@ def test_no_renewal_is_sent_once_the_term_has_lapsed() -> None:
 def test_a_term_won_and_lost_before_anyone_acted_ends_the_standby() -> None:
     """Adversarial review: the process froze between winning and looking; it then
     waited for leadership for ever, neither leading nor exiting."""
-    from streamconsumer.controller.lifecycle import Lifecycle, Phase
+    from streamconsumer.controller.election.lifecycle import Lifecycle, Phase
 
     lifecycle = Lifecycle()
     assert lifecycle.observe(leading=False, lost=True) is Phase.ENDED

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.controller import fanout
-from streamconsumer.controller.access import AccessPolicy, AccessRefused
+from streamconsumer.controller.aws import fanout
+from streamconsumer.controller.aws.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.base import Identity
 from testbed.specs import TEST_BED_ACCESS as ACCESS

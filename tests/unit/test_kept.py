@@ -1,4 +1,4 @@
-"""A deleted consumer's kept lease table (controller/kept.py): what is kept, and when a
+"""A deleted consumer's kept lease table (controller/leases/kept.py): what is kept, and when a
 new object may resume from it."""
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.controller import kept as farewells
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+from streamconsumer.controller.leases import kept as farewells
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import HeartbeatRequest, kept
 from testbed.specs import consumer_spec

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.lease_coordinator import (
-    MAX_PENDING_NOTES,
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.notes import MAX_PENDING_NOTES
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
 from streamconsumer.core.leases import (
     ACTIVE,
     FINISHED,
@@ -269,7 +266,7 @@ def test_shard_end_is_taken_only_for_a_shard_the_listing_shows_closed() -> None:
     open_shards = [Shard(f"s{i}") for i in range(4)]
     with pytest.raises(CheckpointDeferred):
         shard_end(coordinator)
-    assert coordinator.relist_wanted, "a fresher listing is asked for"
+    assert coordinator.listings.relist_wanted, "a fresher listing is asked for"
     coordinator.set_shards(open_shards)
     with pytest.raises(CheckpointRefused) as refused:
         shard_end(coordinator)
@@ -329,7 +326,7 @@ def test_passed_over_notes_count_only_for_owned_shards_added_up_and_capped() -> 
     )
     coordinator.heartbeat(request, 0.2)
     coordinator.heartbeat(request, 0.3)
-    (queued,) = coordinator.passed_over
+    (queued,) = coordinator.passed_over.pending
     assert (queued.shard_id, queued.note.count) == (shard_id, 200)
     assert (queued.note.first_sequence, queued.note.last_sequence) == ("1", "100")
     for worker in (f"w{i}" for i in range(2 * MAX_PENDING_NOTES)):  # many owners, many notes
@@ -341,7 +338,7 @@ def test_passed_over_notes_count_only_for_owned_shards_added_up_and_capped() -> 
             ),
             0.4,
         )
-    assert len(coordinator.passed_over) == MAX_PENDING_NOTES
+    assert len(coordinator.passed_over.pending) == MAX_PENDING_NOTES
 
 
 def test_reports_for_shards_not_owned_count_for_nothing() -> None:
@@ -383,18 +380,18 @@ def test_a_listing_started_before_a_shard_end_never_refuses_it() -> None:
     before the reshard, refused it; so did adopting another writer's table."""
     coordinator = fresh()
     owning(coordinator)
-    in_flight = coordinator.listing_started()
+    in_flight = coordinator.listings.start()
     with pytest.raises(CheckpointDeferred):
         shard_end(coordinator)
     coordinator.set_shards([Shard(f"s{i}") for i in range(4)], in_flight)  # from before
     with pytest.raises(CheckpointDeferred):
         shard_end(coordinator)
-    assert coordinator.relist_wanted, "no listing has started since the claim"
+    assert coordinator.listings.relist_wanted, "no listing has started since the claim"
     coordinator.adopt(coordinator.snapshot(0.0), 0.0)  # re-applies the same listing
     with pytest.raises(CheckpointDeferred):
         shard_end(coordinator)
-    after = coordinator.listing_started()
-    assert not coordinator.relist_wanted, "one is under way"
+    after = coordinator.listings.start()
+    assert not coordinator.listings.relist_wanted, "one is under way"
     closed = [Shard("s0", closed=True), *(Shard(f"s{i}") for i in range(1, 4))]
     coordinator.set_shards(closed, after)
     assert shard_end(coordinator).state is FINISHED

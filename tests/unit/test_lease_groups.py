@@ -1,4 +1,4 @@
-"""Lease groups (controller/lease_groups.py): the table past its threshold kept in
+"""Lease groups (controller/leases/lease_groups.py): the table past its threshold kept in
 copy-on-write ConfigMaps, committed by the status write. The interleaving tests run the
 production StatusWriter over GroupedStatusApi on threads whose every call to the
 apiserver waits for a scheduler that hypothesis drives: any order of two terms' writes,
@@ -20,9 +20,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sim import reverts
 
-from streamconsumer.controller import lease_groups
-from streamconsumer.controller.lease_coordinator import durable_from_status
-from streamconsumer.controller.lease_groups import (
+from streamconsumer.controller.leases import lease_groups
+from streamconsumer.controller.leases.lease_groups import (
     SWEEP_EVERY,
     GroupedStatusApi,
     Layout,
@@ -33,7 +32,8 @@ from streamconsumer.controller.lease_groups import (
     refs_of,
     split,
 )
-from streamconsumer.controller.status import (
+from streamconsumer.controller.leases.state import durable_from_status
+from streamconsumer.controller.leases.status import (
     Conflict,
     Deposed,
     StaleState,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import deployment
+from streamconsumer.controller.worker_api.auth import AUDIENCE
+from streamconsumer.controller.workloads.children import deployment
 from streamconsumer.deadletter import DeadLetters
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import (

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import deployment, pod_policy_refusal
 from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.worker_api.auth import AUDIENCE
+from streamconsumer.controller.workloads.children import deployment, pod_policy_refusal
 from streamconsumer.models import kubernetes_schemas
 from streamconsumer.models.pod_policy import (
     SAFE_PROJECTED_SOURCES,

@@ -1,4 +1,4 @@
-"""Applying a consumer's workers' objects (controller/reconcile.py::apply_children) from a
+"""Applying a consumer's workers' objects (controller/workloads/reconcile.py::apply_children) from a
 replica whose term ends on the way."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, cast
 import kopf
 import pytest
 
-from streamconsumer.controller import reconcile
 from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.context import OperatorContext
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.workloads import reconcile
 from testbed.specs import consumer_spec
 
 BODY = kopf.Body(

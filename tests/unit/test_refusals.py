@@ -10,20 +10,22 @@ import logging
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from streamconsumer.controller import answers, metrics
-from streamconsumer.controller.answers import Refusal, admit
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import Caller
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.refusals import MAX_VALUE_CHARS, line
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller import metrics
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.worker_api import answers
+from streamconsumer.controller.worker_api.answers import Refusal, admit
+from streamconsumer.controller.worker_api.api import WorkerApi
+from streamconsumer.controller.worker_api.caller import Caller
+from streamconsumer.controller.worker_api.refusals import MAX_VALUE_CHARS, line
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.specs import consumer_spec
 
 from .fenced import fenced_consumer
 from .moments import CREATED
 
-LOGGER = "streamconsumer.controller.refusals"
+LOGGER = "streamconsumer.controller.worker_api.refusals"
 HEARTBEAT = "/v1/namespaces/n/streamconsumers/c/heartbeat"
 WORKER = Caller(
     "n", "c-worker", pod_name="w", pod_uid="u", consumer="c", consumer_account="c-worker"

@@ -9,14 +9,11 @@ import time
 import pytest
 from kubernetes import client as k8s
 
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import KubePodOwners, TokenReviewer
-from streamconsumer.controller.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    durable_from_status,
-)
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState, durable_from_status
+from streamconsumer.controller.worker_api.api import WorkerApi
+from streamconsumer.controller.worker_api.auth import KubePodOwners, TokenReviewer
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, HeldShard
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Progress, Record

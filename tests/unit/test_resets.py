@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.core.leases import HANDOFF, RELEASED
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import CheckpointRequest, HeartbeatRequest, StartPositionType

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from streamconsumer.cli_checkpoints import CheckpointsError, import_, importable
 from streamconsumer.controller import executors
-from streamconsumer.controller.consumers import _checked
-from streamconsumer.controller.lease_coordinator import durable_from_status
-from streamconsumer.controller.lease_groups import joined
-from streamconsumer.controller.status import StatusInvalid
+from streamconsumer.controller.consumer.consumers import _checked
+from streamconsumer.controller.leases.lease_groups import joined
+from streamconsumer.controller.leases.state import durable_from_status
+from streamconsumer.controller.leases.status import StatusInvalid
 from streamconsumer.core.lineage import MAX_TABLE_SHARDS, TableOutOfBounds, expand
 from streamconsumer.models import kept
 from testbed.specs import consumer_spec

@@ -15,10 +15,10 @@ from kubernetes import client as k8s
 
 from streamconsumer import cli_checkpoints
 from streamconsumer.cli_checkpoints import CheckpointsError, import_
-from streamconsumer.controller.consumers import _checked
-from streamconsumer.controller.driver import load
-from streamconsumer.controller.loop import LoopSettings
-from streamconsumer.controller.status import StatusWriter
+from streamconsumer.controller.consumer.consumers import _checked
+from streamconsumer.controller.consumer.driver import load
+from streamconsumer.controller.consumer.loop import LoopSettings
+from streamconsumer.controller.leases.status import StatusWriter
 from streamconsumer.core.lineage import MAX_TABLE_SHARDS, compact, expand
 from streamconsumer.models import kept
 from testbed.specs import consumer_spec

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from streamconsumer.controller import tls
-from streamconsumer.controller.serving import ManagedServing
+from streamconsumer.controller.certificates import tls
+from streamconsumer.controller.certificates.serving import ManagedServing
 
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 

@@ -81,7 +81,7 @@ def emitted(trees: Iterable[ast.Module]) -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
                 name = _called(node)
-                if name == "_condition" and len(node.args) >= 4:  # status.render
+                if name == "_condition" and len(node.args) >= 4:  # render's conditions
                     types.update(_leaves(node.args[1], constants))
                     rest = node.args[3]  # the reason, or *(reason, message)
                     reasons.update(_leaves(rest, constants))
@@ -94,8 +94,11 @@ def emitted(trees: Iterable[ast.Module]) -> dict[str, set[str]]:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 if any(n in REASON_VARIABLES for t in targets for n in _assigned_names(t)):
                     reasons.update(_leaves(node.value, constants))
-            elif isinstance(node, ast.FunctionDef) and node.name.endswith("_event"):
-                for inner in ast.walk(node):  # requests.pause_event: (reason, message)
+            elif isinstance(node, ast.FunctionDef) and (
+                node.name.endswith("_event") or node.name in REASON_VARIABLES
+            ):
+                # requests.pause_event, render.stalled: return (reason, message)
+                for inner in ast.walk(node):
                     if isinstance(inner, ast.Return):
                         reasons.update(_leaves(inner.value, constants))
     return {
@@ -159,11 +162,13 @@ def test_the_check_can_fail() -> None:
         "    kopf.warn(body, reason='Documented', message='')\n"
         "    Event('Warning', X, '')\n"
         "    stalled = ('NewReason', 'why') if a else None\n"
+        "def reconciling():\n"
+        "    return ('Returned', 'why')\n"
     )
     found = emitted([source])
-    assert found["reasons"] == {"Documented", "FromAConstant", "NewReason"}
+    assert found["reasons"] == {"Documented", "FromAConstant", "NewReason", "Returned"}
     guide = "# Troubleshooting\n\n## `Documented`\n\nWhat it means.\n"
-    assert undocumented(guide, found["reasons"]) == ["FromAConstant", "NewReason"]
+    assert undocumented(guide, found["reasons"]) == ["FromAConstant", "NewReason", "Returned"]
 
 
 def test_the_guides_links_within_the_page_resolve() -> None:

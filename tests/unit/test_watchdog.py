@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.lease_coordinator import (
-    DurableState,
-    LeaseCoordinator,
-    expiry_grace,
-)
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator, expiry_grace
+from streamconsumer.controller.leases.state import DurableState
 from streamconsumer.core.leases import (
     ACTIVE,
     CheckpointRefused,
@@ -196,17 +193,17 @@ def test_a_stuck_shard_is_reported_then_withdrawn_and_granted_again_once() -> No
     coordinator = one_shard()
     beat(coordinator, "a", 1.0, held("s0", 1, seq="5"))
     coordinator.step(1.0)
-    assert coordinator.stuck == []
+    assert coordinator.watch.stuck == []
     beat(coordinator, "a", 30.0, held("s0", 1, seq="5"))
     coordinator.step(30.0)
     last_renewal = 60.0
     beat(coordinator, "a", last_renewal, held("s0", 1, seq="5"))
     coordinator.step(61.0)  # records seen waiting at 1.0, 60 s ago
-    [stuck] = coordinator.stuck
+    [stuck] = coordinator.watch.stuck
     assert stuck.revoke
-    [note] = coordinator.take_stuck_notes()
+    [note] = coordinator.watch.take_notes()
     assert note.shard_id == "s0"
-    assert "s0 stuck on a (epoch 1)" in coordinator.stuck_shards()[0]
+    assert "s0 stuck on a (epoch 1)" in coordinator.watch.described()[0]
     # From now on a hears LOST for the shard and its fence is renewed no more...
     answer = beat(coordinator, "a", 62.0, held("s0", 1, seq="5"))
     assert [(r.shard_id, r.reason) for r in answer.revocations] == [("s0", RevocationReason.LOST)]
@@ -245,9 +242,9 @@ def test_a_stuck_shard_is_reported_then_withdrawn_and_granted_again_once() -> No
     coordinator.step(t)
     beat(coordinator, owner, t + STUCK, held("s0", 2, seq="5"))
     coordinator.step(t + STUCK + 0.5)
-    [again] = coordinator.stuck
+    [again] = coordinator.watch.stuck
     assert not again.revoke
-    assert coordinator.withdrawn == {}
+    assert coordinator.watch.withdrawn == {}
     for later in (t + STUCK + LEASE, t + STUCK + 2 * LEASE, t + STUCK + 3 * LEASE):
         beat(coordinator, owner, later, held("s0", 2, seq="5"))
         assert coordinator.step(later) == []
@@ -259,7 +256,7 @@ def test_a_shard_that_moves_or_fails_is_never_stuck() -> None:
     for t, seq in ((1.0, "6"), (30.0, "7"), (61.0, "8"), (90.0, "9"), (130.0, "10")):
         beat(coordinator, "a", t, held("s0", 1, seq=seq))
         coordinator.step(t)
-    assert coordinator.stuck == []
+    assert coordinator.watch.stuck == []
     failing = HeldShard(
         shard_id="s0",
         epoch=1,
@@ -270,8 +267,8 @@ def test_a_shard_that_moves_or_fails_is_never_stuck() -> None:
     for t in (131.0, 200.0, 300.0):
         beat(coordinator, "a", t, failing)
         coordinator.step(t)
-    assert coordinator.stuck == []
-    assert coordinator.withdrawn == {}
+    assert coordinator.watch.stuck == []
+    assert coordinator.watch.withdrawn == {}
 
 
 def test_the_watchdog_switched_off_withdraws_nothing() -> None:
@@ -279,8 +276,8 @@ def test_the_watchdog_switched_off_withdraws_nothing() -> None:
     for t in (1.0, 100.0, 1000.0):
         beat(coordinator, "a", t, held("s0", 1, seq="5"))
         coordinator.step(t)
-    assert coordinator.stuck == []
-    assert coordinator.withdrawn == {}
+    assert coordinator.watch.stuck == []
+    assert coordinator.watch.withdrawn == {}
     assert coordinator.watch_probes(1000.0, 10.0, 32) == []
 
 
@@ -292,15 +289,15 @@ def test_an_owner_reporting_no_lag_is_probed_from_what_it_processed() -> None:
     [(shard, start)] = coordinator.watch_probes(11.0, 10.0, 32)
     assert shard == "s0"
     assert start.sequence_number == "7"
-    coordinator.watch_probed({"s0": 250}, 12.0)
+    coordinator.watch.probed({"s0": 250}, 12.0)
     beat(coordinator, "a", 40.0, held("s0", 1, behind=0, seq="7"))
     beat(coordinator, "a", 70.0, held("s0", 1, behind=0, seq="7"))
     coordinator.step(71.0)
-    assert coordinator.stuck == []
+    assert coordinator.watch.stuck == []
     coordinator.step(72.0)
-    assert [s.shard_id for s in coordinator.stuck] == ["s0"]
+    assert [s.shard_id for s in coordinator.watch.stuck] == ["s0"]
     assert coordinator.leases["s0"].state is ACTIVE  # withdrawn, waiting for the fence
-    assert "s0" in coordinator.withdrawn
+    assert "s0" in coordinator.watch.withdrawn
 
 
 def test_a_shard_read_to_its_end_is_never_probed() -> None:

@@ -20,11 +20,12 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from streamconsumer.controller import answers
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import Caller
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.worker_api import answers
+from streamconsumer.controller.worker_api.api import WorkerApi
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import CheckpointRequest, CheckpointResponse, HeartbeatRequest, HeldShard
 from streamconsumer.models.api import (

@@ -17,11 +17,13 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 from multidict import CIMultiDictProxy
 
-from streamconsumer.controller.answers import Reply, admit
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import (
+from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.worker_api.answers import Reply, admit
+from streamconsumer.controller.worker_api.api import WorkerApi
+from streamconsumer.controller.worker_api.auth import (
     AUDIENCE,
-    Caller,
     KubePodOwners,
     ReviewBudget,
     ReviewUnavailable,
@@ -29,8 +31,7 @@ from streamconsumer.controller.auth import (
     TooManyReviews,
     WorkerOf,
 )
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.registry import ManagedConsumer, Registry
+from streamconsumer.controller.worker_api.caller import Caller
 from streamconsumer.core.leases import ACTIVE, ShardLease
 from streamconsumer.core.lineage import SHARD_END, Shard
 from streamconsumer.models import HeartbeatRequest
@@ -105,8 +106,9 @@ def test_a_promoted_standby_counts_its_grace_from_when_it_leads() -> None:
 
 def test_a_consumer_whose_fence_has_not_landed_is_503() -> None:
     """Issue 22.1: a new term answers nobody from the status it only read."""
-    from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-    from streamconsumer.controller.loop import ConsumerLoop, LoopSettings
+    from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+    from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+    from streamconsumer.controller.leases.state import DurableState
 
     from .moments import CREATED
 

@@ -16,9 +16,10 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.registry import Registry
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.worker_api.api import WorkerApi
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import HeartbeatRequest
 from streamconsumer.models.api import (
@@ -132,7 +133,7 @@ def state(coordinator: LeaseCoordinator, now: float) -> object:
         repr(coordinator.snapshot(now)),
         sorted(coordinator.workers),
         coordinator.lag_millis(),
-        len(coordinator.passed_over),
+        len(coordinator.passed_over.pending),
     )
 
 

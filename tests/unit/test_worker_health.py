@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.controller.loop import ConsumerLoop
-from streamconsumer.controller.registry import ManagedConsumer, Registry
-from streamconsumer.controller.worker_health import (
+from streamconsumer.controller.consumer.loop import ConsumerLoop
+from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
+from streamconsumer.controller.workloads.worker_health import (
     Replicas,
     Trouble,
     WorkerHealth,

@@ -7,8 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.children import deployment
+from streamconsumer.controller.worker_api.auth import AUDIENCE
+from streamconsumer.controller.workloads.children import deployment
 from streamconsumer.worker.config import WorkerConfig
 from testbed.specs import consumer_spec
 

@@ -22,9 +22,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, generate_latest, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamconsumer.controller.answers import heartbeat, speaks_for
-from streamconsumer.controller.lease_coordinator import DurableState, LeaseCoordinator
-from streamconsumer.controller.registry import ManagedConsumer
+from streamconsumer.controller.consumer.registry import ManagedConsumer
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.worker_api.answers import heartbeat, speaks_for
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models import HeartbeatRequest
 from streamconsumer.models.api import HeldShard, worker_pod

@@ -6,7 +6,7 @@ import asyncio
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from streamconsumer.controller.api import WorkerApi
+from streamconsumer.controller.worker_api.api import WorkerApi
 
 
 def heartbeat_answer(api: WorkerApi, token: str = "t") -> tuple[int, str | None]:

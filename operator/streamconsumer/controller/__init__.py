@@ -1,5 +1,7 @@
-"""The operator: kopf's handlers (`handlers`, decorators only), the process and its
-election (`__main__`, `leadership`, `lifecycle`), one driver per StreamConsumer over its
-loop and lease coordinator (`consumers`, `driver`, `loop`, `lease_coordinator`), the
-status writer (`status`) and the worker API (`answers`, `api`, `auth`). Run it with
-`python -m streamconsumer.controller` (docs/architecture.md lists every module)."""
+"""The operator, one package per concern: `election` (who leads), `leases` (one consumer's
+lease table, its protocol and its status), `consumer` (the loop and driver per consumer),
+`worker_api` (what workers call), `workloads` (the workers' objects), `aws` (the calls to
+AWS) and `certificates` (the API's TLS). Here: the process (`__main__`), kopf's handlers
+(`handlers`, `essence`, `requests`), what they share (`context`, `config`, `metrics`,
+`executors`, `names`). Run it with `python -m streamconsumer.controller`
+(docs/architecture.md lists every module)."""

@@ -26,18 +26,19 @@ from kubernetes import client as k8s
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 
-from streamconsumer.controller import ca_upkeep, executors, handlers, metrics
-from streamconsumer.controller.api import WorkerApi
-from streamconsumer.controller.auth import KubePodOwners, ReviewBudget, TokenReviewer
-from streamconsumer.controller.ca_upkeep import CaBundles
+from streamconsumer.controller import executors, handlers, metrics
+from streamconsumer.controller.certificates import ca_upkeep
+from streamconsumer.controller.certificates.ca_upkeep import CaBundles
+from streamconsumer.controller.certificates.serving import keep_fresh, publish_ca, serving_for
 from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.context import OperatorContext, memo_for
-from streamconsumer.controller.leadership import Elector, KubeLeaseLock, LeaderLabel
-from streamconsumer.controller.lifecycle import Lifecycle, Phase
-from streamconsumer.controller.listeners import listen
-from streamconsumer.controller.owned import apply_owned
-from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.serving import keep_fresh, publish_ca, serving_for
+from streamconsumer.controller.election.leadership import Elector, KubeLeaseLock, LeaderLabel
+from streamconsumer.controller.election.lifecycle import Lifecycle, Phase
+from streamconsumer.controller.worker_api.api import WorkerApi
+from streamconsumer.controller.worker_api.auth import KubePodOwners, ReviewBudget, TokenReviewer
+from streamconsumer.controller.worker_api.listeners import listen
+from streamconsumer.controller.workloads.owned import apply_owned
 from streamconsumer.core.election import Election
 
 log = logging.getLogger("streamconsumer.operator")

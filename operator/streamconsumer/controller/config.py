@@ -9,14 +9,14 @@ from pathlib import Path
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from streamconsumer.controller.access import AccessPolicy
-from streamconsumer.controller.auth import AUDIENCE
-from streamconsumer.controller.lease_groups import (
+from streamconsumer.controller.aws.access import AccessPolicy
+from streamconsumer.controller.leases.lease_groups import (
     GROUP_COUNT,
     INLINE_MAX_SHARDS,
     MAX_GROUPS,
     Layout,
 )
+from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.core.election import ElectionTiming
 
 _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -10,11 +10,11 @@ from typing import Any
 import kopf
 from kubernetes import client as k8s
 
-from streamconsumer.controller.auth import TokenReviewer
-from streamconsumer.controller.ca_upkeep import CaBundles
+from streamconsumer.controller.certificates.ca_upkeep import CaBundles
+from streamconsumer.controller.certificates.serving import Serving
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.controller.registry import Registry
-from streamconsumer.controller.serving import Serving
+from streamconsumer.controller.consumer.registry import Registry
+from streamconsumer.controller.worker_api.auth import TokenReviewer
 
 
 @dataclass(frozen=True)

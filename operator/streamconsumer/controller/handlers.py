@@ -18,18 +18,13 @@ from kubernetes import config as k8s_config
 from pydantic import ValidationError
 
 from streamconsumer import audit
-from streamconsumer.controller import (
-    children,
-    consumers,
-    fanout,
-    reconcile,
-    requests,
-    stalls,
-    worker_health,
-)
-from streamconsumer.controller.access import AccessRefused
+from streamconsumer.controller import names, requests
+from streamconsumer.controller.aws import fanout
+from streamconsumer.controller.aws.access import AccessRefused
+from streamconsumer.controller.consumer import consumers, stalls
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.essence import Essence
+from streamconsumer.controller.workloads import reconcile, worker_health
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import (
     NAME_LABEL,
@@ -100,7 +95,7 @@ async def catch_up(
         await reconcile.apply_children(context_of(memo), body, name, namespace, logger)
 
 
-@kopf.on.event("", "v1", "pods", labels={NAME_LABEL: children.WORKER_APP})
+@kopf.on.event("", "v1", "pods", labels={NAME_LABEL: names.WORKER_APP})
 async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     """A deleted worker pod's tokens are refused at once, not when their cache runs out.
     A pod that does not start (image pull, crash loop, ...) shows in its consumer's

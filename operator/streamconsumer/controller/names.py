@@ -1,6 +1,11 @@
-"""The names of the objects the operator makes for a StreamConsumer, in one place."""
+"""The names and labels of the objects the operator makes for a StreamConsumer, in one
+place."""
 
 from __future__ import annotations
+
+from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL
+
+WORKER_APP = "streamconsumer-worker"  # the workers' app.kubernetes.io/name
 
 
 def worker_service_account(consumer: str, named: str | None = None) -> str:
@@ -19,5 +24,13 @@ def operator_ca(consumer: str) -> str:
 
 
 def kept_checkpoints(consumer: str) -> str:
-    """The ConfigMap that keeps a deleted consumer's lease table (controller/kept.py)."""
+    """The ConfigMap that keeps a deleted consumer's lease table (controller/leases/kept.py)."""
     return f"{consumer}-checkpoints"
+
+
+def selector_labels(consumer: str) -> dict[str, str]:
+    return {CONSUMER_LABEL: consumer, NAME_LABEL: WORKER_APP}
+
+
+def label_selector(consumer: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(consumer).items()))

@@ -12,7 +12,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller import executors
-from streamconsumer.controller.owned import KUBERNETES_TIMEOUT_SECONDS
+from streamconsumer.controller.workloads.owned import KUBERNETES_TIMEOUT_SECONDS
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.resource import REQUESTED_BY
 from streamconsumer.resets import describe

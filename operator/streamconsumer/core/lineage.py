@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-SHARD_END = "SHARD_END"
-"""The checkpoint of a closed shard whose every record has been processed (the one
-definition: models.api and processor re-export it)."""
+from streamconsumer.shard_end import SHARD_END as SHARD_END  # re-exported: the cores' name
 
 
 @dataclass(frozen=True, slots=True)

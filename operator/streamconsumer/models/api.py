@@ -25,9 +25,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from streamconsumer.core.lineage import SHARD_END as SHARD_END  # re-exported: a public name here
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
+from streamconsumer.shard_end import SHARD_END as SHARD_END  # re-exported: a public name here
 
 WIRE_VERSION = 2
 """This release's wire. 2: unknown fields ignored, bounded numbers, the version header."""

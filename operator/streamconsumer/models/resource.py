@@ -317,7 +317,7 @@ class Processor(Model):
     )
 
 
-# What the operator puts in every worker pod itself (controller/children.py).
+# What the operator puts in every worker pod itself (controller/workloads/children.py).
 CONSUMER_LABEL = f"{GROUP}/consumer"
 NAME_LABEL = "app.kubernetes.io/name"
 SCRATCH_VOLUME, SCRATCH_DIR = "scratch", "/tmp"

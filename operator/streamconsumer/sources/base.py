@@ -74,7 +74,7 @@ Settings = dict[str, str | None]
 
 Identity: TypeAlias = "boto3.Session | None"
 """Whom the operator's clients call AWS as: a namespace's assumed role
-(`controller/assumed_role.py`), or None for the process's own identity."""
+(`controller/aws/assumed_role.py`), or None for the process's own identity."""
 
 
 @dataclass(frozen=True)

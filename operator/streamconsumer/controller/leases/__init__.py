@@ -1,0 +1,4 @@
+"""One consumer's lease table: the heartbeat/checkpoint protocol over it
+(`lease_coordinator`, sans-I/O), the status rendered from it and written under a term
+(`status`), and where the table is kept: the status, lease groups past 1,000 entries
+(`lease_groups`, `lease_group_store`), a deleted consumer's kept table (`kept`)."""

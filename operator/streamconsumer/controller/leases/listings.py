@@ -1,0 +1,37 @@
+"""Which listing of the stream a lease table's shards come from, and the SHARD_ENDs that
+wait for a fresher one. A worker usually reads a shard's end before the operator lists
+again after a reshard: an open shard in the listing is taken as "not known yet"
+(deferred, and a listing asked for) until a listing started after the claim still shows
+it open."""
+
+from __future__ import annotations
+
+from streamconsumer.core.lineage import Shard
+
+
+class Listings:
+    def __init__(self) -> None:
+        self.started = 0  # listings started so far
+        self.current = 0  # the number of the listing the shards come from
+        self._claims: dict[str, int] = {}  # a SHARD_END's shard -> listings started by then
+
+    def start(self) -> int:
+        """A listing of the stream starts: its number, for `set_shards`."""
+        self.started += 1
+        return self.started
+
+    @property
+    def relist_wanted(self) -> bool:
+        """A SHARD_END waits for a listing started after it, and none has started yet."""
+        return any(c >= self.started for c in self._claims.values())
+
+    def closed(self, shard_id: str, listed: Shard | None) -> bool | None:
+        """What the current listing says of the shard a SHARD_END names: closed, still
+        open (refused), or None: come back, a listing is asked for (`relist_wanted`)."""
+        if listed is not None and listed.closed:
+            self._claims.pop(shard_id, None)
+            return True
+        claimed = self._claims.setdefault(shard_id, self.started)
+        if self.current > claimed:
+            return False  # listed by a listing started after the claim: still open, refused
+        return None
