@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Protocol
 
-from streamconsumer.deadletter import FailedBatch, LetterTooLarge
+from streamconsumer.deadletter.base import FailedBatch, LetterTooLarge
 from streamconsumer.models import CheckpointRequest
 from streamconsumer.processor import ProcessorFactory, RecordProcessor
 from streamconsumer.worker.calls import (
