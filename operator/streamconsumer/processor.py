@@ -59,15 +59,16 @@ the batch, which is delivered again.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from streamconsumer.core.lineage import SHARD_END as SHARD_END  # re-exported: a public name here
+from streamconsumer.event_loop import ProcessorExited as ProcessorExited  # a public name here
+from streamconsumer.event_loop import process_loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +140,6 @@ class NotAwaitedError(TypeError):
     """A lifecycle method returned a coroutine (or another awaitable) that nothing awaits:
     a method the worker cannot tell is async (a decorated one), or a missing `await`.
     The call counts as failed, never as done."""
-
-
-class ProcessorExited(RuntimeError):
-    """The processor raised a BaseException that is not an Exception (SystemExit,
-    KeyboardInterrupt, GeneratorExit, ...): a failed call, retried as any other. Let
-    through, it would end the thread that made the call (or the event loop of every async
-    call), and leave the shard waiting on a call that never returns."""
 
 
 def refuse_awaitable(result: object, method: str) -> None:
@@ -410,8 +404,6 @@ class FunctionProcessor(BaseRecordProcessor):
     def process_records(self, records: list[Record], checkpointer: Checkpointer) -> ProcessResult:
         result = self.handle(list(records))  # its own copy: ours names what failed
         if inspect.isawaitable(result):  # (an async callable object, a decorated function)
-            from streamconsumer.awaiting import process_loop  # (it builds on this module)
-
             result = process_loop().run(result)
         checkpoint_what_returned(records, result, checkpointer)
         return result
@@ -431,44 +423,6 @@ def checkpoint_what_returned(
 
 ProcessorFactory = Callable[[], RecordProcessor]
 LIFECYCLE = ("initialize", "process_records", "lease_lost", "shard_ended", "shutdown_requested")
-
-
-def load_processor(entrypoint: str) -> ProcessorFactory:
-    """Resolves "package.module:Name" to a factory of per-shard processors.
-
-    `Name` may be a processor class (one instance per shard) or a plain function, either
-    of them async (`streamconsumer.awaiting`)."""
-    from streamconsumer import awaiting  # (it builds on this module)
-
-    module_name, sep, attribute = entrypoint.partition(":")
-    if not sep or not module_name or not attribute:
-        raise ValueError(f'entrypoint {entrypoint!r} must look like "package.module:Name"')
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(
-            f"entrypoint {entrypoint!r}: cannot import {module_name}: {error}"
-        ) from None
-    target = getattr(module, attribute, None)
-    if target is None:
-        raise ValueError(f"entrypoint {entrypoint!r}: {module_name} has no {attribute}")
-    if isinstance(target, type):
-        missing = [m for m in LIFECYCLE if not callable(getattr(target, m, None))]
-        if missing:
-            raise ValueError(
-                f"entrypoint {entrypoint!r}: class lacks {', '.join(missing)}; "
-                "subclass streamconsumer.processor.BaseRecordProcessor (or "
-                "streamconsumer.awaiting.AsyncBaseRecordProcessor)"
-            )
-        if awaiting.is_async(target):
-            return awaiting.AsyncFactory(target)
-        return cast(ProcessorFactory, target)
-    if callable(target):
-        function = target
-        if awaiting.is_async(function):
-            return lambda: awaiting.synchronous(function)
-        return lambda: FunctionProcessor(function)
-    raise ValueError(f"entrypoint {entrypoint!r} is neither a processor class nor a function")
 
 
 def warm_up(factory: ProcessorFactory) -> None:

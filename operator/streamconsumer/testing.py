@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from streamconsumer import awaiting
+from streamconsumer.deliveries import Attempt as Attempt  # re-exported: public names here
+from streamconsumer.deliveries import Delivery as Delivery
+from streamconsumer.deliveries import GivenUp as GivenUp
 from streamconsumer.processor import (
     SHARD_END,
     Checkpointer,
@@ -51,7 +53,7 @@ from streamconsumer.processor import (
 
 if TYPE_CHECKING:
     from streamconsumer.models.failure import FailurePolicy
-    from streamconsumer.worker.harness import ShardDriver
+    from streamconsumer.worker.harness import HarnessShard
 
 WORKER_EXTRA = "pip install 'streamconsumer[worker]'"
 
@@ -76,43 +78,6 @@ def make_records(
         sequence = str(number)
         records.append(Record(data, partition_key, sequence, when, checkpoint_sequence=sequence))
     return records
-
-
-@dataclass
-class Attempt:
-    """One process_records call: the records it was given, and how it failed (the text
-    the worker logs and reports), or None when it returned with every record done."""
-
-    records: list[Record]
-    error: str | None
-
-
-@dataclass
-class GivenUp:
-    """Records the failure policy passed over in one step: `action` "skip" or
-    "deadLetter", with the error and attempts the Event and the letters carry."""
-
-    action: str
-    records: list[Record]
-    error: str
-    attempts: int
-
-
-@dataclass
-class Delivery:
-    """What the worker did with a batch (`ProcessorHarness.deliver`). Each record of the
-    batch ends in exactly one of `done`, `skipped`, `dead_lettered` and `left`."""
-
-    attempts: list[Attempt]  # every process_records call, in order: retries, bisected halves
-    done: list[Record]  # a call that returned did not report them failed
-    skipped: list[Record]  # passed over by then: skip (a RecordsSkipped Event)
-    dead_lettered: list[Record]  # written to the dead-letter target, then passed over
-    given_up: list[GivenUp]  # the skips and dead-letter writes, in order, with their errors
-    letters: list[dict[str, Any]]  # the JSON documents the dead-letter target got
-    checkpoints: list[str]  # stored while the batch went through, in order
-    blocked: str | None  # the shard blocks, retried for ever: the error Degraded shows
-    hung: str | None  # a call ran past timeoutSeconds: reported, the worker restarts
-    left: list[Record]  # neither done nor passed over: delivered again
 
 
 class ProcessorHarness:
@@ -146,7 +111,7 @@ class ProcessorHarness:
         self.consumer = consumer
         self.letter_limit = letter_limit
         self._initialized = False
-        self._driver: ShardDriver | None = None
+        self._driver: HarnessShard | None = None
 
     def initialize(self) -> None:
         self._call(lambda: self.processor.initialize(self.shard), "initialize")
@@ -171,9 +136,9 @@ class ProcessorHarness:
         self.checkpoints.extend(delivery.checkpoints)
         return delivery
 
-    def _shard_driver(self) -> ShardDriver:
+    def _shard_driver(self) -> HarnessShard:
         try:
-            from streamconsumer.worker.harness import ShardDriver, failure_policy
+            from streamconsumer.worker.harness import HarnessShard, failure_policy
         except ModuleNotFoundError as missing:
             if (missing.name or "").partition(".")[0] == "streamconsumer":
                 raise  # our own bug, not a missing extra
@@ -181,7 +146,7 @@ class ProcessorHarness:
                 f"ProcessorHarness.deliver runs the worker's failure policy, which needs "
                 f"{missing.name}: {WORKER_EXTRA}"
             ) from missing
-        return ShardDriver(
+        return HarnessShard(
             self.processor,
             self.shard.shard_id,
             self.progress.stored,

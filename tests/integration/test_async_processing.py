@@ -14,7 +14,8 @@ from typing import ClassVar
 import pytest
 
 from streamconsumer import awaiting
-from streamconsumer.processor import Checkpointer, Record, load_processor
+from streamconsumer.loading import load_processor
+from streamconsumer.processor import Checkpointer, Record
 from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
 from testbed.in_process import InProcessOperator

@@ -23,10 +23,12 @@ from streamconsumer.models import StartPosition, StartPositionType
 from streamconsumer.processor import Progress, Record
 from streamconsumer.spark.batching import BatchingProcessor
 from streamconsumer.worker import lanes
-from streamconsumer.worker.calls import Stopped
+from streamconsumer.worker.calls import PartlyFailed, Stopped
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.driver import ShardDriver
+from streamconsumer.worker.failures import Failures
 from streamconsumer.worker.processes import PodProcesses
-from streamconsumer.worker.shard import Answer, ShardMachine, Sifted, Step, Stop
+from streamconsumer.worker.shard import Answer, Call, Deliver, ShardMachine, Sifted, Step, Stop
 
 Revert = Callable[[pytest.MonkeyPatch], None]
 
@@ -166,7 +168,7 @@ def retries_ignore_handoffs(patch: pytest.MonkeyPatch) -> None:
     next_step = ShardMachine.next
 
     def stubborn(self: ShardMachine, now: float) -> Step:
-        if self._stop is Stop.HANDOFF and self._call_failures:
+        if self._stop is Stop.HANDOFF and self.failures.count:
             self._stop = None
             try:
                 return next_step(self, now)
@@ -268,10 +270,10 @@ def pause_ignored(patch: pytest.MonkeyPatch) -> None:
 def passed_over_at_the_first_failure(patch: pytest.MonkeyPatch) -> None:
     """13.2: the failure policy skips or dead-letters a batch without retrying it."""
 
-    def exhausted(self: ShardMachine, now: float, batch: Any = None) -> bool:
-        return self._failing_since is not None
+    def exhausted(self: Failures, now: float, piece: bool = False) -> bool:
+        return self.since is not None
 
-    patch.setattr(ShardMachine, "_exhausted", exhausted)
+    patch.setattr(Failures, "exhausted", exhausted)
 
 
 def passing_over_checkpoints_unflushed_records(patch: pytest.MonkeyPatch) -> None:
@@ -553,12 +555,12 @@ def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
 def young_records_given_up_with_old_ones(patch: pytest.MonkeyPatch) -> None:
     """29: a failing batch whose first record is past maxRecordAgeSeconds is given up
     whole, its younger records with it."""
-    too_old = ShardMachine._records_too_old
+    too_old = Failures.records_too_old
 
-    def whole(self: ShardMachine, wall: float) -> int:
-        return len(self._batches[0].records) if too_old(self, wall) else 0
+    def whole(self: Failures, records: Sequence[Record], wall: float) -> int:
+        return len(records) if too_old(self, records, wall) else 0
 
-    patch.setattr(ShardMachine, "_records_too_old", whole)
+    patch.setattr(Failures, "records_too_old", whole)
 
 
 def filter_ignored(patch: pytest.MonkeyPatch) -> None:
@@ -633,3 +635,17 @@ def lease_groups_deleted_before_the_commit(patch: pytest.MonkeyPatch) -> None:
         return replace_status(self, body)
 
     patch.setattr(GroupedStatusApi, "replace_status", early)
+
+
+def driver_forgets_what_a_partly_failed_call_did_ahead(patch: pytest.MonkeyPatch) -> None:
+    """44 (one worker driver): the driver tells the machine of a partly failed call
+    without the records done after its first failed one, as the harness's own step loop
+    did: they are delivered again with the failed ones."""
+    failed = ShardDriver.failed
+
+    def forgetting(self: ShardDriver, step: Call, error: Exception) -> None:
+        if isinstance(error, PartlyFailed) and isinstance(step, Deliver):
+            error = PartlyFailed(step.batch.records, error.done)
+        failed(self, step, error)
+
+    patch.setattr(ShardDriver, "failed", forgetting)

@@ -1,10 +1,11 @@
-"""Simulated worker pods: the real WorkerCore and ShardMachines, driven the way
-`worker/runtime.py` drives them, on a clock of their own (an offset monotonic clock:
-no two processes agree on the time), over the simulated network. A worker can be
-paused (its events wait), killed (they vanish) or drained (SIGTERM). Its watchdog ends
-it (`crashed`) when a processor call outlives its fence, or after a hung call's drain.
-Dead letters go through the real size check to a queue with a size limit; a shard whose
-letter cannot fit must say so in every heartbeat (blocked, naming the record)."""
+"""Simulated worker pods: the real WorkerCore and ShardMachines, driven by the worker's
+own driver (`worker/driver.py`, as `worker/runtime.py` runs it), on a clock of their
+own (an offset monotonic clock: no two processes agree on the time), over the
+simulated network. A worker can be paused (its events wait), killed (they vanish) or
+drained (SIGTERM). Its watchdog ends it (`crashed`) when a processor call outlives its
+fence, or after a hung call's drain. Dead letters go through the real size check to a
+queue with a size limit; a shard whose letter cannot fit must say so in every heartbeat
+(blocked, naming the record)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from streamconsumer.controller.worker_api.answers import CHECKPOINT as CHECKPOIN
 from streamconsumer.controller.worker_api.answers import HEARTBEAT as HEARTBEAT_ROUTE
 from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
 from streamconsumer.deadletter.base import Letter
-from streamconsumer.models import CheckpointResponse, HeartbeatRequest
+from streamconsumer.models import CheckpointRequest, CheckpointResponse, HeartbeatRequest
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER, worker_pod
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.failure import FailurePolicy
@@ -40,14 +41,7 @@ from streamconsumer.processor import (
 )
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
-from streamconsumer.worker.calls import (
-    GroupCall,
-    Interrupted,
-    MachineParts,
-    PartlyFailed,
-    Stopped,
-    call_processor,
-)
+from streamconsumer.worker.calls import GroupCall, Interrupted, PartlyFailed, Stopped
 from streamconsumer.worker.client import (
     OperatorRefused,
     OperatorUnavailable,
@@ -57,18 +51,17 @@ from streamconsumer.worker.client import (
     request_headers,
 )
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.driver import Effects, ShardDriver
 from streamconsumer.worker.filtering import keeper
 from streamconsumer.worker.shard import (
     Call,
     DeadLetter,
     Deliver,
     EndShard,
-    Finished,
-    SendCheckpoint,
+    Outcome,
     ShardMachine,
     Shutdown,
     Skip,
-    Wait,
 )
 
 IDLE_READ = 0.5
@@ -240,18 +233,108 @@ class SimQueue:
             raise OSError("injected dead-letter target failure")
 
 
-@dataclass
-class Running:
-    """The driver's side of one ShardMachine."""
+class Running(Effects):
+    """One ShardMachine of a simulated worker, driven by the worker's own driver: this is
+    its host. Calls take simulated time (`begin` schedules them), checkpoints cross the
+    simulated network (`checkpoint` answers later); the ledger hears every outcome."""
 
-    machine: ShardMachine
-    reader: SimReader
-    processor: RecordProcessor | None = None
-    delivery: Delivery | None = None
-    stepping: bool = False
-    reading: bool = False
-    read_failures: int = 0
-    unwritable: str | None = None  # the record whose dead letter the queue cannot hold
+    passes = (Violation,)  # the ledger's, raised inside a call: never a processor failure
+
+    def __init__(self, worker: SimWorker, machine: ShardMachine, reader: SimReader) -> None:
+        self.worker = worker
+        self.machine = machine
+        self.reader = reader
+        self.delivery: Delivery | None = None
+        self.stepping = False
+        self.reading = False
+        self.read_failures = 0
+        self.unwritable: str | None = None  # the record whose dead letter the queue cannot hold
+        self.driver = ShardDriver(
+            machine, self, lambda: worker.make_processor(worker), "sim", worker.fanout
+        )
+
+    def now(self) -> float:
+        return self.worker.clock()
+
+    def wall(self) -> float:
+        return self.worker.wall()
+
+    def wait(self, until: float | None) -> bool:
+        if until is not None:
+            # A hair after `until`: the offset clock rounds, and must not stay short of it.
+            delay = max(0.0, until - self.now()) + 1e-6
+            self.worker.schedule(delay, lambda: self.worker.poke(self))
+        return False
+
+    def finished(self, outcome: Outcome) -> None:
+        self.worker.finished(self)
+
+    def begin(self, step: Call) -> bool:
+        worker, machine = self.worker, self.machine
+        records: list[Record] = list(step.batch.records) if isinstance(step, Deliver) else []
+        if isinstance(step, (Deliver, EndShard, Shutdown)):
+            self.delivery = worker.ledger.begin(
+                worker.name, machine.shard_id, machine.epoch, (r.sequence_number for r in records)
+            )
+        worker.watch()
+        assert worker.trouble is not None
+        duration = worker.trouble.call_seconds(len(records))
+        worker.schedule(duration, lambda: self.driver.perform(step))
+        return False
+
+    def checkpoint(self, request: CheckpointRequest) -> None:
+        worker = self.worker
+        timeout = worker.core.waiting_timeout if request.wait else worker.core.request_timeout
+        worker.request(timeout, CHECKPOINT, request, self._checkpointed)
+
+    def _checkpointed(self, reply: tuple[int, bytes] | None) -> None:
+        def read() -> CheckpointResponse:
+            if reply is None:
+                raise OperatorUnavailable("no answer")
+            return checkpoint_answer(*reply)
+
+        self.driver.answered(checkpoint_outcome(self.machine.shard_id, read))
+        self.worker.poke(self)
+
+    def write(self, batch: FailedBatch) -> None:
+        self.worker.dead_letters.write(batch)
+
+    def settled(self, step: Call, error: Exception | None) -> None:
+        """What the ledger counts of the outcome; then the next step and read."""
+        ledger = self.worker.ledger
+        if isinstance(step, (Skip, DeadLetter)):
+            if error is None:
+                sequences = [int(r.sequence_number) for r in step.batch.records]
+                ledger.passed_over(self.machine.shard_id, sequences)
+            elif isinstance(error, LetterTooLarge):
+                # Not always the batch's first: records past maxRecordAgeSeconds are
+                # dead-lettered together, without bisecting.
+                self.unwritable = error.sequence_number
+        elif isinstance(step, Deliver) and error is not None:
+            self._counted(step, error)
+        elif error is None:
+            self.unwritable = None  # the processor returned: no longer held up
+        if self.delivery is not None:
+            ledger.end(self.delivery)
+            self.delivery = None
+        self.worker.poke(self)
+        self.worker.read(self)
+
+    def _counted(self, step: Deliver, error: Exception) -> None:
+        """The ledger's count of a Deliver that did not return whole."""
+        ledger, records = self.worker.ledger, step.batch.records
+        if isinstance(error, (Interrupted, PartlyFailed)):
+            # (The records an interrupted call left are not failed: no failure counted.)
+            ledger.done_ahead.update(
+                int(r.sequence_number) for r in records if r.position in error.ahead
+            )
+        if isinstance(error, PartlyFailed):
+            failed = [r for r in records[error.done :] if r.position not in error.ahead]
+            ledger.raised([int(r.sequence_number) for r in failed])
+            if error.done:  # records done: past the dead letter, as the worker counts it
+                self.unwritable = None
+        elif not isinstance(error, Interrupted):  # (but for the records an earlier call did)
+            ledger.raised([int(r.sequence_number) for r in records if r.position not in step.done])
 
 
 @dataclass(eq=False)
@@ -317,7 +400,7 @@ class SimWorker:
     def clock(self) -> float:
         return self.world.now + self.offset
 
-    def _wall(self) -> float:
+    def wall(self) -> float:
         """The wall clock, for records' ages: exact (a skewed one is not simulated)."""
         return wall(self.world.now).timestamp()
 
@@ -366,7 +449,7 @@ class SimWorker:
         request = self.core.heartbeat(self.clock())
         self._check_blocked_reported(request)
         sent_at = self.clock()
-        self._request(
+        self.request(
             self.core.request_timeout,
             HEARTBEAT,
             request,
@@ -404,12 +487,12 @@ class SimWorker:
             started, resend = self.core.answered(response, sent_at, self.clock())
             for machine in started:
                 reader = self.source.open_reader(machine.shard_id, machine.assignment.start)
-                self.running[machine.shard_id] = Running(machine, reader)
+                self.running[machine.shard_id] = Running(self, machine, reader)
             for request in resend:
-                self._request(self.core.request_timeout, CHECKPOINT, request, lambda _: None)
+                self.request(self.core.request_timeout, CHECKPOINT, request, lambda _: None)
             for running in list(self.running.values()):
-                self._poke(running)
-                self._read(running)
+                self.poke(running)
+                self.read(running)
         if self.core.done(self.clock()):
             if self.core.machines and self.drain_started is not None and not self.crashed:
                 self.killed_at_deadline = True  # the pod's grace period ran out
@@ -422,7 +505,7 @@ class SimWorker:
 
     # --- requests over the network ------------------------------------------------------
 
-    def _request(
+    def request(
         self,
         timeout: float,
         path: str,
@@ -476,111 +559,23 @@ class SimWorker:
 
     # --- shards -----------------------------------------------------------------------
 
-    def _poke(self, running: Running) -> None:
+    def poke(self, running: Running) -> None:
         if not running.stepping:
             running.stepping = True
             self.schedule(0.0, lambda: self._step(running))
 
     def _step(self, running: Running) -> None:
         running.stepping = False
-        machine = running.machine
-        step = machine.next(self.clock())
-        if isinstance(step, Wait):
-            if step.until is not None:
-                # A hair after `until`: the offset clock rounds, and must not stay short of it.
-                delay = max(0.0, step.until - self.clock()) + 1e-6
-                self.schedule(delay, lambda: self._poke(running))
-            return
-        if isinstance(step, Finished):
-            if self.running.get(machine.shard_id) is running:
-                self.core.finished(machine)
-                del self.running[machine.shard_id]
-                self._wake_heartbeat()
-            return
-        if isinstance(step, SendCheckpoint):
-            wait = step.request.wait
-            self._request(
-                self.core.waiting_timeout if wait else self.core.request_timeout,
-                CHECKPOINT,
-                step.request,
-                lambda reply: self._checkpointed(running, step.request.shard_id, reply),
-            )
-            return
-        records: list[Record] = list(step.batch.records) if isinstance(step, Deliver) else []
-        if isinstance(step, (Deliver, EndShard, Shutdown)):
-            running.delivery = self.ledger.begin(
-                self.name, machine.shard_id, machine.epoch, (r.sequence_number for r in records)
-            )
-        self._watch()
-        assert self.trouble is not None
-        duration = self.trouble.call_seconds(len(records))
-        self.schedule(duration, lambda: self._call(running, step))
+        running.driver.drive()
 
-    def _call(self, running: Running, step: Call) -> None:
+    def finished(self, running: Running) -> None:
         machine = running.machine
-        shard_id = machine.shard_id
-        try:
-            if isinstance(step, DeadLetter):
-                records = list(step.batch.records)
-                batch = FailedBatch("sim", shard_id, records, step.error, step.attempts)
-                self.dead_letters.write(batch)
-            if isinstance(step, (Skip, DeadLetter)):
-                sequences = [int(r.sequence_number) for r in step.batch.records]
-                self.ledger.passed_over(shard_id, sequences)
-            else:
-                running.processor = call_processor(
-                    step,
-                    machine,
-                    running.processor,
-                    lambda: self.make_processor(self),
-                    self._fanout,
-                    MachineParts(machine, self.clock),
-                )
-        except Violation:
-            raise  # the ledger's, raised inside a call: never mistaken for a failure
-        except LetterTooLarge as refused:
-            assert isinstance(step, DeadLetter)
-            # Not always the batch's first: records past maxRecordAgeSeconds are
-            # dead-lettered together, without bisecting.
-            running.unwritable = refused.sequence_number
-            machine.cannot_dead_letter(self.clock(), str(refused))
-        except Interrupted as cut:
-            assert isinstance(step, Deliver)
-            # (The records left are not failed: the ledger counts no failure for them.)
-            self.ledger.done_ahead.update(
-                int(r.sequence_number) for r in step.batch.records if r.position in cut.ahead
-            )
-            machine.interrupted(cut.done, cut.ahead)
-        except PartlyFailed as partly:
-            assert isinstance(step, Deliver)
-            failed = [
-                r for r in step.batch.records[partly.done :] if r.position not in partly.ahead
-            ]
-            self.ledger.raised([int(r.sequence_number) for r in failed])
-            self.ledger.done_ahead.update(
-                int(r.sequence_number) for r in step.batch.records if r.position in partly.ahead
-            )
-            machine.partly_failed(
-                self.clock(), partly.done, str(partly), self._wall(), partly.ahead
-            )
-            if partly.done:  # records done: past the dead letter, as the worker counts it
-                running.unwritable = None
-        except Exception as error:
-            if isinstance(step, Deliver):  # (but for the records an earlier call did)
-                records = [r for r in step.batch.records if r.position not in step.done]
-                self.ledger.raised([int(r.sequence_number) for r in records])
-            machine.raised(self.clock(), str(error), self._wall())
-        else:
-            machine.returned(self.clock())
-            if not isinstance(step, (Skip, DeadLetter)):
-                running.unwritable = None  # the processor returned: no longer held up
-        if running.delivery is not None:
-            self.ledger.end(running.delivery)
-            running.delivery = None
-        self._poke(running)
-        self._read(running)
+        if self.running.get(machine.shard_id) is running:
+            self.core.finished(machine)
+            del self.running[machine.shard_id]
+            self._wake_heartbeat()
 
-    def _fanout(self, calls: Sequence[GroupCall]) -> list[int | Exception]:
+    def fanout(self, calls: Sequence[GroupCall]) -> list[int | Exception]:
         """The groups of a parallel call, one after another in a random order (any order
         is one the runtime's threads may finish in); the ledger's Violation goes through."""
         order = list(range(len(calls)))
@@ -601,7 +596,7 @@ class SimWorker:
 
     # --- the watchdog ---------------------------------------------------------------------
 
-    def _watch(self) -> None:
+    def watch(self) -> None:
         """As the runtime's watchdog: a call past its fence ends the process; a hung call
         drains the other shards first (the next heartbeat says so)."""
         hung_before = self.core.hung
@@ -619,20 +614,9 @@ class SimWorker:
 
     def _watched(self) -> None:
         self._watch_at = None
-        self._watch()
+        self.watch()
 
-    def _checkpointed(
-        self, running: Running, shard_id: str, reply: tuple[int, bytes] | None
-    ) -> None:
-        def read() -> CheckpointResponse:
-            if reply is None:
-                raise OperatorUnavailable("no answer")
-            return checkpoint_answer(*reply)
-
-        running.machine.answered(checkpoint_outcome(shard_id, read), self.clock())
-        self._poke(running)
-
-    def _read(self, running: Running) -> None:
+    def read(self, running: Running) -> None:
         machine = running.machine
         if running.reading or machine.outcome is not None or not machine.wants_read():
             return
@@ -659,9 +643,9 @@ class SimWorker:
             self.ledger.ended_early.add(machine.shard_id)
             result = ReadResult(result.records, 0, shard_end=True)
         machine.read(result)
-        self._poke(running)
+        self.poke(running)
         if result.records:
-            self._read(running)
+            self.read(running)
         elif not result.shard_end:
             running.reading = True
             self.schedule(IDLE_READ, lambda: self._got(running))

@@ -1,5 +1,6 @@
-"""A thread-free driver of one ShardMachine for unit tests: processor calls run inline,
-checkpoints are answered by a function, time is a number that only moves forward."""
+"""A thread-free host of the worker's driver (`worker/driver.py`) for one ShardMachine in
+unit tests: processor calls run inline, checkpoints are answered by a function, time is
+a number that only moves forward."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 from collections.abc import Callable
 
 from streamconsumer.core.backoff import Backoff
-from streamconsumer.deadletter import DeadLetterWriter, FailedBatch, LetterTooLarge
+from streamconsumer.deadletter import DeadLetterWriter, FailedBatch
 from streamconsumer.models import (
     Assignment,
     CheckpointRequest,
@@ -17,24 +18,9 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.worker.calls import (
-    Fanout,
-    Interrupted,
-    MachineParts,
-    PartlyFailed,
-    call_processor,
-    in_turn,
-)
-from streamconsumer.worker.shard import (
-    Answer,
-    DeadLetter,
-    Finished,
-    ProcessorCall,
-    SendCheckpoint,
-    ShardMachine,
-    Skip,
-    Wait,
-)
+from streamconsumer.worker.calls import Fanout, in_turn
+from streamconsumer.worker.driver import Effects, ShardDriver
+from streamconsumer.worker.shard import Answer, Call, DeadLetter, ShardMachine, Skip
 
 
 def batch(*sequences: int, end: bool = False) -> ReadResult:
@@ -42,9 +28,10 @@ def batch(*sequences: int, end: bool = False) -> ReadResult:
     return ReadResult(records, millis_behind_latest=0, shard_end=end)
 
 
-class Drive:
-    """Runs one ShardMachine to quiescence on a fake clock: processor calls on `processor`,
-    checkpoints answered by `answer` (default: saved)."""
+class Drive(Effects):
+    """Runs one ShardMachine to quiescence on a fake clock through the worker's driver:
+    processor calls on `processor`, checkpoints answered by `answer` (default: saved);
+    each step moves the clock on by 10 ms."""
 
     def __init__(
         self,
@@ -58,9 +45,9 @@ class Drive:
         parallelism: int = 1,
         batch_size: int | None = None,
         fanout: Fanout = in_turn,
+        keep: Callable[[Record], bool] | None = None,
     ) -> None:
-        self.fanout = fanout  # how a Deliver's groups run under a parallelism
-        self.now = 0.0
+        self.clock = 0.0
         self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
         self.processor = processor
         self.answer = answer
@@ -81,75 +68,54 @@ class Drive:
             policy=policy,
             parallelism=parallelism,
             batch_size=batch_size,
+            keep=keep,
         )
+        self.driver = ShardDriver(self.machine, self, lambda: self.processor, "ns/c", fanout)
+        self._until = 0.0
+        self._first = True
 
     def run(self, until: float) -> None:
-        machine = self.machine
-        while self.now <= until:
-            step = machine.next(self.now)
-            if isinstance(step, Finished):
-                return
-            if isinstance(step, Wait):
-                if step.until is None or step.until > until:
-                    self.now = max(self.now, until)  # nothing happens before `until`
-                    return
-                self.now = step.until
-            elif isinstance(step, SendCheckpoint):
-                self.sent.append(step.request)
-                machine.answered(self.answer(step.request), self.now)
-            elif isinstance(step, Skip):
-                self.skipped.append(step)
-                machine.returned(self.now)
-            elif isinstance(step, DeadLetter) and self.writer is not None:
-                self.write(step)
-            elif isinstance(step, DeadLetter):
-                if self.dead_letter_failures:
-                    self.dead_letter_failures -= 1
-                    machine.raised(self.now, "target down")
-                else:
-                    self.dead_letters.append(step)
-                    machine.returned(self.now)
-            else:
-                try:
-                    self.call_processor(step)
-                except Interrupted as cut:
-                    machine.interrupted(cut.done, cut.ahead)
-                except PartlyFailed as partly:
-                    machine.partly_failed(
-                        self.now, partly.done, str(partly), self.wall(), partly.ahead
-                    )
-                except Exception as error:
-                    machine.raised(self.now, str(error), self.wall())
-                else:
-                    machine.returned(self.now)
-            self.now += 0.01
+        self._until, self._first = until, True
+        self.driver.drive()
+
+    # --- the driver's effects -------------------------------------------------------------
+
+    def now(self) -> float:
+        return self.clock  # (a processor may move it on)
+
+    def proceed(self) -> bool:
+        if not self._first:
+            self.clock += 0.01
+        self._first = False
+        return self.clock <= self._until
+
+    def wait(self, until: float | None) -> bool:
+        if until is None or until > self._until:
+            self.clock = max(self.clock, self._until)  # nothing happens before `until`
+            return False
+        self.clock = until
+        return True
 
     def wall(self) -> float | None:
         """The wall clock for records' ages: `epoch` seconds at time 0 (None: unknown)."""
-        return None if self.epoch is None else self.epoch + self.now
+        return None if self.epoch is None else self.epoch + self.clock
 
-    def write(self, step: DeadLetter) -> None:
-        assert self.writer is not None
-        records = list(step.batch.records)
-        try:
-            self.writer.write(FailedBatch("ns/c", "s", records, step.error, step.attempts))
-        except LetterTooLarge as refused:
-            self.machine.cannot_dead_letter(self.now, str(refused))
-        except Exception as error:
-            self.machine.raised(self.now, str(error))
-        else:
+    def checkpoint(self, request: CheckpointRequest) -> Answer:
+        self.sent.append(request)
+        return self.answer(request)
+
+    def write(self, batch: FailedBatch) -> None:
+        if self.writer is not None:
+            self.writer.write(batch)
+        elif self.dead_letter_failures:
+            self.dead_letter_failures -= 1
+            raise RuntimeError("target down")
+
+    def settled(self, step: Call, error: Exception | None) -> None:
+        if isinstance(step, Skip):
+            self.skipped.append(step)
+        elif isinstance(step, DeadLetter) and error is None:
             self.dead_letters.append(step)
-            self.machine.returned(self.now)
-
-    def call_processor(self, step: ProcessorCall) -> None:
-        call_processor(
-            step,
-            self.machine,
-            self.processor,
-            lambda: self.processor,
-            self.fanout,
-            MachineParts(self.machine, lambda: self.now),  # a processor may move `now` on
-        )
 
     def stored(self) -> list[str | None]:
         return [r.sequence_number for r in self.sent]

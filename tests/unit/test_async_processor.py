@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from streamconsumer import awaiting
+from streamconsumer import awaiting, event_loop
+from streamconsumer.loading import load_processor
 from streamconsumer.processor import (
     BaseRecordProcessor,
     BatchResult,
@@ -23,7 +24,6 @@ from streamconsumer.processor import (
     ProcessorExited,
     Record,
     ShardInfo,
-    load_processor,
     warm_up,
 )
 from streamconsumer.testing import ProcessorHarness, make_records
@@ -343,7 +343,7 @@ def test_a_coroutine_blocking_the_loop_is_said_once_in_the_log(
 ) -> None:
     """A blocked loop shows otherwise only as a call past timeoutSeconds, in a shard that
     may not be the one blocking it: the log says what blocks every shard's calls."""
-    monkeypatch.setattr(awaiting, "BLOCKED_WARNING_SECONDS", 1.0)
+    monkeypatch.setattr(event_loop, "BLOCKED_WARNING_SECONDS", 1.0)
     loop = awaiting.EventLoopThread(name="test-loop")
 
     async def blocking() -> str:
@@ -354,7 +354,7 @@ def test_a_coroutine_blocking_the_loop_is_said_once_in_the_log(
         await asyncio.sleep(0.1)
         return "done"
 
-    with caplog.at_level("WARNING", logger="streamconsumer.awaiting"):
+    with caplog.at_level("WARNING", logger="streamconsumer.event_loop"):
         assert loop.run(awaiting_well()) == "done"
         assert loop.run(blocking()) == "done"
         time.sleep(1.0)  # the loop runs again: nothing more is said

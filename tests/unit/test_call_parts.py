@@ -41,13 +41,13 @@ def test_the_timeout_is_each_calls_not_the_whole_reads() -> None:
     hung: list[bool] = []
 
     def slow(number: int, drive: Drive) -> None:
-        drive.now += 8
-        hung.append(drive.machine.hung(drive.now))
+        drive.clock += 8
+        hung.append(drive.machine.hung(drive.clock))
 
     processor.during = slow
     drive.machine.read(batch(1, 2, 3, 4, 5, 6))
     drive.run(until=1)
-    drive.run(until=drive.now + 1)
+    drive.run(until=drive.clock + 1)
     assert processor.calls == [["1", "2"], ["3", "4"], ["5", "6"]]
     assert hung == [False, False, False]
     assert drive.stored() == ["6"]
@@ -60,11 +60,11 @@ def test_a_call_past_the_timeout_is_hung_though_the_read_began_just_before() -> 
     ran_for: list[float] = []
 
     def last_hangs(number: int, drive: Drive) -> None:
-        drive.now += 1 if number < 3 else 11
+        drive.clock += 1 if number < 3 else 11
         started = drive.machine.call_started
         assert started is not None
-        ran_for.append(round(drive.now - started, 6))
-        hung.append(drive.machine.hung(drive.now))
+        ran_for.append(round(drive.clock - started, 6))
+        hung.append(drive.machine.hung(drive.clock))
 
     processor.during = last_hangs
     drive.machine.read(batch(1, 2, 3, 4, 5, 6))
@@ -83,7 +83,7 @@ def test_a_hand_off_between_calls_in_turn_releases_at_the_last_call_done() -> No
     assert processor.calls == [["1", "2"], ["3", "4"]], "the third call is the next owner's"
     assert drive.sent[-1].release
     assert drive.sent[-1].sequence_number == "4"
-    assert drive.machine.held(drive.now).failing is None, "a hand-off is no failure"
+    assert drive.machine.held(drive.clock).failing is None, "a hand-off is no failure"
 
 
 def test_a_hand_off_waits_for_every_group_under_parallelism() -> None:
@@ -118,11 +118,11 @@ def test_a_loss_between_calls_makes_no_more_of_them() -> None:
 
 def test_a_fence_between_calls_stops_them_and_the_rest_follows_its_renewal() -> None:
     processor, drive = driven(fence=10.0)
-    processor.during = lambda number, drive: setattr(drive, "now", 10.0) if number == 1 else None
+    processor.during = lambda number, drive: setattr(drive, "clock", 10.0) if number == 1 else None
     drive.machine.read(batch(1, 2, 3, 4, 5, 6))
     drive.run(until=10.5)
     assert processor.calls == [["1", "2"]], "no call once fenced"
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None
     drive.machine.renew(100.0)
     drive.run(until=20)
     assert processor.calls == [["1", "2"], ["3", "4"], ["5", "6"]], "the rest, once"
@@ -138,13 +138,13 @@ def test_interrupted_is_the_deliver_not_the_shutdown() -> None:
         drive.machine.revoke(Stop.HANDOFF) if number == 1 else None
     )
     drive.machine.read(batch(1, 2, 3, 4))
-    original = drive.call_processor
+    original = drive.begin
 
-    def noting(step: object) -> None:
+    def noting(step: object) -> bool:
         steps.append(type(step))
-        original(step)  # type: ignore[arg-type]
+        return original(step)  # type: ignore[arg-type]
 
-    drive.call_processor = noting  # type: ignore[method-assign]
+    drive.begin = noting  # type: ignore[method-assign]
     drive.run(until=5)
     assert steps[-2:] == [Deliver, Shutdown]
 
@@ -194,14 +194,14 @@ def test_the_rest_of_an_interrupted_batch_has_not_failed_yet() -> None:
         if number == 1:
             raise RuntimeError("transient")
         if number == 2:
-            drive.now = 10.0
+            drive.clock = 10.0
 
     processor.during = once_then_fence
     drive.machine.read(batch(1, 2, 3))
     drive.run(until=10.5)
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None
     drive.machine.renew(1000.0)
-    drive.now = 20.0
+    drive.clock = 20.0
     drive.run(until=30)
     assert processor.calls == [["1", "2"], ["1", "2"], ["3"]]
     assert drive.skipped == []
@@ -246,7 +246,7 @@ def test_a_fence_passed_between_calls_is_no_call_outliving_it() -> None:
     verdicts: list[str | None] = []
 
     def between_calls(number: int, drive: Drive) -> None:
-        drive.now = 9.999
+        drive.clock = 9.999
 
     processor.during = between_calls
     original = drive.machine.part_ended
@@ -255,7 +255,7 @@ def test_a_fence_passed_between_calls_is_no_call_outliving_it() -> None:
         original(group, now)
         core.watch(10.0)  # the watchdog, at the fence, before the next call is refused
         verdicts.append(core.overran)
-        drive.now = 10.0  # (the thread's own work between calls crosses the fence)
+        drive.clock = 10.0  # (the thread's own work between calls crosses the fence)
 
     drive.machine.part_ended = ended  # type: ignore[method-assign]
     drive.machine.read(batch(1, 2, 3, 4))

@@ -13,7 +13,8 @@ from botocore.stub import Stubber
 from clickstream.processor import PageViewsPerMinute
 from clickstream.produce import ensure_stream, records
 
-from streamconsumer.processor import Record, load_processor
+from streamconsumer.loading import load_processor
+from streamconsumer.processor import Record
 from streamconsumer.testing import ProcessorHarness
 
 

@@ -56,7 +56,7 @@ def test_block_retries_for_ever_and_reports_the_shard_blocked() -> None:
     processor = Poisoned({"2"})
     drive = driven(processor, policy("block"), batch(1), batch(2), batch(3))
     assert processor.done == ["1"], "nothing after the poison"
-    failing = drive.machine.held(drive.now).failing
+    failing = drive.machine.held(drive.clock).failing
     assert failing is not None
     assert failing.blocked
     assert failing.attempts > 3
@@ -70,16 +70,16 @@ def test_skip_passes_the_batch_over_after_its_retries_and_says_so() -> None:
     assert processor.done == ["1", "3"]
     assert [s.attempts for s in drive.skipped] == [3], "the first try and two retries"
     assert drive.stored() == ["1", "2", "3"], "the checkpoint moves past the skipped batch"
-    (note,) = drive.machine.held(drive.now).passed_over
+    (note,) = drive.machine.held(drive.clock).passed_over
     assert (note.action, note.first_sequence, note.count) == ("skip", "2", 1)
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None
 
 
 def test_a_heartbeat_answer_clears_the_reported_notes() -> None:
     drive = driven(Poisoned({"2"}), policy("skip"), batch(2))
-    held = drive.machine.held(drive.now)
+    held = drive.machine.held(drive.clock)
     drive.machine.reported(held)
-    assert drive.machine.held(drive.now).passed_over == []
+    assert drive.machine.held(drive.clock).passed_over == []
 
 
 def test_retry_for_seconds_ends_retries_before_their_count() -> None:
@@ -153,7 +153,7 @@ def test_a_dead_letter_that_can_never_fit_blocks_the_shard_and_says_why() -> Non
     assert queue.requests == 0, "nothing sent that cannot fit"
     assert processor.done == ["1"]
     assert drive.stored() == ["1"], "nothing passed over"
-    failing = drive.machine.held(drive.now).failing
+    failing = drive.machine.held(drive.clock).failing
     assert failing is not None
     assert failing.blocked, "the heartbeat reports it, so Degraded names it"
     assert "record 2 " in failing.error
@@ -161,14 +161,14 @@ def test_a_dead_letter_that_can_never_fit_blocks_the_shard_and_says_why() -> Non
     assert "cannot parse" in failing.error
     attempts = failing.attempts
     drive.run(until=240)
-    held = drive.machine.held(drive.now).failing
+    held = drive.machine.held(drive.clock).failing
     assert held is not None
     assert held.attempts > attempts, "the processor is retried, as under block"
 
     processor.poison.clear()  # fixed (a new version of its dependency, say)
     drive.run(until=400)
     assert processor.done == ["1", "2", "3"]
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None
     assert drive.stored()[-1] == "3"
 
 
@@ -185,7 +185,7 @@ def test_a_dead_letter_too_large_for_its_target_goes_to_the_overflow() -> None:
     assert [letter.record.sequence_number for letter in queue.sent] == ["3"]
     assert processor.done == ["1", "4"]
     assert drive.stored()[-1] == "4"
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None
 
 
 def test_a_poison_batch_bisected_to_its_records_is_one_note_per_heartbeat() -> None:
@@ -194,14 +194,14 @@ def test_a_poison_batch_bisected_to_its_records_is_one_note_per_heartbeat() -> N
         Poisoned({"1", "2", "3", "4", "5"}), policy("skip"), batch(1, 2, 3, 4, 5), until=300
     )
     assert len(drive.skipped) > 1, "bisected"
-    held = drive.machine.held(drive.now)
+    held = drive.machine.held(drive.clock)
     (note,) = held.passed_over
     assert (note.first_sequence, note.last_sequence, note.count) == ("1", "5", 5)
     drive.machine.read(batch(6))
     drive.processor.poison.add("6")  # type: ignore[attr-defined]
     drive.run(until=600)
-    sent, later = drive.machine.held(drive.now).passed_over
+    sent, later = drive.machine.held(drive.clock).passed_over
     assert sent == note, "a note in flight is not added to"
     assert later.count == 1
     drive.machine.reported(held)
-    assert drive.machine.held(drive.now).passed_over == [later]
+    assert drive.machine.held(drive.clock).passed_over == [later]

@@ -376,7 +376,7 @@ def test_a_block_on_a_record_done_ahead_moves_to_the_earlier_record_still_failin
     drive.machine.read(ReadResult([old(1, "a"), old(2, "b", 200 * 1024)], millis_behind_latest=0))
     for tick in range(1, 100):  # until the dead letter of 1 and 2 is refused
         drive.run(until=tick / 100)
-        failing = drive.machine.held(drive.now).failing
+        failing = drive.machine.held(drive.clock).failing
         if failing is not None and failing.blocked:
             break
     assert failing is not None
@@ -387,9 +387,9 @@ def test_a_block_on_a_record_done_ahead_moves_to_the_earlier_record_still_failin
 
     drive.run(until=120)
     assert processor.done == ["2"], "2 done in the retry, 1 still failing"
-    failing = drive.machine.held(drive.now).failing
+    failing = drive.machine.held(drive.clock).failing
     assert failing is None or "record 2 " not in failing.error, "blocked on a record done"
     assert [letter.record.sequence_number for letter in queue.sent] == ["1"]
     assert [[r.sequence_number for r in d.batch.records] for d in drive.dead_letters] == [["1"]]
     assert drive.stored()[-1] == "2", "nothing is left undone"
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None

@@ -75,7 +75,7 @@ def test_the_records_before_the_first_failed_one_are_done_and_never_delivered_ag
     drive = run(processor, 1, 2, 3, 4, 5)
     assert processor.calls == [["1", "2", "3", "4", "5"], ["3", "4", "5"]]
     assert drive.stored() == ["2", "5"], "checkpointed past 1-2 at once, then the rest"
-    assert drive.machine.held(drive.now).failing is None
+    assert drive.machine.held(drive.clock).failing is None
 
 
 def test_a_plain_list_of_records_or_sequence_numbers_is_a_batch_result() -> None:
@@ -93,7 +93,7 @@ def test_the_whole_batch_reported_failed_is_retried_as_if_it_raised() -> None:
     )
     drive = run(processor, 1, 2, 3)
     assert all(call == ["1", "2", "3"] for call in processor.calls)
-    failing = drive.machine.held(drive.now).failing
+    failing = drive.machine.held(drive.clock).failing
     assert failing is not None
     assert failing.blocked, "block: the retries used up, nothing passed over"
     assert "3 of 3 records failed" in failing.error

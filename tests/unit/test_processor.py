@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from streamconsumer.loading import load_processor
 from streamconsumer.processor import (
     SHARD_END,
     BaseRecordProcessor,
@@ -17,7 +18,6 @@ from streamconsumer.processor import (
     FunctionProcessor,
     Progress,
     Record,
-    load_processor,
     warm_up,
 )
 from streamconsumer.testing import ProcessorHarness, make_records

@@ -95,7 +95,7 @@ def test_records_age_while_they_are_retried() -> None:
     run = drive(processor, aged((1, 55)), then="skip", maxRecordAgeSeconds=60, retries=1000)
     assert len(run.skipped) == 1
     assert 1 < len(processor.calls) < 1000
-    assert run.now > 5
+    assert run.clock > 5
 
 
 @pytest.mark.parametrize(

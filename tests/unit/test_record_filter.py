@@ -144,15 +144,7 @@ def numbered(*sequences: int) -> ReadResult:
 def filtered_drive(
     processor: BaseRecordProcessor, *reads: ReadResult, wants_empty: bool = False
 ) -> tuple[Drive, int]:
-    drive = Drive(processor)
-    drive.machine = type(drive.machine)(
-        "w",
-        drive.machine.assignment,
-        fence_deadline=1e9,
-        prefetch=10,
-        keep=keeper(ODD),
-        wants_empty_batches=wants_empty,
-    )
+    drive = Drive(processor, keep=keeper(ODD), wants_empty_batches=wants_empty)
     dropped = sum(drive.machine.read(r) for r in reads)
     drive.run(until=60)
     return drive, dropped

@@ -155,7 +155,7 @@ def test_handoff_after_an_outage_checkpoints_only_processed_records() -> None:
     drive.machine.read(batch(1))
     drive.machine.read(batch(2))
     drive.run(until=1.0)
-    assert drive.machine.next(drive.now) == Wait(), "fenced: nothing delivered"
+    assert drive.machine.next(drive.clock) == Wait(), "fenced: nothing delivered"
     drive.machine.renew(100.0)  # the operator is back...
     drive.machine.revoke(Stop.HANDOFF)  # ...and moves the shard
     drive.run(until=2.0)
@@ -193,7 +193,7 @@ def test_a_handoff_interrupts_a_poison_batch() -> None:
     drive.machine.read(batch(1))
     drive.run(until=30.0)  # retrying with back-off
     drive.machine.revoke(Stop.HANDOFF)
-    drive.run(until=drive.now + 0.1)
+    drive.run(until=drive.clock + 0.1)
     assert drive.machine.outcome is not None, "still retrying after the hand-off"
     assert drive.stored() == [None], "released with nothing processed"
 

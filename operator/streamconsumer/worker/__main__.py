@@ -9,8 +9,9 @@ import ssl
 import sys
 
 from streamconsumer.deadletter import writer_for
+from streamconsumer.loading import load_processor
 from streamconsumer.models.pod_policy import LOG_LEVEL_ENV
-from streamconsumer.processor import load_processor, warm_up
+from streamconsumer.processor import warm_up
 from streamconsumer.worker import metrics
 from streamconsumer.worker.client import OperatorClient
 from streamconsumer.worker.config import WorkerConfig

@@ -1,6 +1,6 @@
 """What `streamconsumer.testing.ProcessorHarness.deliver` runs: one real ShardMachine with
-the real `call_processor` and dead-letter encoding, driven as `worker/runtime.py` drives
-them, but on a clock of its own. So the harness says what the worker would do with a
+the real `call_processor` and dead-letter encoding, driven by the worker's own driver
+(`driver.py`), on a clock of its own. So the harness says what the worker would do with a
 batch under a failure policy, without a second copy of the policy that could drift.
 
 Back-offs are not waited: the clock jumps to the end of each (the rng is seeded, so a
@@ -12,32 +12,31 @@ closes and no hand-off comes."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from streamconsumer.core.backoff import Backoff
-from streamconsumer.deadletter import DeadLetters, FailedBatch, LetterTooLarge
+from streamconsumer.deadletter import DeadLetters, FailedBatch
 from streamconsumer.deadletter.base import Letter
-from streamconsumer.models import Assignment, StartPosition, StartPositionType
+from streamconsumer.deliveries import Attempt, Delivery, GivenUp
+from streamconsumer.models import Assignment, CheckpointRequest, StartPosition, StartPositionType
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Record, RecordProcessor
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.testing import Attempt, Delivery, GivenUp
-from streamconsumer.worker.calls import PartlyFailed, call_processor
+from streamconsumer.worker.calls import PartlyFailed
+from streamconsumer.worker.driver import Effects, ShardDriver, error_text
 from streamconsumer.worker.shard import (
     Answer,
+    Call,
     DeadLetter,
     Deliver,
-    Finished,
     Initialize,
-    ProcessorCall,
-    SendCheckpoint,
     ShardMachine,
     Skip,
-    Wait,
 )
 
 WORKER = "harness"
@@ -74,10 +73,15 @@ def failure_policy(policy: FailurePolicy | Mapping[str, Any] | None) -> FailureP
     return FailurePolicy.model_validate(dict(policy))
 
 
-class ShardDriver:
+class _Hung(BaseException):
+    """A call still running after timeoutSeconds: out of the driver, never a failure."""
+
+
+class HarnessShard(Effects):
     """One shard of one worker, held for the harness's lifetime: the machine (retry
     counts, checkpoint position, a batching processor's unflushed records) carries from
-    one delivery to the next, as it does in the worker."""
+    one delivery to the next, as it does in the worker. It is the driver's host: a clock
+    that jumps over back-offs, checkpoints saved at once, letters captured."""
 
     def __init__(
         self,
@@ -103,7 +107,7 @@ class ShardDriver:
             )
         )
         self.policy = policy
-        self.now = 0.0
+        self.clock = 0.0
         self._wall_at_zero = 0.0  # set per delivery: records' ages are on the real clock
         self.machine = ShardMachine(
             WORKER,
@@ -118,19 +122,20 @@ class ShardDriver:
             ),
             policy=policy,
         )
-        self._factory: Callable[[], RecordProcessor] = lambda: processor
-        self._processor: RecordProcessor | None = processor if initialized else None
-        self._consumer = consumer
+        self._driver = ShardDriver(self.machine, self, lambda: processor, consumer)
+        if initialized:  # (the harness called initialize() already)
+            self._driver.processor = processor
         self._letters: list[dict[str, Any]] = []
         target = _Captured(letter_limit, self._letters)
         overflow = _Captured(None, self._letters)
         has_overflow = policy.dead_letter is not None and policy.dead_letter.overflow_s3
         self._dead_letters = DeadLetters(target, DeadLetters(overflow) if has_overflow else None)
+        self._delivery = _delivery()
         self.hung: str | None = None
 
     @property
     def initialized(self) -> bool:
-        return self._processor is not None
+        return self._driver.processor is not None
 
     def deliver(self, records: list[Record], wall: float) -> Delivery:
         """Runs the machine until it waits for more records, blocks, or a call hangs.
@@ -140,112 +145,114 @@ class ShardDriver:
                 f"{self.hung}; the worker restarted: a new harness starts at the last "
                 "checkpoint, as the next worker does"
             )
-        machine = self.machine
-        self._wall_at_zero = wall - self.now
+        self._wall_at_zero = wall - self.clock
         self._letters.clear()
-        delivery = Delivery([], [], [], [], [], self._letters, [], None, None, [])
-        machine.read(ReadResult(list(records), millis_behind_latest=0))
-        while delivery.blocked is None and delivery.hung is None:
-            step = machine.next(self.now)
-            if isinstance(step, Wait):
-                if step.until is None:
-                    break  # every record is through: it waits for the next read
-                self.now = max(self.now, step.until)  # a back-off, not waited
-            elif isinstance(step, Finished):
-                break
-            elif isinstance(step, SendCheckpoint):
-                sequence = step.request.sequence_number
-                assert sequence is not None, "no release without a hand-off"
-                delivery.checkpoints.append(sequence)
-                machine.answered(Answer.SAVED, self.now)
-            elif isinstance(step, Skip):
-                skipped = list(step.batch.records)
-                delivery.skipped.extend(skipped)
-                delivery.given_up.append(GivenUp("skip", skipped, step.error, step.attempts))
-                machine.returned(self.now)
-            elif isinstance(step, DeadLetter):
-                self._dead_letter(step, delivery)
-            else:
-                self._call(step, delivery)
+        delivery = self._delivery = _delivery()
+        self.machine.read(ReadResult(list(records), millis_behind_latest=0))
+        with contextlib.suppress(_Hung):
+            self._driver.drive()
         delivery.letters = list(self._letters)
         passed = {r.position for r in (*delivery.done, *delivery.skipped, *delivery.dead_lettered)}
         delivery.left = [r for r in records if r.position not in passed]
         return delivery
 
-    def _wall(self) -> float:
-        return self._wall_at_zero + self.now
+    # --- the driver's effects -------------------------------------------------------------
 
-    def _blocked(self, delivery: Delivery) -> None:
-        """Stops at the failure that blocks the shard: the worker would retry on for ever.
-        So does a call failing past its retries that the policy cannot pass over (an
-        empty batch: nothing to skip), which the worker retries for ever unflagged."""
-        failing = self.machine.held(self.now).failing
-        if failing is None:
-            return
-        if failing.blocked or failing.attempts > self.policy.retries + 1:
-            delivery.blocked = failing.error
+    def now(self) -> float:
+        return self.clock
 
-    def _dead_letter(self, step: DeadLetter, delivery: Delivery) -> None:
-        records = list(step.batch.records)
-        batch = FailedBatch(
-            self._consumer, self.machine.shard_id, records, step.error, step.attempts
-        )
-        try:
-            self._dead_letters.write(batch)
-        except LetterTooLarge as refused:
-            self.machine.cannot_dead_letter(self.now, str(refused))
-            self._blocked(delivery)
-            return
-        delivery.dead_lettered.extend(records)
-        delivery.given_up.append(GivenUp("deadLetter", records, step.error, step.attempts))
-        self.machine.returned(self.now)
+    def wall(self) -> float:
+        return self._wall_at_zero + self.clock
 
-    def _call(self, step: ProcessorCall, delivery: Delivery) -> None:
-        machine = self.machine
+    def proceed(self) -> bool:
+        return self._delivery.blocked is None
+
+    def wait(self, until: float | None) -> bool:
+        if until is None:
+            return False  # every record is through: it waits for the next read
+        self.clock = max(self.clock, until)  # a back-off, not waited
+        return True
+
+    def checkpoint(self, request: CheckpointRequest) -> Answer:
+        sequence = request.sequence_number
+        assert sequence is not None, "no release without a hand-off"
+        self._delivery.checkpoints.append(sequence)
+        return Answer.SAVED
+
+    def write(self, batch: FailedBatch) -> None:
+        self._dead_letters.write(batch)
+
+    def call(self, make: Callable[[], RecordProcessor]) -> RecordProcessor:
+        """The call in a thread given timeoutSeconds of real time: one still running then
+        is hung, reported as the worker reports it, and left to run."""
         outcome: list[RecordProcessor | BaseException] = []
 
-        def call() -> None:
+        def calling() -> None:
             try:
-                outcome.append(call_processor(step, machine, self._processor, self._factory))
+                outcome.append(make())
             except BaseException as error:  # handed over to the harness's thread
                 outcome.append(error)
 
-        thread = threading.Thread(target=call, name=f"processor {machine.shard_id}", daemon=True)
+        machine = self.machine
+        thread = threading.Thread(target=calling, name=f"processor {machine.shard_id}", daemon=True)
         thread.start()
         thread.join(self.policy.timeout_seconds)
         if not outcome:
-            started = machine.call_started
-            assert started is not None
-            self.now = started + self.policy.timeout_seconds
-            failing = machine.held(self.now).failing
-            assert machine.hung(self.now)
-            assert failing is not None
-            self.hung = delivery.hung = failing.error
-            if isinstance(step, Deliver):
-                delivery.attempts.append(Attempt(list(step.batch.records), self.hung))
-            return
+            self._hung()
         (result,) = outcome
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _hung(self) -> NoReturn:
+        machine, delivery = self.machine, self._delivery
+        started = machine.call_started
+        assert started is not None
+        self.clock = started + self.policy.timeout_seconds
+        failing = machine.held(self.clock).failing
+        assert machine.hung(self.clock)
+        assert failing is not None
+        self.hung = delivery.hung = failing.error
+        call = machine.call
+        if isinstance(call, Deliver):
+            delivery.attempts.append(Attempt(list(call.batch.records), self.hung))
+        raise _Hung
+
+    def settled(self, step: Call, error: Exception | None) -> None:
+        delivery = self._delivery
+        if isinstance(step, (Skip, DeadLetter)):
+            if error is None:
+                records = list(step.batch.records)
+                action = "skip" if isinstance(step, Skip) else "deadLetter"
+                (delivery.skipped if action == "skip" else delivery.dead_lettered).extend(records)
+                delivery.given_up.append(GivenUp(action, records, step.error, step.attempts))
+            self._blocked()
+            return
         records = list(step.batch.records) if isinstance(step, Deliver) else []
-        if isinstance(result, PartlyFailed):
-            delivery.attempts.append(Attempt(records, str(result)))
-            machine.partly_failed(self.now, result.done, str(result), self._wall())
-        elif isinstance(result, Exception):
-            error = f"{type(result).__name__}: {result}"  # as the worker reports it
-            if isinstance(step, Deliver):
-                delivery.attempts.append(Attempt(records, error))
-            machine.raised(self.now, error, wall=self._wall())
-            if isinstance(step, Initialize):
-                raise result  # the worker retries it for ever: fix it first
-        elif isinstance(result, BaseException):
-            raise result  # KeyboardInterrupt and the like end the worker too
-        else:
-            self._processor = result
-            if isinstance(step, Deliver):
-                delivery.attempts.append(Attempt(records, None))
-            machine.returned(self.now)
+        if isinstance(step, Deliver):
+            text = None if error is None else str(error)
+            if error is not None and not isinstance(error, PartlyFailed):
+                text = error_text(error)  # as the worker reports it
+            delivery.attempts.append(Attempt(records, text))
+        if isinstance(step, Initialize) and error is not None:
+            raise error  # the worker retries it for ever: fix it first
         # What the machine counts done, not what the call claimed: a partial response
         # that checkpointed past its first failed record counts as failed whole.
-        last = machine.progress.done
+        last = self.machine.progress.done
         if last is not None:
             delivery.done.extend(r for r in records if r.position <= last.position)
-        self._blocked(delivery)
+        self._blocked()
+
+    def _blocked(self) -> None:
+        """Stops at the failure that blocks the shard: the worker would retry on for ever.
+        So does a call failing past its retries that the policy cannot pass over (an
+        empty batch: nothing to skip), which the worker retries for ever unflagged."""
+        failing = self.machine.held(self.clock).failing
+        if failing is None:
+            return
+        if failing.blocked or failing.attempts > self.policy.retries + 1:
+            self._delivery.blocked = failing.error
+
+
+def _delivery() -> Delivery:
+    return Delivery([], [], [], [], [], [], [], None, None, [])

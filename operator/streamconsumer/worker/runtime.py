@@ -18,18 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.deadletter import DeadLetterWriter, FailedBatch, LetterTooLarge
 from streamconsumer.models import CheckpointRequest
-from streamconsumer.processor import ProcessorFactory, Record, RecordProcessor
+from streamconsumer.processor import ProcessorFactory, Record
 from streamconsumer.sources.base import ShardReader, StreamSource, SubscribedReader
 from streamconsumer.worker import metrics
-from streamconsumer.worker.calls import (
-    Fanout,
-    Interrupted,
-    MachineParts,
-    PartlyFailed,
-    call_processor,
-    in_turn,
-    threaded,
-)
+from streamconsumer.worker.calls import Fanout, Interrupted, PartlyFailed, in_turn, threaded
 from streamconsumer.worker.client import (
     OperatorClient,
     OperatorRefused,
@@ -39,17 +31,17 @@ from streamconsumer.worker.client import (
 )
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.core import WorkerCore
+from streamconsumer.worker.driver import Effects, ShardDriver
 from streamconsumer.worker.filtering import keeper
 from streamconsumer.worker.shard import (
     CALL_NAMES,
     Answer,
+    Call,
     DeadLetter,
     Deliver,
-    Finished,
-    SendCheckpoint,
+    Outcome,
     ShardMachine,
     Skip,
-    Wait,
 )
 
 log = logging.getLogger(__name__)
@@ -286,122 +278,119 @@ class Worker:
     def _process_with(
         self, machine: ShardMachine, changed: threading.Condition, fanout: Fanout
     ) -> None:
-        processor: RecordProcessor | None = None
-        shard = machine.shard_id
-        parts = MachineParts(machine, time.monotonic, changed)
-        while True:
-            with changed:
-                # Whatever the last step changed (a batch done, taken, or retried) may
-                # have made room to read into: the reader looks again now, not in a second.
-                changed.notify_all()
-                now = time.monotonic()
-                step = machine.next(now)
-                if isinstance(step, Wait):
-                    timeout = MAX_WAIT_SECONDS if step.until is None else step.until - now
-                    changed.wait(max(0.0, min(timeout, MAX_WAIT_SECONDS)))
-                    continue
-                if isinstance(step, Finished):
-                    self.core.finished(machine)
-                    metrics.shard_left(shard)
-                    changed.notify_all()  # the reader ends too
-                    log.info("%s: %s", shard, step.outcome.value)
-                    break
-                if machine.call is not None:
-                    self._calls_changed.set()  # the watchdog times it
-            if isinstance(step, SendCheckpoint):
-                answer = self._checkpoint(step.request)
-                with changed:
-                    machine.answered(answer, time.monotonic())
-                continue
-            if isinstance(step, DeadLetter):
-                self._dead_letter(machine, step, changed)
-                continue
-            if isinstance(step, Skip):
-                metrics.SKIPPED.labels(shard).inc(len(step.batch.records))
-                log.warning(
-                    "%s: %d records skipped: %s", shard, len(step.batch.records), step.error
-                )
-                with changed:
-                    machine.returned(time.monotonic())
-                continue
-            started = time.perf_counter()
-            try:
-                processor = call_processor(step, machine, processor, self._factory, fanout, parts)
-                if isinstance(step, Deliver):
-                    metrics.batch_processed(
-                        shard, _newly_done(step, len(step.batch.records)), started
-                    )
-            except Interrupted as cut:
-                assert isinstance(step, Deliver)
-                done = _newly_done(step, cut.done, cut.ahead)
-                metrics.batch_processed(shard, done, started)
-                log.info("%s: %s", shard, cut)
-                with changed:
-                    machine.interrupted(cut.done, cut.ahead)
-                continue
-            except PartlyFailed as partly:
-                assert isinstance(step, Deliver)
-                done = _newly_done(step, partly.done, partly.ahead)
-                metrics.batch_partly_failed(shard, done, started)
-                log.warning("%s: %s; retried from there after a back-off", shard, partly)
-                with changed:
-                    machine.partly_failed(
-                        time.monotonic(), partly.done, str(partly), time.time(), partly.ahead
-                    )
-                continue
-            except Exception as error:
-                metrics.batch_failed(shard, started)
-                log.exception(
-                    "%s: processor failed in %s; retried after a back-off, then the "
-                    "failure policy decides (a hand-off interrupts the retries)",
-                    shard,
-                    CALL_NAMES[type(step)],
-                )
-                with changed:
-                    error_text = f"{type(error).__name__}: {error}"
-                    machine.raised(time.monotonic(), error_text, wall=time.time())
-                continue
-            with changed:
-                machine.returned(time.monotonic())
-                if machine.millis_behind is not None:
-                    metrics.behind(shard, machine.millis_behind)
+        effects = ThreadEffects(self, machine, changed)
+        consumer = f"{self.config.namespace}/{self.config.consumer}"
+        ShardDriver(machine, effects, self._factory, consumer, fanout).drive()
         self._wake.set()  # tell the operator soon (finished or released)
 
-    def _dead_letter(
-        self, machine: ShardMachine, step: DeadLetter, changed: threading.Condition
-    ) -> None:
-        records = list(step.batch.records)
-        batch = FailedBatch(
-            f"{self.config.namespace}/{self.config.consumer}",
-            machine.shard_id,
-            records,
-            step.error,
-            step.attempts,
-        )
-        try:
-            if self._dead_letters is None:
-                raise RuntimeError("no dead-letter target configured")
-            self._dead_letters.write(batch)
-        except LetterTooLarge as refused:
-            log.error("%s: blocked: %s", machine.shard_id, refused)
-            with changed:
-                machine.cannot_dead_letter(time.monotonic(), str(refused))
-            return
-        except Exception as error:
-            log.warning("%s: dead letters not written, retried: %s", machine.shard_id, error)
-            with changed:
-                machine.raised(time.monotonic(), f"{type(error).__name__}: {error}")
-            return
-        metrics.DEAD_LETTERED.labels(machine.shard_id).inc(len(records))
-        log.warning("%s: %d records dead-lettered: %s", machine.shard_id, len(records), step.error)
-        with changed:
-            machine.returned(time.monotonic())
+    def call_began(self) -> None:
+        """A processor call of a shard began: the watchdog times it."""
+        self._calls_changed.set()
 
-    def _checkpoint(self, request: CheckpointRequest) -> Answer:
+    def write_dead_letters(self, batch: FailedBatch) -> None:
+        if self._dead_letters is None:
+            raise RuntimeError("no dead-letter target configured")
+        self._dead_letters.write(batch)
+
+    def checkpoint(self, request: CheckpointRequest) -> Answer:
         timeout = self.core.waiting_timeout if request.wait else self.core.request_timeout
         return checkpoint_outcome(
             request.shard_id, lambda: self._operator.checkpoint(request, timeout)
         )
+
+
+class ThreadEffects(Effects):
+    """The runtime's side of one shard's driver: its processing thread, the shard's
+    condition (the lock it shares with the reader), monotonic time, HTTP, the dead-letter
+    target, metrics and logs."""
+
+    passes = ()
+
+    def __init__(self, worker: Worker, machine: ShardMachine, changed: threading.Condition):
+        self.lock = changed
+        self._changed = changed
+        self._worker = worker
+        self._machine = machine
+        self._shard = machine.shard_id
+        self._started = 0.0  # perf_counter at the call's start, for its duration metric
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wall(self) -> float:
+        return time.time()
+
+    def proceed(self) -> bool:
+        # Whatever the last step changed (a batch done, taken, or retried) may have made
+        # room to read into: the reader looks again now, not in a second.
+        self._changed.notify_all()
+        return True
+
+    def wait(self, until: float | None) -> bool:
+        timeout = MAX_WAIT_SECONDS if until is None else until - time.monotonic()
+        self._changed.wait(max(0.0, min(timeout, MAX_WAIT_SECONDS)))
+        return True
+
+    def begin(self, step: Call) -> bool:
+        self._worker.call_began()  # the watchdog times it
+        self._started = time.perf_counter()
+        return True
+
+    def checkpoint(self, request: CheckpointRequest) -> Answer:
+        return self._worker.checkpoint(request)
+
+    def write(self, batch: FailedBatch) -> None:
+        self._worker.write_dead_letters(batch)
+
+    def finished(self, outcome: Outcome) -> None:
+        self._worker.core.finished(self._machine)
+        metrics.shard_left(self._shard)
+        self._changed.notify_all()  # the reader ends too
+        log.info("%s: %s", self._shard, outcome.value)
+
+    def settled(self, step: Call, error: Exception | None) -> None:
+        shard, started = self._shard, self._started
+        if isinstance(step, Skip):
+            count = len(step.batch.records)
+            metrics.SKIPPED.labels(shard).inc(count)
+            log.warning("%s: %d records skipped: %s", shard, count, step.error)
+        elif isinstance(step, DeadLetter):
+            _dead_lettered(shard, step, error)
+        elif isinstance(error, Interrupted) and isinstance(step, Deliver):
+            metrics.batch_processed(shard, _newly_done(step, error.done, error.ahead), started)
+            log.info("%s: %s", shard, error)
+        elif isinstance(error, PartlyFailed) and isinstance(step, Deliver):
+            done = _newly_done(step, error.done, error.ahead)
+            metrics.batch_partly_failed(shard, done, started)
+            log.warning("%s: %s; retried from there after a back-off", shard, error)
+        elif error is not None:
+            metrics.batch_failed(shard, started)
+            log.error(
+                "%s: processor failed in %s; retried after a back-off, then the failure "
+                "policy decides (a hand-off interrupts the retries)",
+                shard,
+                CALL_NAMES[type(step)],
+                exc_info=error,
+            )
+        elif isinstance(step, Deliver):
+            metrics.batch_processed(shard, _newly_done(step, len(step.batch.records)), started)
+        if (
+            error is None
+            and not isinstance(step, (Skip, DeadLetter))
+            and self._machine.millis_behind is not None
+        ):
+            metrics.behind(shard, self._machine.millis_behind)
+
+
+def _dead_lettered(shard: str, step: DeadLetter, error: Exception | None) -> None:
+    count = len(step.batch.records)
+    if isinstance(error, LetterTooLarge):
+        log.error("%s: blocked: %s", shard, error)
+    elif error is not None:
+        log.warning("%s: dead letters not written, retried: %s", shard, error)
+    else:
+        metrics.DEAD_LETTERED.labels(shard).inc(count)
+        log.warning("%s: %d records dead-lettered: %s", shard, count, step.error)
 
 
 def _newly_done(

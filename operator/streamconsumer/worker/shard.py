@@ -1,7 +1,10 @@
 """One held shard as a sans-I/O state machine: it says what to do next (`next`) and is
 told what happened (batches read, processor calls returned or raised, checkpoint
-answers, revocations, fence renewals). Threads drive it in the worker (`runtime.py`);
-the simulator drives it in tests. It never blocks, sleeps or reads a clock.
+answers, revocations, fence renewals). One driver runs it (`driver.py`), hosted by the
+worker's threads (`runtime.py`), the simulation and the tests. It never blocks, sleeps
+or reads a clock. Where the shard is in its life is one `phase.Phase`, each move checked
+against `phase.TRANSITIONS`; the failure policy's counts and decisions are
+`failures.Failures`.
 
 The rules it keeps:
 - Deliver only while this shard's own fence is open: until `lease duration` after the
@@ -49,6 +52,8 @@ from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.failures import Failures
+from streamconsumer.worker.phase import FINISHED, TRANSITIONS, Phase
 
 RESEND_UNSAVED_SECONDS = 0.2  # a release the status does not hold yet: ask again soon
 MAX_UNREPORTED_NOTES = 8  # passed-over notes kept apart while heartbeats go unanswered
@@ -60,6 +65,8 @@ class Stop(Enum):
 
 
 class Outcome(Enum):
+    """A finished phase, named as `Phase` names it (`ShardMachine.outcome`)."""
+
     ENDED = "ended"  # read to the end, SHARD_END stored
     RELEASED = "released"  # handed off with its position
     LOST = "lost"  # taken away; nothing stored
@@ -213,10 +220,7 @@ class ShardMachine:
         self._read_interval = read_interval  # the shard's read budget, as time between reads
         self._last_read_at = -float("inf")
         self._wants_empty = wants_empty_batches
-        self._policy = policy or FailurePolicy()
-        self._retry = retry or Backoff(
-            base=self._policy.initial_backoff_seconds, cap=self._policy.max_backoff_seconds
-        )
+        self.failures = Failures(policy, retry)  # the failure policy: retries, give-ups
         self._batches: deque[ReadResult] = deque()
         self._end_read = False
         self._stop: Stop | None = None
@@ -229,23 +233,12 @@ class ShardMachine:
         self._part_event: float | None = None
         self._in_flight: CheckpointRequest | None = None
         self._final: CheckpointRequest | None = None  # the release or SHARD_END to store
-        self._initialized = False
-        self._shutdown_called = False
-        self._end_called = False
-        self._call_failures = 0
-        self._failing_since: float | None = None  # the head call's first failure
-        self._error = ""  # what it raised last
-        self._retry_call_at = -float("inf")  # a processor call that raised, after back-off
+        self._phase = Phase.STARTING
         self._passed_over: list[PassedOver] = []  # for the next heartbeat (Events)
         self._notes_sent = 0  # the first n of them went with the heartbeat in flight
-        self._dead_letter_failures = 0
-        self._unwritable = ""  # why the head batch's dead letters never can be written
-        self._unwritable_in: frozenset[tuple[int, int]] = frozenset()  # the letters refused
         self._pieces_ahead = 0  # the first n batches are pieces of a bisected batch
-        self._too_old = 0  # the head batch's first n records are past maxRecordAgeSeconds
         self._send_failures = 0
         self._retry_send_at = -float("inf")  # the operator did not answer, or not yet saved
-        self.outcome: Outcome | None = None
         self.millis_behind: int | None = None
 
     # --- what the worker tells it ------------------------------------------------------
@@ -283,8 +276,7 @@ class ShardMachine:
 
     def hung(self, now: float) -> bool:
         """Has the call in flight run past the policy's timeout?"""
-        started = self.call_started
-        return started is not None and now - started >= self._policy.timeout_seconds
+        return self.failures.hung(self.call_started, now)
 
     def hung_call(self, now: float) -> str:
         """What a hung call is, for Degraded and the worker's log."""
@@ -293,7 +285,7 @@ class ShardMachine:
         assert started is not None
         return (
             f"{CALL_NAMES[type(self._call)]} has not returned after "
-            f"{now - started:.0f}s (timeoutSeconds {self._policy.timeout_seconds:g})"
+            f"{now - started:.0f}s (timeoutSeconds {self.failures.policy.timeout_seconds:g})"
         )
 
     def part_begins(self, group: int, now: float, whole: bool = True) -> bool:
@@ -367,25 +359,14 @@ class ShardMachine:
 
     def held(self, now: float) -> HeldShard:
         done = self.progress.done
-        failing = None
-        started = self.call_started
+        failures, started = self.failures, self.call_started
+        failing = failures.failing(now)
         if started is not None and self.hung(now):
             failing = Failing(
-                attempts=self._call_failures + 1,
-                seconds=now - (started if self._failing_since is None else self._failing_since),
+                attempts=failures.count + 1,
+                seconds=now - (started if failures.since is None else failures.since),
                 error=f"{self.hung_call(now)}: the worker restarts",
                 blocked=True,
-            )
-        elif self._failing_since is not None:
-            error = self._error
-            if self._unwritable:  # the reason first: it names the record
-                error = f"{self._unwritable}; the processor raised {error}"
-            failing = Failing(
-                attempts=self._call_failures,
-                seconds=now - self._failing_since,
-                error=error,
-                blocked=bool(self._unwritable)
-                or (self._exhausted(now) and self._policy.then is AfterRetries.BLOCK),
             )
         return HeldShard(
             shard_id=self.shard_id,
@@ -423,7 +404,7 @@ class ShardMachine:
         if self._stop is Stop.LOST:
             if self._final is not None:  # already closing: its last word was sent
                 return self._finish(Outcome.RELEASED if self._final.release else Outcome.ENDED)
-            if self._initialized:
+            if self._phase is not Phase.STARTING:
                 return self._begin(LoseLease())
             return self._finish(Outcome.LOST)
         if self._final is not None:
@@ -433,7 +414,7 @@ class ShardMachine:
         self._take_done_ahead()
         fenced = now >= self._deadline
         if self._stop is Stop.HANDOFF:  # interrupts any retry of a processor call
-            if not self._initialized or self._shutdown_called:
+            if self._phase in (Phase.STARTING, Phase.SHUT_DOWN):
                 return self._send(self._closing(release=True))
             return Wait() if fenced else self._begin(Shutdown())
         if fenced:
@@ -443,9 +424,10 @@ class ShardMachine:
             if now < self._retry_send_at:
                 return Wait(self._retry_send_at)
             return self._send(self._checkpoint(pending))
-        if now < self._retry_call_at:
-            return Wait(self._retry_call_at)
-        if not self._initialized:
+        failures = self.failures
+        if now < failures.retry_at:
+            return Wait(failures.retry_at)
+        if self._phase is Phase.STARTING:
             return self._begin(Initialize())
         while self._batches:
             batch = self._batches[0]
@@ -453,23 +435,24 @@ class ShardMachine:
                 self.progress.passed_over(batch.records)
                 self._took(self._batches.popleft())
                 return self._next(now)  # its checkpoint first: nothing else may come soon
-            if self._too_old and batch.records and not self._unwritable:
+            if failures.too_old and batch.records and not failures.unwritable:
                 return self._begin(self._give_up_old(batch))
-            if batch.records and not self._unwritable and self._exhausted(now, batch):
-                then = self._policy.then
+            piece = self._pieces_ahead > 0
+            if batch.records and not failures.unwritable and failures.exhausted(now, piece):
+                then = failures.then
                 if then is not AfterRetries.BLOCK and len(batch.records) > 1:
                     self._bisect()  # find the records that fail, pass over only those
                     continue
                 undone = self._undone(batch)
                 if then is AfterRetries.SKIP:
-                    return self._begin(Skip(undone, self._error, self._call_failures))
+                    return self._begin(Skip(undone, failures.error, failures.count))
                 if then is AfterRetries.DEAD_LETTER:
-                    return self._begin(DeadLetter(undone, self._error, self._call_failures))
+                    return self._begin(DeadLetter(undone, failures.error, failures.count))
             if batch.records or self._wants_empty:
                 return self._begin(Deliver(batch, self._done_in(batch)), batch)
             self._took(self._batches.popleft())  # an empty read: nothing to deliver
         if self._end_read:
-            if not self._end_called:
+            if self._phase is not Phase.ENDING:
                 self.progress.shard_ended()
                 return self._begin(EndShard())
             return self._send(self._closing(release=False))
@@ -496,7 +479,7 @@ class ShardMachine:
             last = head.records[done - 1].position
             self._batches[0] = replace(head, records=head.records[done:])
             self._done_ahead = frozenset(p for p in self._done_ahead if p > last)
-            self._too_old = max(self._too_old - done, 0)
+            self.failures.too_old = max(self.failures.too_old - done, 0)
             return
 
     def _done_in(self, batch: ReadResult) -> frozenset[tuple[int, int]]:
@@ -517,18 +500,6 @@ class ShardMachine:
         self.progress.begin(batch.records if batch else ())
         return call
 
-    def _exhausted(self, now: float, batch: ReadResult | None = None) -> bool:
-        """The head batch has used up its retries (count or time); a piece of a bisected
-        batch has one attempt."""
-        if self._failing_since is None:
-            return False
-        if batch is not None and self._pieces_ahead:
-            return True  # the head batch is a piece
-        limit = self._policy.retry_for_seconds
-        return self._call_failures > self._policy.retries or (
-            limit is not None and now - self._failing_since >= limit
-        )
-
     def _bisect(self) -> None:
         """Splits the failing head batch in halves, each tried once; a failing half is
         split again, down to the records that fail on their own (as Lambda's
@@ -539,13 +510,14 @@ class ShardMachine:
         second = replace(batch, records=batch.records[middle:])
         self._batches.extendleft((second, first))
         self._pieces_ahead = max(self._pieces_ahead - 1, 0) + 2
-        self._call_failures, self._failing_since = 0, None
+        self.failures.restart_count()
 
     def _give_up_old(self, batch: ReadResult) -> Skip | DeadLetter:
         """The head batch's records past maxRecordAgeSeconds go to the policy's last
         resort now, without bisecting (retrying is what they are too old for); the
         younger rest stays behind them, retried as usual."""
-        count = self._too_old
+        failures = self.failures
+        count = failures.too_old
         if count < len(batch.records):
             old = ReadResult(batch.records[:count], batch.millis_behind_latest)
             rest = replace(batch, records=batch.records[count:])
@@ -554,11 +526,10 @@ class ShardMachine:
             if self._pieces_ahead:
                 self._pieces_ahead += 1
             batch = old
-        limit = self._policy.max_record_age_seconds
-        error = f"{self._error} (older than maxRecordAgeSeconds {limit:g}: not retried)"
-        if self._policy.then is AfterRetries.SKIP:
-            return Skip(self._undone(batch), error, self._call_failures)
-        return DeadLetter(self._undone(batch), error, self._call_failures)
+        error = failures.too_old_error()
+        if failures.then is AfterRetries.SKIP:
+            return Skip(self._undone(batch), error, failures.count)
+        return DeadLetter(self._undone(batch), error, failures.count)
 
     def _pass_over(self, batch: ReadResult, action: Literal["skip", "deadLetter"]) -> None:
         records = batch.records
@@ -569,7 +540,7 @@ class ShardMachine:
             first_sequence=records[0].sequence_number,
             last_sequence=records[-1].sequence_number,
             count=len(records),
-            error=self._error,
+            error=self.failures.error,
         )
         # One note per action until a heartbeat takes it (a poison batch bisected into
         # single records is one note, not one per record). A note already sent is not
@@ -583,14 +554,7 @@ class ShardMachine:
         else:
             notes.append(note)
         self._took_head()
-        self._recovered()
-
-    def _recovered(self) -> None:
-        self._call_failures = self._dead_letter_failures = 0
-        self._failing_since = None
-        self._error = self._unwritable = ""
-        self._unwritable_in = frozenset()
-        self._too_old = 0
+        self.failures.recovered()
 
     def _send(self, request: CheckpointRequest) -> SendCheckpoint:
         self._in_flight = request
@@ -641,8 +605,21 @@ class ShardMachine:
         )
 
     def _finish(self, outcome: Outcome) -> Finished:
-        self.outcome = outcome
+        self._enter(Phase(outcome.value))
         return Finished(outcome)
+
+    def _enter(self, phase: Phase) -> None:
+        assert phase in TRANSITIONS[self._phase], f"{self.shard_id}: {self._phase} to {phase}"
+        self._phase = phase
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """How the shard was let go; None while it is held."""
+        return Outcome(self._phase.value) if self._phase in FINISHED else None
 
     def _took_head(self) -> None:
         head = self._batches.popleft()
@@ -669,15 +646,15 @@ class ShardMachine:
             self._pass_over(call.batch, "deadLetter")
             return
         self.progress.returned()
-        self._recovered()
+        self.failures.recovered()
         if isinstance(call, Initialize):
-            self._initialized = True
+            self._enter(Phase.PROCESSING)
         elif isinstance(call, Deliver):
             self._took_head()
         elif isinstance(call, EndShard):
-            self._end_called = True
+            self._enter(Phase.ENDING)
         elif isinstance(call, Shutdown):
-            self._shutdown_called = True
+            self._enter(Phase.SHUT_DOWN)
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
 
@@ -686,13 +663,11 @@ class ShardMachine:
         time (seconds since the epoch) for the records' age (maxRecordAgeSeconds)."""
         call = self._end_call()
         if isinstance(call, DeadLetter):  # the target failed: write again after a back-off
-            self._error = f"{call.error} (dead-letter target: {error})"
-            self._retry_call_at = now + self._retry.delay(self._dead_letter_failures)
-            self._dead_letter_failures += 1
+            self.failures.letters_failed(now, call.error, error)
             return
         self.progress.raised()
         if isinstance(call, Shutdown):
-            self._shutdown_called = True  # release at the last position that returned
+            self._enter(Phase.SHUT_DOWN)  # release at the last position that returned
         elif isinstance(call, LoseLease):
             self._finish(Outcome.LOST)
         else:  # retried after a back-off, unless a hand-off or a loss comes first
@@ -725,11 +700,10 @@ class ShardMachine:
             self._failed(now, f"{error}, yet {refused}", wall)
             return
         self._done_ahead |= ahead
-        if self._unwritable_in & self._done_ahead:  # the refused letters are not all due now
-            self._unwritable, self._unwritable_in = "", frozenset()  # the policy tries again
+        self.failures.letters_due_again(self._done_ahead)
         if done:  # progress: what is left is a new head, failed once (its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
-            self._recovered()
+            self.failures.recovered()
         self._failed(now, error, wall)
 
     def interrupted(self, done: int, ahead: frozenset[tuple[int, int]] = frozenset()) -> None:
@@ -750,31 +724,14 @@ class ShardMachine:
         self._done_ahead |= ahead
         if done:  # progress: the rest never failed (as partly_failed: its count starts over)
             self._batches[0] = replace(self._batches[0], records=records[done:])
-            self._recovered()
+            self.failures.recovered()
 
     def _failed(self, now: float, error: str, wall: float | None = None) -> None:
-        self._retry_call_at = now + self._retry.delay(self._call_failures)
-        self._call_failures += 1
-        self._error = error
-        if self._failing_since is None:
-            self._failing_since = now
-        if wall is not None:
-            self._too_old = self._records_too_old(wall)
-
-    def _records_too_old(self, wall: float) -> int:
-        """How many of the head batch's first records arrived more than
-        maxRecordAgeSeconds before `wall` (arrivals grow along a shard, so they lead;
-        block passes nothing over, and a record without an arrival time is never old)."""
-        limit = self._policy.max_record_age_seconds
-        if limit is None or self._policy.then is AfterRetries.BLOCK or not self._batches:
-            return 0
-        count = 0
-        for record in self._batches[0].records:
-            arrived = record.approximate_arrival_timestamp
-            if arrived is None or wall - arrived.timestamp() < limit:
-                break
-            count += 1
-        return count
+        too_old = None
+        if wall is not None:  # (a Deliver: its records' ages count)
+            head = self._batches[0].records if self._batches else []
+            too_old = self.failures.records_too_old(head, wall)
+        self.failures.failed(now, error, too_old)
 
     def cannot_dead_letter(self, now: float, reason: str) -> None:
         """The DeadLetter call found a letter its target can never hold (`reason` names
@@ -782,9 +739,9 @@ class ShardMachine:
         by the processor until it returns, or a hand-off or loss comes."""
         call = self._end_call()
         assert isinstance(call, DeadLetter), "only a dead-letter write is refused so"
-        self._unwritable = reason
-        self._unwritable_in = frozenset(r.position for r in call.batch.records)
-        self._retry_call_at = now + self._retry.delay(self._call_failures)
+        self.failures.letters_refused(
+            now, reason, frozenset(r.position for r in call.batch.records)
+        )
 
     def answered(self, answer: Answer, now: float) -> None:
         """The operator's answer to the request from the last SendCheckpoint."""
