@@ -41,7 +41,7 @@ TABLE_STREAM_ARN = (
     "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
 )
 DYNAMODB = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
-ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
+ONE_SOURCE = "set exactly one source: source.dynamodbStreams or source.kinesis"
 SQS = "https://sqs.eu-west-1.amazonaws.com/123456789012/clicks-dlq"
 
 REFUSED = [

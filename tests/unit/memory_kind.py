@@ -6,23 +6,16 @@ tests register this one with monkeypatch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import Field
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
-from streamconsumer.models.source import (
-    ENDPOINT_SETTINGS,
-    AwsStreamSource,
-    endpoint_from_settings,
-    endpoint_settings,
-)
+from streamconsumer.models.source import ENDPOINT_SETTINGS, AwsStreamSource
 from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult
-from streamconsumer.sources.kind import Access, ReaderSettings, Settings, StreamKind
+from streamconsumer.sources.kind import Access, ReaderSettings, StreamKind
 
 
 class MemorySpec(AwsStreamSource):
@@ -78,14 +71,6 @@ class MemorySource:
         return None
 
 
-def settings(spec: MemorySpec) -> Settings:
-    return {"memory_stream": spec.stream_name, **endpoint_settings(spec)}
-
-
-def spec_from_settings(settings: Mapping[str, Any]) -> MemorySpec:
-    return MemorySpec(stream_name=settings["memory_stream"], **endpoint_from_settings(settings))
-
-
 def reader(spec: MemorySpec, settings: ReaderSettings) -> MemorySource:
     return MemorySource(spec, settings.max_records)
 
@@ -96,9 +81,7 @@ KIND = StreamKind(
     spec=MemorySpec,
     lister=lambda spec, identity: MemorySource(spec),  # no AWS: no identity to call as
     reader=reader,
-    settings=settings,
-    spec_from_settings=spec_from_settings,
-    setting_names=("memory_stream", *ENDPOINT_SETTINGS),
+    settings={"memory_stream": "stream_name", **ENDPOINT_SETTINGS},
     access=Access(
         names=lambda spec: (spec.stream_name, None),
         noun="queue",

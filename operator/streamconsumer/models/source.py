@@ -1,11 +1,12 @@
 """`spec.source`, built from the stream kinds (`sources/registry.py`): one optional field
 per kind, named as the kind, its model the kind's spec, and the CEL rules that say
 exactly one is set and that it never changes. Also what every AWS kind's spec shares
-(`AwsStreamSource`) and how its region and endpoint travel in the worker's settings."""
+(`AwsStreamSource`, `named_once`) and how its region and endpoint travel in the worker's
+settings."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ConfigDict, Field, create_model, model_validator
@@ -14,7 +15,7 @@ from pydantic.alias_generators import to_snake
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, with_rules
 
 if TYPE_CHECKING:
-    from streamconsumer.sources.kind import Settings, StreamKind
+    from streamconsumer.sources.kind import StreamKind
 
 NEW_STREAM = "create a new StreamConsumer to read another stream"
 
@@ -58,18 +59,9 @@ class AwsStreamSource(Model):
     )
 
 
-def endpoint_settings(spec: AwsStreamSource) -> Settings:
-    """An AWS source's region and endpoint as the worker's settings carry them: the
-    same two settings for every AWS kind."""
-    return {"region": spec.region, "endpoint_url": spec.endpoint_url}
-
-
-ENDPOINT_SETTINGS = ("region", "endpoint_url")
-
-
-def endpoint_from_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec fields `endpoint_settings` came from."""
-    return {name: settings.get(name) for name in ENDPOINT_SETTINGS}
+# An AWS source's region and endpoint in the worker's settings (`StreamKind.settings`):
+# the same two settings for every AWS kind.
+ENDPOINT_SETTINGS = {"region": "region", "endpoint_url": "endpoint_url"}
 
 
 def source_model(kinds: Iterable[StreamKind[Any]]) -> type[Model]:

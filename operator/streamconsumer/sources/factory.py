@@ -25,7 +25,7 @@ def source_settings(source: BaseModel) -> Settings:
     """The worker's environment settings that name the source: its kind (`source`) and
     the kind's own."""
     kind, spec = selected(source)
-    return {"source": kind.name, **kind.settings(spec)}
+    return {"source": kind.name, **kind.settings_of(spec)}
 
 
 def spec_from_settings(name: str, settings: Mapping[str, Any]) -> tuple[StreamKind[Any], BaseModel]:

@@ -67,8 +67,7 @@ class StreamKind(Generic[Spec]):
     """One kind of stream: its field in `spec.source` (camelCase, also the worker's
     `source` setting) and its title in messages, its spec model, the operator's lister
     (shards, backlog; its clients call as the `Identity` it is given), the worker's
-    reader, how its spec travels in the worker's environment (`setting_names` are the
-    settings `settings` writes and `spec_from_settings` reads), what the access policy
+    reader, how its spec travels in the worker's environment, what the access policy
     matches, fan-out support, whether it can start AT_TIMESTAMP, and what its AWS errors
     mean (Degraded and Events say it with the error)."""
 
@@ -77,10 +76,21 @@ class StreamKind(Generic[Spec]):
     spec: type[Spec]
     lister: Callable[[Spec, Identity], StreamSource]
     reader: Callable[[Spec, ReaderSettings], StreamSource]
-    settings: Callable[[Spec], Settings]
-    spec_from_settings: Callable[[Mapping[str, Any]], Spec]
-    setting_names: tuple[str, ...]
+    # The worker's settings: setting name -> the spec field it carries. Once released, a
+    # setting keeps its name: workers and operators of different versions read each
+    # other's (docs/upgrades.md#operator-and-workers-of-different-versions).
+    settings: Mapping[str, str]
     access: Access[Spec] | None = None  # None: no AWS call, nothing to allow
     fan_out: FanOutSupport[Spec] | None = None
     at_timestamp: bool = True
     errors: Mapping[str, str] = field(default_factory=dict)  # AWS error code -> advice
+
+    def settings_of(self, spec: Spec) -> Settings:
+        """The spec as the worker's settings carry it."""
+        values = {name: getattr(spec, field) for name, field in self.settings.items()}
+        return {name: None if value is None else str(value) for name, value in values.items()}
+
+    def spec_from_settings(self, settings: Mapping[str, Any]) -> Spec:
+        """The inverse of `settings_of`; a setting not given takes the spec's default."""
+        given = {field: settings.get(name) for name, field in self.settings.items()}
+        return self.spec.model_validate({k: v for k, v in given.items() if v not in (None, "")})

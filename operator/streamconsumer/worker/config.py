@@ -143,4 +143,4 @@ class WorkerConfig(BaseSettings):
 
 def setting_names() -> set[str]:
     """Every kind's own settings (`StreamKind.setting_names`)."""
-    return {name for kind in KINDS.values() for name in kind.setting_names}
+    return {name for kind in KINDS.values() for name in kind.settings}

@@ -4,19 +4,12 @@ worker settings, what the access policy matches, and its reader
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from streamconsumer.models.source import (
-    ENDPOINT_SETTINGS,
-    AwsStreamSource,
-    endpoint_from_settings,
-    endpoint_settings,
-    named_once,
-)
-from streamconsumer.sources.kind import Access, Identity, ReaderSettings, Settings, StreamKind
+from streamconsumer.models.source import ENDPOINT_SETTINGS, AwsStreamSource, named_once
+from streamconsumer.sources.kind import Access, Identity, ReaderSettings, StreamKind
 
 if TYPE_CHECKING:
     from streamconsumer.sources.base import StreamSource
@@ -60,24 +53,8 @@ def reader(spec: DynamoDBStreamsSpec, settings: ReaderSettings) -> StreamSource:
     return dynamodb_streams.source(spec, settings.max_records)
 
 
-# Worker settings of every release: a worker of another version reads them as they are.
-SETTINGS = ("table_name", "stream_arn", *ENDPOINT_SETTINGS)
-
-
-def settings(spec: DynamoDBStreamsSpec) -> Settings:
-    return {
-        "table_name": spec.table_name,
-        "stream_arn": spec.stream_arn,
-        **endpoint_settings(spec),
-    }
-
-
-def spec_from_settings(settings: Mapping[str, Any]) -> DynamoDBStreamsSpec:
-    return DynamoDBStreamsSpec(
-        table_name=settings.get("table_name"),
-        stream_arn=settings.get("stream_arn"),
-        **endpoint_from_settings(settings),
-    )
+# The worker's settings, as every release names them.
+SETTINGS = {"table_name": "table_name", "stream_arn": "stream_arn", **ENDPOINT_SETTINGS}
 
 
 def names(spec: DynamoDBStreamsSpec) -> tuple[str, str | None]:
@@ -104,9 +81,7 @@ KIND = StreamKind(
     spec=DynamoDBStreamsSpec,
     lister=lister,
     reader=reader,
-    settings=settings,
-    spec_from_settings=spec_from_settings,
-    setting_names=SETTINGS,
+    settings=SETTINGS,
     access=Access(
         names=names,
         noun="table",

@@ -4,25 +4,17 @@ fan-out (`sources/kinesis.py`, imported when a stream is read)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from streamconsumer.models.source import (
-    ENDPOINT_SETTINGS,
-    AwsStreamSource,
-    endpoint_from_settings,
-    endpoint_settings,
-    named_once,
-)
+from streamconsumer.models.source import ENDPOINT_SETTINGS, AwsStreamSource, named_once
 from streamconsumer.sources.kind import (
     Access,
     FanOutSupport,
     Identity,
     ReaderSettings,
-    Settings,
     StreamKind,
 )
 
@@ -100,26 +92,13 @@ def consumer_name(namespace: str, name: str) -> str:
     return consumer_name(namespace, name)
 
 
-# Worker settings of every release: a worker of another version reads them as they are.
-SETTINGS = ("stream_name", "stream_arn", "kinesis_consumer", *ENDPOINT_SETTINGS)
-
-
-def settings(spec: KinesisSpec) -> Settings:
-    return {
-        "stream_name": spec.stream_name,
-        "stream_arn": spec.stream_arn,
-        "kinesis_consumer": spec.consumer.value,
-        **endpoint_settings(spec),
-    }
-
-
-def spec_from_settings(settings: Mapping[str, Any]) -> KinesisSpec:
-    return KinesisSpec(
-        stream_name=settings.get("stream_name"),
-        stream_arn=settings.get("stream_arn"),
-        consumer=settings.get("kinesis_consumer") or KinesisConsumer.POLLING,
-        **endpoint_from_settings(settings),
-    )
+# The worker's settings, as every release names them.
+SETTINGS = {
+    "stream_name": "stream_name",
+    "stream_arn": "stream_arn",
+    "kinesis_consumer": "consumer",
+    **ENDPOINT_SETTINGS,
+}
 
 
 def names(spec: KinesisSpec) -> tuple[str, str | None]:
@@ -150,9 +129,7 @@ KIND = StreamKind(
     spec=KinesisSpec,
     lister=lister,
     reader=reader,
-    settings=settings,
-    spec_from_settings=spec_from_settings,
-    setting_names=SETTINGS,
+    settings=SETTINGS,
     access=Access(
         names=names,
         noun="stream",
