@@ -17,25 +17,18 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from streamconsumer import cli
-from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
+from streamconsumer.models import GROUP, PLURAL
 from streamconsumer.models.resource import DELETION_PROTECTION, REQUESTED_BY
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TENANT = "alice"
 WIDENED = "widened-by-admins"  # the chart's podPolicy.unrestrictedNamespaces
-BASE: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": KIND,
-    "metadata": {"name": "clicks"},
-    "spec": {
-        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-        "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-    },
-}
+BASE = consumer_manifest()
 
 
 def consumer(name: str = "clicks", **spec: Any) -> dict[str, Any]:

@@ -11,21 +11,18 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
+from testbed.specs import consumer_manifest
 
 
 def sample_consumer(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"kinesis": {"streamName": "orders"}},
-            "processor": {"image": "example/processor:1", "entrypoint": "orders.process:Handler"},
-        },
-    }
+    return consumer_manifest(
+        name,
+        image="example/processor:1",
+        entrypoint="orders.process:Handler",
+        source={"kinesis": {"streamName": "orders"}},
+    )
 
 
 def test_status_update_is_guarded_by_resource_version(

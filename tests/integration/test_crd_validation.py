@@ -10,18 +10,10 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
+from testbed.specs import consumer_manifest
 
-VALID: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": KIND,
-    "metadata": {"name": "clicks"},
-    "spec": {
-        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-        "processor": {"image": "example/clicks:1", "entrypoint": "clicks.processor:Counter"},
-    },
-}
+VALID = consumer_manifest(entrypoint="clicks.processor:Counter")
 
 
 def variant(**changes: Any) -> dict[str, Any]:

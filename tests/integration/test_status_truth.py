@@ -14,6 +14,7 @@ from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
 # A valid StreamConsumer name, but too long for the label that selects its workers
@@ -71,17 +72,7 @@ def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
     ChildrenApplied True, at the new generation, for a Deployment still on the old
     image."""
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": "clicks"},
-            "spec": {
-                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-            },
-        }
-    )
+    consumers.create(consumer_manifest())
     wait_for(
         lambda: consumers.conditions("clicks").get("ChildrenApplied", {}).get("status") == "True",
         60,

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,13 +24,14 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.models import API_VERSION, KIND
+from streamconsumer.models import KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.kube import StreamConsumers
 from testbed.operator_process import LEADER_LEASE_SECONDS, OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.tokens import token
 from testbed.waiting import wait_for
 
@@ -56,19 +58,11 @@ def operator(
     process.stop()
 
 
-def consumer(name: str, endpoint: str | None = None) -> dict[str, object]:
+def consumer(name: str, endpoint: str | None = None) -> dict[str, Any]:
     source = {"streamName": "clicks", "region": "eu-west-1"}
     if endpoint is not None:
         source["endpointURL"] = endpoint
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"kinesis": source},
-            "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-        },
-    }
+    return consumer_manifest(name, source={"kinesis": source})
 
 
 def degraded_message(consumers: StreamConsumers, name: str) -> str:
@@ -340,7 +334,7 @@ def test_with_nothing_configured_the_operator_reads_no_tenants_stream(
     create_stream(kinesis.client, stream_name, 2)
     aimed = {"AWS_ENDPOINT_URL_KINESIS": kinesis.endpoint_url}
     tenant = consumer("tenant")
-    tenant["spec"]["source"]["kinesis"] = {  # type: ignore[index]
+    tenant["spec"]["source"]["kinesis"] = {
         "streamName": stream_name,
         "region": kinesis.client.meta.region_name,
     }
@@ -395,7 +389,7 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
     operator makes no pods for it outside its admins' list, and says why."""
     apps = k8s.AppsV1Api(api_client)
     node = consumer("node")
-    node["spec"]["pod"] = {  # type: ignore[index]
+    node["spec"]["pod"] = {
         "unrestricted": True,
         "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
     }
@@ -452,7 +446,7 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
     ReplicaSet kept making pods with the node's socket mounted."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
     node = consumer("node")
-    node["spec"]["pod"] = {  # type: ignore[index]
+    node["spec"]["pod"] = {
         "unrestricted": True,
         "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
     }
@@ -627,9 +621,9 @@ def test_the_autoscaler_never_scales_a_deployment_that_is_not_ours(
     )
     consumers = StreamConsumers(api_client, namespace)
     db = consumer("db", kinesis.endpoint_url)
-    db["spec"]["source"]["kinesis"]["streamName"] = stream_name  # type: ignore[index]
-    db["spec"]["source"]["kinesis"]["region"] = kinesis.client.meta.region_name  # type: ignore[index]
-    db["spec"]["autoscaling"] = {  # type: ignore[index]
+    db["spec"]["source"]["kinesis"]["streamName"] = stream_name
+    db["spec"]["source"]["kinesis"]["region"] = kinesis.client.meta.region_name
+    db["spec"]["autoscaling"] = {
         "enabled": True,
         "minReplicas": 3,
         "maxReplicas": 3,
