@@ -19,13 +19,13 @@ from kubernetes import config as k8s_config
 from streamconsumer import cli
 from streamconsumer.models import GROUP, PLURAL
 from streamconsumer.models.resource import DELETION_PROTECTION, REQUESTED_BY
+from testbed import charts
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
 from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 TENANT = "alice"
 WIDENED = "widened-by-admins"  # the chart's podPolicy.unrestrictedNamespaces
 BASE = consumer_manifest()
@@ -41,27 +41,15 @@ def consumer(name: str = "clicks", **spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def admission_policy(control_plane: ControlPlane, helm: Path) -> Iterator[None]:
-    rendered = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "sc",
-            str(REPO / "charts" / "streamconsumer"),
-            "--kube-version",
-            "1.34.4",
-            "--show-only",
-            "templates/admission-policy.yaml",
-            "--set",
-            f"podPolicy.unrestrictedNamespaces={{{WIDENED}}}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    applied = control_plane.kubectl("apply", "-f", "-", input=rendered)
+    policy = charts.rendered(
+        helm,
+        *("--show-only", "templates/admission-policy.yaml"),
+        *("--set", f"podPolicy.unrestrictedNamespaces={{{WIDENED}}}"),
+    )
+    applied = control_plane.kubectl("apply", "-f", "-", input=policy)
     assert applied.returncode == 0, applied.stderr
     yield
-    control_plane.kubectl("delete", "-f", "-", input=rendered)
+    control_plane.kubectl("delete", "-f", "-", input=policy)
 
 
 @pytest.fixture
