@@ -111,6 +111,16 @@ def as_tenant(
     )
 
 
+def tenant_patch(
+    plane: ControlPlane, namespace: str, name: str, patch: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """The tenant's merge patch of StreamConsumer `name`."""
+    return plane.kubectl(
+        f"--as={TENANT}", "-n", namespace, "patch", "streamconsumer", name, "--type=merge",
+        "-p", json.dumps(patch),
+    )  # fmt: skip
+
+
 MOUNTS_THE_SECRET = consumer(
     pod={"volumes": [{"name": "db", "secret": {"secretName": "db"}}]},
 )
@@ -246,43 +256,20 @@ def test_a_tenant_may_edit_an_admins_streamconsumer_but_add_nothing_they_may_not
         "-n", namespace, "create", "-f", "-", input=json.dumps(privileged)
     )
     assert created.returncode == 0, created.stderr
-    scaled = control_plane.kubectl(
-        f"--as={TENANT}",
-        "-n",
-        namespace,
-        "patch",
-        "streamconsumer",
-        "admins",
-        "--type=merge",
-        "-p",
-        '{"spec": {"replicas": 3}}',
-    )
+    scaled = tenant_patch(control_plane, namespace, "admins", {"spec": {"replicas": 3}})
     assert scaled.returncode == 0, scaled.stderr
-    added = control_plane.kubectl(
-        f"--as={TENANT}",
-        "-n",
+    added = tenant_patch(
+        control_plane,
         namespace,
-        "patch",
-        "streamconsumer",
         "admins",
-        "--type=merge",
-        "-p",
-        '{"spec": {"processor": {"envFrom": [{"secretRef": {"name": "db"}}]}}}',
+        {"spec": {"processor": {"envFrom": [{"secretRef": {"name": "db"}}]}}},
     )
     assert added.returncode != 0
     assert "spec.processor.envFrom names a Secret" in added.stderr
     # Found by review: a new image kept the admin's references unchecked, and the
     # tenant's code then read the Secret. New code re-checks every reference.
-    image = control_plane.kubectl(
-        f"--as={TENANT}",
-        "-n",
-        namespace,
-        "patch",
-        "streamconsumer",
-        "admins",
-        "--type=merge",
-        "-p",
-        '{"spec": {"processor": {"image": "evil/img:1"}}}',
+    image = tenant_patch(
+        control_plane, namespace, "admins", {"spec": {"processor": {"image": "evil/img:1"}}}
     )
     assert image.returncode != 0
     assert "spec.pod.volumes mounts a Secret" in image.stderr
@@ -327,10 +314,9 @@ def test_worker_labels_need_the_right_to_create_pods(
         "-n", namespace, "create", "-f", "-", input=json.dumps(consumer("admins"))
     )
     assert admins.returncode == 0, admins.stderr
-    relabelled = control_plane.kubectl(
-        f"--as={TENANT}", "-n", namespace, "patch", "streamconsumer", "admins",
-        "--type=merge", "-p", json.dumps({"spec": {"pod": {"labels": SELECTED}}}),
-    )  # fmt: skip
+    relabelled = tenant_patch(
+        control_plane, namespace, "admins", {"spec": {"pod": {"labels": SELECTED}}}
+    )
     assert relabelled.returncode != 0, "on update too"
     assert "spec.pod.labels needs the right to create pods" in relabelled.stderr
 
