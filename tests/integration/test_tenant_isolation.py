@@ -65,6 +65,32 @@ def consumer(name: str, endpoint: str | None = None) -> dict[str, Any]:
     return consumer_manifest(name, source={"kinesis": source})
 
 
+def unrestricted() -> dict[str, Any]:
+    """Unrestricted workers that mount the node's container runtime socket."""
+    return consumer_manifest(
+        "node",
+        pod={
+            "unrestricted": True,
+            "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
+        },
+    )
+
+
+def operator_allowing(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path, allowed: list[str]
+) -> OperatorProcess:
+    """An operator whose admins allow unrestricted workers in the `allowed` namespaces."""
+    env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
+    return OperatorProcess(
+        control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
+    ).start()
+
+
+def wait_cleared(consumers: StreamConsumers, name: str, refusal: str) -> None:
+    """Until the consumer's Degraded no longer says `refusal`."""
+    wait_for(lambda: refusal not in degraded_message(consumers, name), 60, "the refusal cleared")
+
+
 def degraded_message(consumers: StreamConsumers, name: str) -> str:
     conditions = consumers.get(name).get("status", {}).get("conditions", [])
     return next((c["message"] for c in conditions if c["type"] == "Degraded"), "")
@@ -375,9 +401,7 @@ def test_with_nothing_configured_the_operator_reads_no_tenants_stream(
     process = run_operator({**aimed, "STREAMCONSUMER_AWS_ACCESS": json.dumps(grant)})
     try:
         wait_for(lambda: shards() == 2, 60, "the stream listed once the admin allowed it")
-        wait_for(
-            lambda: refused not in degraded_message(consumers, "tenant"), 60, "the refusal cleared"
-        )
+        wait_cleared(consumers, "tenant", refused)
     finally:
         process.stop()
 
@@ -388,17 +412,10 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
     """`spec.pod.unrestricted` passes the CRD (the admission policy may be absent): the
     operator makes no pods for it outside its admins' list, and says why."""
     apps = k8s.AppsV1Api(api_client)
-    node = consumer("node")
-    node["spec"]["pod"] = {
-        "unrestricted": True,
-        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
-    }
+    node = unrestricted()
 
     def run_operator(allowed: list[str]) -> OperatorProcess:
-        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
-        return OperatorProcess(
-            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
-        ).start()
+        return operator_allowing(control_plane, namespace, tmp_path, allowed)
 
     consumers = StreamConsumers(api_client, namespace)
     process = run_operator(["another-namespace"])
@@ -428,11 +445,7 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
             return pod is not None and any(v.host_path is not None for v in pod.volumes or [])
 
         wait_for(made, 60, "the workers, with the node's socket, once the admins allow it")
-        wait_for(
-            lambda: "unrestricted" not in degraded_message(consumers, "node"),
-            60,
-            "the refusal cleared",
-        )
+        wait_cleared(consumers, "node", "unrestricted")
     finally:
         process.stop()
 
@@ -445,17 +458,10 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
     said "no worker pods are made", but left the Deployment it had made before: its
     ReplicaSet kept making pods with the node's socket mounted."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
-    node = consumer("node")
-    node["spec"]["pod"] = {
-        "unrestricted": True,
-        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
-    }
+    node = unrestricted()
 
     def run_operator(allowed: list[str]) -> OperatorProcess:
-        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
-        return OperatorProcess(
-            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
-        ).start()
+        return operator_allowing(control_plane, namespace, tmp_path, allowed)
 
     def host_pods() -> list[str]:
         pods = core.list_namespaced_pod(namespace, label_selector="streamconsumer.io/consumer=node")
@@ -581,11 +587,7 @@ def test_no_workers_mint_a_token_or_mount_csi_from_an_object_admitted_before_the
             return True
 
         wait_for(made, 60, "the workers, once the token is gone")
-        wait_for(
-            lambda: "serviceAccountToken" not in degraded_message(consumers, "minted"),
-            60,
-            "the refusal cleared",
-        )
+        wait_cleared(consumers, "minted", "serviceAccountToken")
     finally:
         process.stop()
 
