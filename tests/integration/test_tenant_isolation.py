@@ -29,7 +29,7 @@ from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream
-from testbed.kube import StreamConsumers
+from testbed.kube import StreamConsumers, deployment
 from testbed.operator_process import LEADER_LEASE_SECONDS, OperatorProcess
 from testbed.specs import consumer_manifest
 from testbed.tokens import token
@@ -606,21 +606,7 @@ def test_the_autoscaler_never_scales_a_deployment_that_is_not_ours(
     or to a thousand) by naming a StreamConsumer `db`."""
     create_stream(kinesis.client, stream_name, 2)
     apps = k8s.AppsV1Api(api_client)
-    labels = {"app": "db"}
-    apps.create_namespaced_deployment(
-        namespace,
-        k8s.V1Deployment(
-            metadata=k8s.V1ObjectMeta(name="db-workers"),
-            spec=k8s.V1DeploymentSpec(
-                replicas=1,
-                selector=k8s.V1LabelSelector(match_labels=labels),
-                template=k8s.V1PodTemplateSpec(
-                    metadata=k8s.V1ObjectMeta(labels=labels),
-                    spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="db", image="db:1")]),
-                ),
-            ),
-        ),
-    )
+    apps.create_namespaced_deployment(namespace, deployment("db-workers", "db:1", 1, {"app": "db"}))
     consumers = StreamConsumers(api_client, namespace)
     db = consumer("db", kinesis.endpoint_url)
     db["spec"]["source"]["kinesis"]["streamName"] = stream_name
