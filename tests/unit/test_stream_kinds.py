@@ -4,6 +4,8 @@ error reading, SHARD_END), and a new kind is one module."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -245,3 +247,16 @@ def test_the_security_page_names_every_kinds_iam_actions() -> None:
         if f'"{action}"' not in page
     ]
     assert missing == []
+
+
+def test_the_models_and_the_crd_import_no_aws_library() -> None:
+    """The kinds' declarations import their readers only when a stream is read: the CRD
+    and every user of the models (the CLI installs no boto3) go without them."""
+    probe = (
+        "import sys, streamconsumer.crd, streamconsumer.sources.registry; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore')))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "[]"
