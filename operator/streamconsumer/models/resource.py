@@ -37,7 +37,8 @@ ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", ma
 
 
 # `spec.source`: a field per stream kind (`sources/kinds/`), exactly one set. Its fields
-# come from the kinds, so code reads them through `sources.registry.selected`.
+# come from the kinds, so code reads them through `sources.registry.selected`. The kinds'
+# modules are pydantic only (readers and boto3 come when a stream is read).
 if TYPE_CHECKING:
     Source = Model
 else:
