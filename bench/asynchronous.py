@@ -31,9 +31,8 @@ from bench.results import record
 from streamconsumer.awaiting import AsyncBaseRecordProcessor, AsyncFactory
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, ProcessorFactory, Record
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import TimedReads, run_worker
-from testbed.kinesis import REGION, KinesisEmulator
-from testbed.specs import worker_config
+from testbed.in_process import TimedReads, emulator_worker, run_worker
+from testbed.kinesis import KinesisEmulator
 
 CONNECTIONS = 10  # the async processor's calls in flight at once (its client's pool)
 HASH_ROUNDS = 400  # sha256 rounds of a 100-byte record: about 0.3 ms of CPU here
@@ -98,12 +97,10 @@ def measure(emulator: KinesisEmulator, stream: str, factory: ProcessorFactory) -
     global ledger
     ledger = Ledger()
     fill(emulator, stream)
-    config = worker_config(
-        stream_name=stream,
-        endpoint_url=emulator.endpoint_url,
-        region=REGION,
+    config = emulator_worker(
+        emulator,
+        stream,
         max_reads_per_second=5.0,
-        drain_seconds=10,
     )
     run_worker(
         config, TimedReads(worker_source(config)), factory, lambda: ledger.done >= RECORDS, 180

@@ -36,15 +36,13 @@ from bench.results import record
 from streamconsumer.models.resource import MAX_READS_PER_SECOND
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import TimedReads, run_worker
+from testbed.in_process import TimedReads, emulator_worker, run_worker
 from testbed.kinesis import (
-    REGION,
     KinesisEmulator,
     create_stream,
     list_all_shards,
     put_records,
 )
-from testbed.specs import worker_config
 
 SHARDS = 2
 READ_SIZE = 1_000  # reading.maxRecords' default: what one GetRecords brings of a backlog
@@ -141,11 +139,9 @@ def measure(emulator: KinesisEmulator, variant: Variant) -> Shares:
     stream = "busy" + (variant.key.replace("_", "-") or "-defaults")
     total = fill(emulator, stream)
     SlowCalls.calls = calls = Calls()
-    config = worker_config(
-        stream_name=stream,
-        endpoint_url=emulator.endpoint_url,
-        region=REGION,
-        drain_seconds=10,
+    config = emulator_worker(
+        emulator,
+        stream,
         **variant.settings,
     )
     source = TimedReads(worker_source(config))

@@ -16,17 +16,14 @@ import threading
 import time
 from pathlib import Path
 
-from kubernetes import config as k8s_config
-
 from bench.results import record
-from bench.scratch import scratch_plane
+from bench.scratch import scratch_plane, with_the_crd
 from bench.system import namespace
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, put_records
 from testbed.scenario import FanOutScenario, Scenario
 from testbed.waiting import wait_for
 
-CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 RATE = 40  # records/s: kinesis-local takes hundreds of writes a second, shared by the run
 WARM_UP_SECONDS = 10.0
 WINDOW_SECONDS = 30.0
@@ -88,9 +85,7 @@ def measure(scenario: Scenario, tag: str) -> tuple[float, float, int]:
 
 
 def run(plane: ControlPlane, emulator: KinesisEmulator, work: Path) -> None:
-    assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
-    wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-    api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+    api = with_the_crd(plane)
     figures: dict[str, float] = {}
     for kind, scenario_class in (("polling", Scenario), ("fanout", FanOutScenario)):
         scenario = scenario_class(

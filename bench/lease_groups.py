@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from bench.results import record
-from bench.scratch import scratch_plane
-from bench.system import CRD, namespace
+from bench.scratch import scratch_plane, with_the_crd
+from bench.system import namespace
 from streamconsumer.controller.leases.kube_status import KubeStatusApi
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
@@ -43,7 +42,6 @@ from streamconsumer.core.lineage import Shard
 from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from streamconsumer.models.api import CheckpointRequest
 from testbed.specs import consumer_spec
-from testbed.waiting import wait_for
 
 SHARDS = 10_000
 WORKERS = 500
@@ -199,9 +197,7 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
 def main() -> None:
     with contextlib.ExitStack() as cleanup:
         _, plane = cleanup.enter_context(scratch_plane("streamconsumer-bench-groups-"))
-        assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
-        wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-        api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+        api = with_the_crd(plane)
         print(
             f"lease groups: {SHARDS} shards x {WORKERS} workers, {CHECKPOINTS_PER_WRITE} "
             f"checkpoints between writes (1 per shard per 10 s), {WRITES} writes, "

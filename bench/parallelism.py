@@ -35,9 +35,8 @@ from bench.results import record
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.worker import lanes
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import TimedReads, run_worker
-from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records
-from testbed.specs import worker_config
+from testbed.in_process import TimedReads, emulator_worker, run_worker
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
 
 RECORDS = 6_000
 KEYS = 1_000
@@ -131,13 +130,11 @@ def measure(
     """records/s, per-key order breaches, most reads of one shard in one second, and the
     median GetRecords time (the emulator's: reads come one after another per shard)."""
     ApiCalls.ledger = ledger = Ledger()
-    config = worker_config(
-        stream_name=stream,
-        endpoint_url=emulator.endpoint_url,
-        region=REGION,
+    config = emulator_worker(
+        emulator,
+        stream,
         parallelism=parallelism,
         max_reads_per_second=READS_PER_SECOND,
-        drain_seconds=10,
     )
     source = TimedReads(worker_source(config))
     run_worker(config, source, ApiCalls, lambda: ledger.done >= RECORDS, 120)

@@ -13,11 +13,10 @@ import sys
 from pathlib import Path
 
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 
 from bench.results import record
-from bench.scratch import scratch_plane
-from bench.system import CRD, fill, namespace
+from bench.scratch import scratch_plane, with_the_crd
+from bench.system import fill, namespace
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator
 from testbed.scenario import Scenario
@@ -72,9 +71,7 @@ def main() -> None:
     with contextlib.ExitStack() as cleanup:
         work, plane = cleanup.enter_context(scratch_plane("streamconsumer-bench-processes-"))
         emulator = cleanup.enter_context(KinesisEmulator.start("kinesalite", work / "kinesalite"))
-        assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
-        wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-        api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+        api = with_the_crd(plane)
         print(
             f"processes: {RECORDS} records on {SHARDS} shards, {HASH_ROUNDS} sha256 rounds a "
             f"record, one pod, {os.cpu_count()} cores, kinesalite:"

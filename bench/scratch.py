@@ -1,4 +1,5 @@
-"""Where a benchmark runs: a scratch directory and a local control plane in it."""
+"""Where a benchmark runs: a scratch directory and a local control plane in it, serving
+our CRD (`with_the_crd`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
 from testbed.controlplane import ControlPlane
+from testbed.waiting import wait_for
+
+CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 
 
 @contextlib.contextmanager
@@ -24,3 +31,17 @@ def scratch_plane(prefix: str) -> Iterator[tuple[Path, ControlPlane]]:
             plane.remove()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def with_the_crd(plane: ControlPlane) -> k8s.ApiClient:
+    """The StreamConsumer CRD applied to `plane` and served; a client of the plane."""
+    assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
+    wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
+    return api_client(plane)
+
+
+def api_client(plane: ControlPlane) -> k8s.ApiClient:
+    client: k8s.ApiClient = k8s_config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(plane.kubeconfig)
+    )
+    return client

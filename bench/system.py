@@ -27,11 +27,10 @@ from typing import Any
 
 import httpx
 from kubernetes import client as k8s
-from kubernetes import config as k8s_config
 from kubernetes import watch
 
 from bench.results import record
-from bench.scratch import scratch_plane
+from bench.scratch import scratch_plane, with_the_crd
 from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from testbed.background import BackgroundLoop
@@ -42,7 +41,6 @@ from testbed.operator_process import LEADER_LEASE_SECONDS
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 
-CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
 RECORDS = 40_000
 PAYLOAD = b"x" * 100
 
@@ -434,9 +432,7 @@ def main() -> None:
 
 
 def run(plane: ControlPlane, fast: KinesisEmulator, faithful: KinesisEmulator, work: Path) -> None:
-    assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
-    wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
-    api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+    api = with_the_crd(plane)
     scenario = worker_throughput(plane, api, fast, work)
     try:
         checkpoint_rtt(scenario)

@@ -28,8 +28,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kubernetes import config as k8s_config
-
 from streamconsumer.models.resource import MAX_READS_PER_SECOND
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +39,7 @@ from bench.peers.measure import Processed, Sampler, TallyReader, percentile  # n
 from bench.peers.sides import KclSide, OursSide, Side  # noqa: E402
 from bench.peers.tally import payload  # noqa: E402
 from bench.results import record  # noqa: E402
-from bench.scratch import scratch_plane  # noqa: E402
+from bench.scratch import api_client, scratch_plane, with_the_crd  # noqa: E402
 from testbed.background import BackgroundLoop  # noqa: E402
 from testbed.controlplane import ControlPlane  # noqa: E402
 from testbed.kinesis import (  # noqa: E402
@@ -55,7 +53,6 @@ from testbed.waiting import wait_for  # noqa: E402
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
 
-CRD = ROOT / "crds" / "streamconsumer.yaml"
 LEASE_SECONDS = 6
 IDLE_MS = 100  # our StreamConsumer's reading.idleBetweenReadsMs in the test bed
 MAX_RECORDS = 1000
@@ -134,7 +131,7 @@ class Bench:
         self.plane, self.kinesis, self.dynamodb = plane, kinesis, dynamodb
         self.work, self.records = work, records
         self.ours_reads_per_second = ours_reads_per_second
-        self.api = k8s_config.new_client_from_config(config_file=str(plane.kubeconfig))  # type: ignore[no-untyped-call]
+        self.api = api_client(plane)
         self._serial = 0
 
     def _name(self, what: str) -> str:
@@ -472,8 +469,7 @@ def main() -> None:
         cleanup.callback(netns.stop)
         dynamodb = DynamoDBLocal.start(netns, work / "dynamodb")
         cleanup.callback(dynamodb.stop)
-        assert plane.kubectl("apply", "--server-side", "-f", str(CRD)).returncode == 0
-        wait_for(lambda: plane.kubectl("get", "streamconsumers", "-A").returncode == 0, 60, "CRD")
+        with_the_crd(plane)
         bench = Bench(plane, kinesis, dynamodb, work, args.records, args.ours_max_reads_per_second)
         for run in range(1, args.runs + 1):
             figures = one_run(bench, run, parts, say)

@@ -18,7 +18,7 @@ from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.kept import TABLE_KEY, KeptTable, kept_data
 from streamconsumer.models.resource import NAME_LABEL
 from testbed.handover import hand_over, start_with_two_operators
-from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
+from testbed.kinesis import list_all_shards
 from testbed.operator_process import LEASE_GROUPS_PAST_TWO
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
@@ -72,12 +72,7 @@ def test_a_table_in_lease_groups_through_a_reshard_and_a_failover(scenario: Scen
     assert set(groups.values()) == {uid}
 
     client = scenario.kinesis.client
-    first = sorted(s["ShardId"] for s in list_all_shards(client, scenario.stream))
-    split_shard_in_half(client, scenario.stream, first[0])
-    scenario.produce(100)
-    merge_shards(client, scenario.stream, first[2], first[3])
-    scenario.produce(100)
-    wait_for(scenario.all_processed, 90, "records after the split and the merge")
+    first = scenario.split_and_merge(100)
     parents = {first[0], first[2], first[3]}
 
     def parents_finished() -> bool:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from testbed import charts
 from testbed.processes import free_port
 from testbed.prometheus import Prometheus, PromQLError, Target, binary, rule_file
 from testbed.scenario import Scenario
@@ -20,8 +20,6 @@ from testbed.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-CHART = REPO / "charts" / "streamconsumer"
-KUBE_VERSION = "1.34.4"  # helm assumes 1.20 offline
 RELEASE_NAMESPACE = "streamconsumer-system"  # not the consumers': label clashes show
 EXAMPLE = {"team-a": "namespace", "clicks": "consumer"}  # the docs' example names
 
@@ -34,12 +32,7 @@ def rendered_monitoring(helm: Path) -> dict[str, dict[str, Any]]:
         *("--set", "podMonitor.enabled=true"),
         *("--set", "prometheusRule.enabled=true"),
     ]
-    out = subprocess.run(
-        [str(helm), "template", "sc", str(CHART), "--kube-version", KUBE_VERSION, *flags],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = charts.rendered(helm, *flags)
     return {d["kind"]: d for d in yaml.safe_load_all(out) if d}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed.kinesis import list_all_shards, merge_shards, split_shard_in_half
+from testbed.kinesis import list_all_shards
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 
@@ -12,12 +12,7 @@ def test_split_and_merge_keep_parents_before_children(scenario: Scenario) -> Non
     client = scenario.kinesis.client
     scenario.produce(200)
     wait_for(scenario.all_processed, 60, "records before resharding")
-    first = sorted(s["ShardId"] for s in list_all_shards(client, scenario.stream))
-    split_shard_in_half(client, scenario.stream, first[0])
-    scenario.produce(200)
-    merge_shards(client, scenario.stream, first[2], first[3])
-    scenario.produce(200)
-    wait_for(scenario.all_processed, 90, "records after the split and the merge")
+    first = scenario.split_and_merge(200)
 
     report = scenario.delivered()
     shards = list_all_shards(client, scenario.stream)

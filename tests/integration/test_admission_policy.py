@@ -17,25 +17,18 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from streamconsumer import cli
-from streamconsumer.models import API_VERSION, GROUP, KIND, PLURAL
+from streamconsumer.models import GROUP, PLURAL
 from streamconsumer.models.resource import DELETION_PROTECTION, REQUESTED_BY
+from testbed import charts
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 TENANT = "alice"
 WIDENED = "widened-by-admins"  # the chart's podPolicy.unrestrictedNamespaces
-BASE: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": KIND,
-    "metadata": {"name": "clicks"},
-    "spec": {
-        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-        "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-    },
-}
+BASE = consumer_manifest()
 
 
 def consumer(name: str = "clicks", **spec: Any) -> dict[str, Any]:
@@ -48,27 +41,15 @@ def consumer(name: str = "clicks", **spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def admission_policy(control_plane: ControlPlane, helm: Path) -> Iterator[None]:
-    rendered = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "sc",
-            str(REPO / "charts" / "streamconsumer"),
-            "--kube-version",
-            "1.34.4",
-            "--show-only",
-            "templates/admission-policy.yaml",
-            "--set",
-            f"podPolicy.unrestrictedNamespaces={{{WIDENED}}}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    applied = control_plane.kubectl("apply", "-f", "-", input=rendered)
+    policy = charts.rendered(
+        helm,
+        *("--show-only", "templates/admission-policy.yaml"),
+        *("--set", f"podPolicy.unrestrictedNamespaces={{{WIDENED}}}"),
+    )
+    applied = control_plane.kubectl("apply", "-f", "-", input=policy)
     assert applied.returncode == 0, applied.stderr
     yield
-    control_plane.kubectl("delete", "-f", "-", input=rendered)
+    control_plane.kubectl("delete", "-f", "-", input=policy)
 
 
 @pytest.fixture
@@ -128,6 +109,16 @@ def as_tenant(
     return plane.kubectl(
         f"--as={TENANT}", "-n", namespace, verb, "-f", "-", *flags, input=json.dumps(manifest)
     )
+
+
+def tenant_patch(
+    plane: ControlPlane, namespace: str, name: str, patch: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """The tenant's merge patch of StreamConsumer `name`."""
+    return plane.kubectl(
+        f"--as={TENANT}", "-n", namespace, "patch", "streamconsumer", name, "--type=merge",
+        "-p", json.dumps(patch),
+    )  # fmt: skip
 
 
 MOUNTS_THE_SECRET = consumer(
@@ -265,43 +256,20 @@ def test_a_tenant_may_edit_an_admins_streamconsumer_but_add_nothing_they_may_not
         "-n", namespace, "create", "-f", "-", input=json.dumps(privileged)
     )
     assert created.returncode == 0, created.stderr
-    scaled = control_plane.kubectl(
-        f"--as={TENANT}",
-        "-n",
-        namespace,
-        "patch",
-        "streamconsumer",
-        "admins",
-        "--type=merge",
-        "-p",
-        '{"spec": {"replicas": 3}}',
-    )
+    scaled = tenant_patch(control_plane, namespace, "admins", {"spec": {"replicas": 3}})
     assert scaled.returncode == 0, scaled.stderr
-    added = control_plane.kubectl(
-        f"--as={TENANT}",
-        "-n",
+    added = tenant_patch(
+        control_plane,
         namespace,
-        "patch",
-        "streamconsumer",
         "admins",
-        "--type=merge",
-        "-p",
-        '{"spec": {"processor": {"envFrom": [{"secretRef": {"name": "db"}}]}}}',
+        {"spec": {"processor": {"envFrom": [{"secretRef": {"name": "db"}}]}}},
     )
     assert added.returncode != 0
     assert "spec.processor.envFrom names a Secret" in added.stderr
     # Found by review: a new image kept the admin's references unchecked, and the
     # tenant's code then read the Secret. New code re-checks every reference.
-    image = control_plane.kubectl(
-        f"--as={TENANT}",
-        "-n",
-        namespace,
-        "patch",
-        "streamconsumer",
-        "admins",
-        "--type=merge",
-        "-p",
-        '{"spec": {"processor": {"image": "evil/img:1"}}}',
+    image = tenant_patch(
+        control_plane, namespace, "admins", {"spec": {"processor": {"image": "evil/img:1"}}}
     )
     assert image.returncode != 0
     assert "spec.pod.volumes mounts a Secret" in image.stderr
@@ -346,10 +314,9 @@ def test_worker_labels_need_the_right_to_create_pods(
         "-n", namespace, "create", "-f", "-", input=json.dumps(consumer("admins"))
     )
     assert admins.returncode == 0, admins.stderr
-    relabelled = control_plane.kubectl(
-        f"--as={TENANT}", "-n", namespace, "patch", "streamconsumer", "admins",
-        "--type=merge", "-p", json.dumps({"spec": {"pod": {"labels": SELECTED}}}),
-    )  # fmt: skip
+    relabelled = tenant_patch(
+        control_plane, namespace, "admins", {"spec": {"pod": {"labels": SELECTED}}}
+    )
     assert relabelled.returncode != 0, "on update too"
     assert "spec.pod.labels needs the right to create pods" in relabelled.stderr
 

@@ -25,7 +25,7 @@ from streamconsumer.controller.consumer.driver import failure
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.factory import make_source
-from streamconsumer.sources.kinesis import ERRORS
+from streamconsumer.sources.kinds.kinesis import ERRORS
 from streamconsumer.sources.kinesis_consumer import consumer_name
 from testbed.kinesis import REGION, KinesisEmulator, create_stream
 from testbed.moto import InProcessMoto

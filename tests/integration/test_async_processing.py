@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import ClassVar
 
 import pytest
@@ -16,11 +15,9 @@ import pytest
 from streamconsumer import awaiting
 from streamconsumer.loading import load_processor
 from streamconsumer.processor import Checkpointer, Record
-from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import InProcessOperator
-from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records
-from testbed.specs import worker_config
+from testbed.in_process import InProcessOperator, emulator_worker, run_worker
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
 
 KEYS = 5
 ROUNDS = 12
@@ -68,30 +65,19 @@ def test_an_async_processor_runs_on_one_loop_with_the_workers_guarantees(
         [(f"key-{k}", b"key-%d %d" % (k, n)) for n in range(ROUNDS) for k in range(KEYS)],
     )
     total = KEYS * ROUNDS
-    config = worker_config(
-        stream_name=stream_name,
-        endpoint_url=kinesis.endpoint_url,
-        region=REGION,
+    config = emulator_worker(
+        kinesis,
+        stream_name,
         parallelism=3,
         max_records=25,
         idle_between_reads_ms=50,
-        drain_seconds=10,
         on_failure={"initialBackoffSeconds": 0.1},
     )
     factory = load_processor(f"{__name__}:AsyncSlow")
     source = worker_source(config)
     operator = InProcessOperator(source.list_shards())
-    worker = Worker(config, operator, source, factory)  # type: ignore[arg-type]
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(AsyncSlow.done) < total and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        worker.drain()
-        runner.join(20)
-    assert not runner.is_alive(), "the worker did not drain"
+    done = run_worker(config, source, factory, lambda: len(AsyncSlow.done) >= total, 60, operator)
+    assert done, "the worker did not drain"
 
     assert len(AsyncSlow.done) == total, "every record once"
     for k in range(KEYS):

@@ -27,6 +27,7 @@ from streamconsumer.models.resource import (
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
 USERS = ("alice", "bob")
@@ -64,17 +65,7 @@ def as_user(
         )
         client.set_default_header("Impersonate-User", user)  # type: ignore[no-untyped-call]
         clients[user] = client
-    StreamConsumers(api_client, namespace).create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": NAME},
-            "spec": {
-                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-            },
-        }
-    )
+    StreamConsumers(api_client, namespace).create(consumer_manifest(NAME))
     yield {user: k8s.CustomObjectsApi(client) for user, client in clients.items()}
     for client in clients.values():
         client.close()  # type: ignore[no-untyped-call]
@@ -166,17 +157,8 @@ def test_a_huge_annotation_neither_wedges_the_operator_nor_reaches_status(
     pause was never applied, recorded nor removed, and nothing said so but the
     operator's log."""
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": NAME, "annotations": {"example.com/blob": "b" * 100_000}},
-            "spec": {
-                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-            },
-        }
-    )
+    blob = {"annotations": {"example.com/blob": "b" * 100_000}}
+    consumers.create(consumer_manifest(NAME, metadata=blob))
     operator = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
     try:
         hostile = ("x\n\x1b[31m\u202eevil\u200b" * 20_000)[:120_000]
@@ -212,17 +194,7 @@ def test_a_non_ascii_requester_is_removed_once_recorded(
     'josé') the test failed, the 422 was taken for "a newer request's", and the name
     stood for good (with the admission policy, refusing everyone else's pause)."""
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": NAME},
-            "spec": {
-                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-            },
-        }
-    )
+    consumers.create(consumer_manifest(NAME))
     operator = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
     try:
         for user in ("josé", "名前", "plain"):

@@ -19,11 +19,12 @@ from streamconsumer.controller.certificates import tls
 from streamconsumer.controller.certificates.serving import CA_BUNDLE_KEY
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.names import operator_ca
-from streamconsumer.models import API_VERSION, KIND
+from streamconsumer.models import KIND
 from streamconsumer.models.resource import CA_FILE
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
 REFRESH_SECONDS = 0.5
@@ -46,18 +47,6 @@ def mount(directory: Path, ca: tls.KeyPair) -> None:
     for name in files:
         if not (directory / name).is_symlink():
             (directory / name).symlink_to(f"..data/{name}")
-
-
-def consumer(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-            "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-        },
-    }
 
 
 def handshake(port: int, ca_pem: str) -> None:
@@ -108,8 +97,8 @@ def test_a_rotated_ca_reaches_an_existing_consumers_configmap_without_a_reconcil
             conditions = consumers.get(name).get("status", {}).get("conditions", [])
             return next((c["message"] for c in conditions if c["type"] == "Degraded"), "")
 
-        consumers.create(consumer("clicks"))
-        consumers.create(consumer("squatted"))
+        consumers.create(consumer_manifest("clicks"))
+        consumers.create(consumer_manifest("squatted"))
         # Both consumers are managed: their loops have written their status.
         wait_for(lambda: "status" in consumers.get("clicks"), 60, "clicks' status")
         wait_for(lambda: ca_of("clicks") == first.cert_pem.decode(), 60, "the first CA")

@@ -12,13 +12,11 @@ import yaml
 
 from streamconsumer.controller.aws.access import AccessPolicy
 from streamconsumer.controller.election.leadership import LEADER_LABEL
+from testbed.charts import KUBE_VERSION
 from testbed.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "streamconsumer"
-
-
-KUBE_VERSION = "1.34.4"  # what the test control plane runs; helm assumes 1.20 offline
 
 
 def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:

@@ -11,21 +11,18 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
-from testbed.kube import StreamConsumers
+from testbed.kube import StreamConsumers, deployment
+from testbed.specs import consumer_manifest
 
 
 def sample_consumer(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"kinesis": {"streamName": "orders"}},
-            "processor": {"image": "example/processor:1", "entrypoint": "orders.process:Handler"},
-        },
-    }
+    return consumer_manifest(
+        name,
+        image="example/processor:1",
+        entrypoint="orders.process:Handler",
+        source={"kinesis": {"streamName": "orders"}},
+    )
 
 
 def test_status_update_is_guarded_by_resource_version(
@@ -64,19 +61,8 @@ def test_scale_subresource_reads_and_writes_spec_replicas(
 def test_deployment_gets_pods_from_the_controller_manager(
     api_client: k8s.ApiClient, namespace: str
 ) -> None:
-    labels = {"app": "probe"}
-    deployment = k8s.V1Deployment(
-        metadata=k8s.V1ObjectMeta(name="probe"),
-        spec=k8s.V1DeploymentSpec(
-            replicas=2,
-            selector=k8s.V1LabelSelector(match_labels=labels),
-            template=k8s.V1PodTemplateSpec(
-                metadata=k8s.V1ObjectMeta(labels=labels),
-                spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="main", image="busybox")]),
-            ),
-        ),
-    )
-    k8s.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)
+    probe = deployment("probe", "busybox", 2, {"app": "probe"})
+    k8s.AppsV1Api(api_client).create_namespaced_deployment(namespace, probe)
     core = k8s.CoreV1Api(api_client)
     deadline = time.monotonic() + 60
     pods: list[k8s.V1Pod] = []

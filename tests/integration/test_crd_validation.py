@@ -10,18 +10,10 @@ from typing import Any
 
 import pytest
 
-from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
+from testbed.specs import consumer_manifest
 
-VALID: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": KIND,
-    "metadata": {"name": "clicks"},
-    "spec": {
-        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-        "processor": {"image": "example/clicks:1", "entrypoint": "clicks.processor:Counter"},
-    },
-}
+VALID = consumer_manifest(entrypoint="clicks.processor:Counter")
 
 
 def variant(**changes: Any) -> dict[str, Any]:
@@ -41,7 +33,7 @@ TABLE_STREAM_ARN = (
     "arn:aws:dynamodb:eu-west-1:123456789012:table/orders/stream/2026-11-01T00:00:00.000"
 )
 DYNAMODB = {"dynamodbStreams": {"tableName": "orders", "region": "eu-west-1"}}
-ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
+ONE_SOURCE = "set exactly one source: source.dynamodbStreams or source.kinesis"
 SQS = "https://sqs.eu-west-1.amazonaws.com/123456789012/clicks-dlq"
 
 REFUSED = [

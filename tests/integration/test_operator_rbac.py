@@ -4,7 +4,6 @@ namespaces only; tenants get StreamConsumer rights through the built-in roles.""
 
 from __future__ import annotations
 
-import subprocess
 import tarfile
 import uuid
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+from testbed import charts
 from testbed.controlplane import ControlPlane
 from testbed.waiting import wait_for
 
@@ -65,31 +65,17 @@ def release(control_plane: ControlPlane, helm: Path, namespace: str) -> Iterator
     """The chart's RBAC, watching the test's namespace only; the release namespace."""
     release_namespace = f"sc-system-{uuid.uuid4().hex[:6]}"
     control_plane.kubectl("create", "namespace", release_namespace)
-    rendered = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "sc",
-            str(REPO / "charts" / "streamconsumer"),
-            "--kube-version",
-            "1.34.4",
-            "--namespace",
-            release_namespace,
-            "--set",
-            f"watchNamespaces={{{namespace}}}",
-            "--show-only",
-            "templates/rbac.yaml",
-            "--show-only",
-            "templates/serviceaccount.yaml",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    applied = control_plane.kubectl("apply", "-f", "-", input=rendered)
+    rbac = charts.rendered(
+        helm,
+        *("--namespace", release_namespace),
+        *("--set", f"watchNamespaces={{{namespace}}}"),
+        *("--show-only", "templates/rbac.yaml"),
+        *("--show-only", "templates/serviceaccount.yaml"),
+    )
+    applied = control_plane.kubectl("apply", "-f", "-", input=rbac)
     assert applied.returncode == 0, applied.stderr
     yield release_namespace
-    control_plane.kubectl("delete", "-f", "-", "--wait=false", input=rendered)
+    control_plane.kubectl("delete", "-f", "-", "--wait=false", input=rbac)
     control_plane.kubectl("delete", "namespace", release_namespace, "--wait=false")
 
 
@@ -155,14 +141,9 @@ def test_a_namespace_editor_may_manage_streamconsumers_and_a_viewer_read_them(
 
 def _operator_verbs(helm: Path, chart: Path) -> dict[str, set[str]]:
     """The operator's Roles in `chart` as rendered: "group/resource" -> verbs."""
-    rendered = subprocess.run(
-        [str(helm), "template", "sc", str(chart), "--kube-version", "1.34.4"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    manifests = charts.rendered(helm, chart=chart)
     verbs: dict[str, set[str]] = {}
-    for document in yaml.safe_load_all(rendered):
+    for document in yaml.safe_load_all(manifests):
         if not document or document["kind"] not in ("Role", "ClusterRole"):
             continue
         if document["metadata"]["name"].endswith(("-edit", "-view")):
@@ -186,7 +167,7 @@ def test_the_previous_releases_operator_keeps_its_write_verbs_through_an_upgrade
         archive.extractall(tmp_path, filter="data")
     [old_chart] = [p.parent for p in tmp_path.rglob("Chart.yaml")]
     old = _operator_verbs(helm, old_chart)
-    new = _operator_verbs(helm, REPO / "charts" / "streamconsumer")
+    new = _operator_verbs(helm, charts.CHART)
     for resource in ("coordination.k8s.io/leases", "streamconsumer.io/streamconsumers/status"):
         assert old[resource], f"the previous chart grants nothing on {resource}?"
         missing = old[resource] - new[resource]

@@ -13,11 +13,9 @@ import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
 
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
-from streamconsumer.worker.runtime import Worker
 from streamconsumer.worker.source import worker_source
-from testbed.in_process import InProcessOperator
-from testbed.kinesis import REGION, KinesisEmulator, create_stream, put_records
-from testbed.specs import worker_config
+from testbed.in_process import InProcessOperator, emulator_worker, run_worker
+from testbed.kinesis import KinesisEmulator, create_stream, put_records
 
 KEYS = 7  # prime to the parallelism: no split by position keeps keys whole by chance
 ROUNDS = 10
@@ -66,29 +64,18 @@ def test_parallel_calls_keep_each_keys_order_and_checkpoint_what_was_done(
     kinesis.client.put_record(StreamName=stream_name, PartitionKey=key, Data=data)
     total = len(plain) + 4
 
-    config = worker_config(
-        stream_name=stream_name,
-        endpoint_url=kinesis.endpoint_url,
-        region=REGION,
+    config = emulator_worker(
+        kinesis,
+        stream_name,
         parallelism=4,
         max_records=30,
         idle_between_reads_ms=50,
-        drain_seconds=10,
         on_failure={"initialBackoffSeconds": 0.1},
     )
     source = worker_source(config)
     operator = InProcessOperator(source.list_shards())
-    worker = Worker(config, operator, source, Slow)  # type: ignore[arg-type]
-    runner = threading.Thread(target=worker.run)
-    runner.start()
-    try:
-        deadline = time.monotonic() + 60
-        while len(Slow.done) < total and time.monotonic() < deadline:
-            time.sleep(0.05)
-    finally:
-        worker.drain()
-        runner.join(20)
-    assert not runner.is_alive(), "the worker did not drain"
+    done = run_worker(config, source, Slow, lambda: len(Slow.done) >= total, 60, operator)
+    assert done, "the worker did not drain"
 
     assert len(Slow.done) == total, "every record once"
     for k in range(KEYS):

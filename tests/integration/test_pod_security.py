@@ -16,10 +16,9 @@ from kubernetes.client.exceptions import ApiException
 from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.controller.workloads.children import deployment
 from streamconsumer.models.resource import StreamConsumerSpec
+from testbed import charts
 from testbed.controlplane import ControlPlane
 
-REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "charts" / "streamconsumer"
 SPEC = {
     "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
     "processor": {"image": "example/clicks:1", "entrypoint": "clicks.processor:Counter"},
@@ -70,16 +69,7 @@ def chart_operator_template(helm: Path, namespace: str) -> dict[str, Any]:
 
 
 def helm_template(helm: Path, namespace: str) -> str:
-    import subprocess
-
-    result = subprocess.run(
-        [str(helm), "template", "sc", str(CHART), "-n", namespace, "--kube-version", "1.34.4"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return result.stdout
+    return charts.rendered(helm, "-n", namespace)
 
 
 def worker_template(spec: dict[str, Any]) -> dict[str, Any]:

@@ -10,10 +10,10 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
 # A valid StreamConsumer name, but too long for the label that selects its workers
@@ -28,17 +28,7 @@ def test_workers_objects_the_apiserver_refuses_make_ready_false_with_its_reason(
     operator: OperatorProcess,
 ) -> None:
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": LONG_NAME},
-            "spec": {
-                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-            },
-        }
-    )
+    consumers.create(consumer_manifest(LONG_NAME))
 
     def refused() -> bool:
         applied = consumers.conditions(LONG_NAME).get("ChildrenApplied", {})
@@ -71,17 +61,7 @@ def test_children_applied_is_not_claimed_for_a_spec_whose_objects_fail_to_apply(
     ChildrenApplied True, at the new generation, for a Deployment still on the old
     image."""
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(
-        {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "metadata": {"name": "clicks"},
-            "spec": {
-                "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-            },
-        }
-    )
+    consumers.create(consumer_manifest())
     wait_for(
         lambda: consumers.conditions("clicks").get("ChildrenApplied", {}).get("status") == "True",
         60,
@@ -161,17 +141,7 @@ def test_a_change_made_while_the_operator_handles_the_previous_one_is_not_lost(
     consumers = StreamConsumers(api_client, namespace)
     apps = k8s.AppsV1Api(api_client)
     for name in ("first", "second"):
-        consumers.create(
-            {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "metadata": {"name": name},
-                "spec": {
-                    "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-                    "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-                },
-            }
-        )
+        consumers.create(consumer_manifest(name))
     process = OperatorProcess(control_plane.kubeconfig, namespace, tmp_path / "operator").start()
     try:
         consumers.patch("first", {"spec": {"paused": True}})  # while its creation is handled

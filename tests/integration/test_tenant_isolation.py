@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -23,13 +24,14 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamconsumer.controller.config import OperatorConfig
-from streamconsumer.models import API_VERSION, KIND
+from streamconsumer.models import KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed import releases
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator, create_stream
-from testbed.kube import StreamConsumers
+from testbed.kube import StreamConsumers, deployment
 from testbed.operator_process import LEADER_LEASE_SECONDS, OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.tokens import token
 from testbed.waiting import wait_for
 
@@ -56,19 +58,37 @@ def operator(
     process.stop()
 
 
-def consumer(name: str, endpoint: str | None = None) -> dict[str, object]:
+def consumer(name: str, endpoint: str | None = None) -> dict[str, Any]:
     source = {"streamName": "clicks", "region": "eu-west-1"}
     if endpoint is not None:
         source["endpointURL"] = endpoint
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"kinesis": source},
-            "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
+    return consumer_manifest(name, source={"kinesis": source})
+
+
+def unrestricted() -> dict[str, Any]:
+    """Unrestricted workers that mount the node's container runtime socket."""
+    return consumer_manifest(
+        "node",
+        pod={
+            "unrestricted": True,
+            "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
         },
-    }
+    )
+
+
+def operator_allowing(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path, allowed: list[str]
+) -> OperatorProcess:
+    """An operator whose admins allow unrestricted workers in the `allowed` namespaces."""
+    env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
+    return OperatorProcess(
+        control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
+    ).start()
+
+
+def wait_cleared(consumers: StreamConsumers, name: str, refusal: str) -> None:
+    """Until the consumer's Degraded no longer says `refusal`."""
+    wait_for(lambda: refusal not in degraded_message(consumers, name), 60, "the refusal cleared")
 
 
 def degraded_message(consumers: StreamConsumers, name: str) -> str:
@@ -340,7 +360,7 @@ def test_with_nothing_configured_the_operator_reads_no_tenants_stream(
     create_stream(kinesis.client, stream_name, 2)
     aimed = {"AWS_ENDPOINT_URL_KINESIS": kinesis.endpoint_url}
     tenant = consumer("tenant")
-    tenant["spec"]["source"]["kinesis"] = {  # type: ignore[index]
+    tenant["spec"]["source"]["kinesis"] = {
         "streamName": stream_name,
         "region": kinesis.client.meta.region_name,
     }
@@ -381,9 +401,7 @@ def test_with_nothing_configured_the_operator_reads_no_tenants_stream(
     process = run_operator({**aimed, "STREAMCONSUMER_AWS_ACCESS": json.dumps(grant)})
     try:
         wait_for(lambda: shards() == 2, 60, "the stream listed once the admin allowed it")
-        wait_for(
-            lambda: refused not in degraded_message(consumers, "tenant"), 60, "the refusal cleared"
-        )
+        wait_cleared(consumers, "tenant", refused)
     finally:
         process.stop()
 
@@ -394,17 +412,10 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
     """`spec.pod.unrestricted` passes the CRD (the admission policy may be absent): the
     operator makes no pods for it outside its admins' list, and says why."""
     apps = k8s.AppsV1Api(api_client)
-    node = consumer("node")
-    node["spec"]["pod"] = {  # type: ignore[index]
-        "unrestricted": True,
-        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
-    }
+    node = unrestricted()
 
     def run_operator(allowed: list[str]) -> OperatorProcess:
-        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
-        return OperatorProcess(
-            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
-        ).start()
+        return operator_allowing(control_plane, namespace, tmp_path, allowed)
 
     consumers = StreamConsumers(api_client, namespace)
     process = run_operator(["another-namespace"])
@@ -434,11 +445,7 @@ def test_unrestricted_workers_are_made_only_in_namespaces_the_admins_list(
             return pod is not None and any(v.host_path is not None for v in pod.volumes or [])
 
         wait_for(made, 60, "the workers, with the node's socket, once the admins allow it")
-        wait_for(
-            lambda: "unrestricted" not in degraded_message(consumers, "node"),
-            60,
-            "the refusal cleared",
-        )
+        wait_cleared(consumers, "node", "unrestricted")
     finally:
         process.stop()
 
@@ -451,17 +458,10 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
     said "no worker pods are made", but left the Deployment it had made before: its
     ReplicaSet kept making pods with the node's socket mounted."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
-    node = consumer("node")
-    node["spec"]["pod"] = {  # type: ignore[index]
-        "unrestricted": True,
-        "volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd"}}],
-    }
+    node = unrestricted()
 
     def run_operator(allowed: list[str]) -> OperatorProcess:
-        env = {"STREAMCONSUMER_UNRESTRICTED_POD_NAMESPACES": json.dumps(allowed)}
-        return OperatorProcess(
-            control_plane.kubeconfig, namespace, tmp_path / "operator", env=env
-        ).start()
+        return operator_allowing(control_plane, namespace, tmp_path, allowed)
 
     def host_pods() -> list[str]:
         pods = core.list_namespaced_pod(namespace, label_selector="streamconsumer.io/consumer=node")
@@ -587,11 +587,7 @@ def test_no_workers_mint_a_token_or_mount_csi_from_an_object_admitted_before_the
             return True
 
         wait_for(made, 60, "the workers, once the token is gone")
-        wait_for(
-            lambda: "serviceAccountToken" not in degraded_message(consumers, "minted"),
-            60,
-            "the refusal cleared",
-        )
+        wait_cleared(consumers, "minted", "serviceAccountToken")
     finally:
         process.stop()
 
@@ -610,26 +606,12 @@ def test_the_autoscaler_never_scales_a_deployment_that_is_not_ours(
     or to a thousand) by naming a StreamConsumer `db`."""
     create_stream(kinesis.client, stream_name, 2)
     apps = k8s.AppsV1Api(api_client)
-    labels = {"app": "db"}
-    apps.create_namespaced_deployment(
-        namespace,
-        k8s.V1Deployment(
-            metadata=k8s.V1ObjectMeta(name="db-workers"),
-            spec=k8s.V1DeploymentSpec(
-                replicas=1,
-                selector=k8s.V1LabelSelector(match_labels=labels),
-                template=k8s.V1PodTemplateSpec(
-                    metadata=k8s.V1ObjectMeta(labels=labels),
-                    spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="db", image="db:1")]),
-                ),
-            ),
-        ),
-    )
+    apps.create_namespaced_deployment(namespace, deployment("db-workers", "db:1", 1, {"app": "db"}))
     consumers = StreamConsumers(api_client, namespace)
     db = consumer("db", kinesis.endpoint_url)
-    db["spec"]["source"]["kinesis"]["streamName"] = stream_name  # type: ignore[index]
-    db["spec"]["source"]["kinesis"]["region"] = kinesis.client.meta.region_name  # type: ignore[index]
-    db["spec"]["autoscaling"] = {  # type: ignore[index]
+    db["spec"]["source"]["kinesis"]["streamName"] = stream_name
+    db["spec"]["source"]["kinesis"]["region"] = kinesis.client.meta.region_name
+    db["spec"]["autoscaling"] = {
         "enabled": True,
         "minReplicas": 3,
         "maxReplicas": 3,

@@ -18,22 +18,15 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from streamconsumer.controller.worker_api.auth import AUDIENCE
-from streamconsumer.models import API_VERSION, KIND
+from streamconsumer.models import KIND
 from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
 
 ROLE = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/clicks-reader"}
-BASE: dict[str, Any] = {
-    "apiVersion": API_VERSION,
-    "kind": KIND,
-    "metadata": {"name": "clicks"},
-    "spec": {
-        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-        "processor": {"image": "example/clicks:1", "entrypoint": "clicks:Processor"},
-    },
-}
+BASE = consumer_manifest()
 
 
 def consumer(name: str, account: str | None, **processor: Any) -> dict[str, Any]:

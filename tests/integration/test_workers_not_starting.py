@@ -12,24 +12,12 @@ import datetime
 
 from kubernetes import client as k8s
 
-from streamconsumer.models import API_VERSION, KIND
 from streamconsumer.models.resource import CONSUMER_LABEL
 from testbed.controlplane import ControlPlane
 from testbed.kube import StreamConsumers
 from testbed.operator_process import OperatorProcess
+from testbed.specs import consumer_manifest
 from testbed.waiting import wait_for
-
-
-def consumer(name: str, image: str = "example/clicks:1") -> dict[str, object]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
-            "processor": {"image": image, "entrypoint": "clicks:Processor"},
-        },
-    }
 
 
 def kubectl_ready_and_reason(plane: ControlPlane, namespace: str, name: str) -> tuple[str, str]:
@@ -62,7 +50,7 @@ def test_a_replica_set_refused_by_a_quota_makes_ready_false_with_the_apiservers_
         ),
     )
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(consumer("clicks"))
+    consumers.create(consumer_manifest("clicks"))
 
     def not_starting() -> bool:
         return consumers.conditions("clicks").get("Ready", {}).get("reason") == "WorkersNotStarting"
@@ -100,7 +88,7 @@ def test_a_worker_pod_whose_image_cannot_be_pulled_makes_ready_false_with_the_ku
     operator: OperatorProcess,
 ) -> None:
     consumers = StreamConsumers(api_client, namespace)
-    consumers.create(consumer("clicks", image="example/does-not-exist:1"))
+    consumers.create(consumer_manifest("clicks", image="example/does-not-exist:1"))
     core = k8s.CoreV1Api(api_client)
     selector = f"{CONSUMER_LABEL}=clicks"
 

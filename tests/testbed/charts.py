@@ -1,4 +1,5 @@
-"""The previous chart, for the install → upgrade tests (docs/upgrades.md): the chart as
+"""The chart as the tests render it (`rendered`), and the previous chart, for the
+install → upgrade tests (docs/upgrades.md): the chart as
 it stood at PREVIOUS_CHART_COMMIT, committed as tests/releases/PREVIOUS_CHART_ARCHIVE (a
 file in the tree, so a shallow clone runs the same tests), and the steps docs/upgrades.md
 gives to upgrade from it.
@@ -9,6 +10,7 @@ whose CRD is a template already; the integration test upgrades from both."""
 
 from __future__ import annotations
 
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -19,6 +21,14 @@ PREVIOUS_CHART_VERSION = "0.1.0"
 # `git archive PREVIOUS_CHART_COMMIT charts/streamconsumer | gzip -n -9`
 PREVIOUS_CHART_ARCHIVE = "chart-0.1.0-crds-folder.tar.gz"
 CRD = "streamconsumers.streamconsumer.io"
+KUBE_VERSION = "1.34.4"  # what the test control plane runs; helm assumes 1.20 offline
+
+
+def rendered(helm: Path, *flags: str, chart: Path = CHART) -> str:
+    """`helm template` of `chart` (release "sc") with `flags`, for the test control
+    plane's Kubernetes version; raises if helm refuses it."""
+    argv = [str(helm), "template", "sc", str(chart), "--kube-version", KUBE_VERSION, *flags]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
 
 
 def previous_chart(into: Path) -> Path:

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.state import DurableState
@@ -26,7 +26,8 @@ from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
 from streamconsumer.worker.client import OperatorRefused
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
-from testbed.specs import consumer_spec
+from testbed.kinesis import REGION, KinesisEmulator
+from testbed.specs import consumer_spec, worker_config
 
 SPEC = consumer_spec(lease_seconds=3)
 CREATED = datetime(2026, 1, 1, tzinfo=UTC)  # the consumer's creation (LATEST starts there)
@@ -111,16 +112,28 @@ class TimedReads:
         return Timed()  # type: ignore[return-value]
 
 
+def emulator_worker(emulator: KinesisEmulator, stream: str, **fields: Any) -> WorkerConfig:
+    """A worker's settings for `stream` on the emulator; `fields` as `worker_config`'s."""
+    return worker_config(
+        stream_name=stream,
+        endpoint_url=emulator.endpoint_url,
+        region=REGION,
+        **{"drain_seconds": 10, **fields},
+    )
+
+
 def run_worker(
     config: WorkerConfig,
-    source: TimedReads,
+    source: StreamSource | TimedReads,
     processor: ProcessorFactory,
     done: Callable[[], bool],
     timeout: float,
-) -> None:
-    """The threaded worker runtime on `source`, leased by an InProcessOperator, until
-    `done()` or `timeout` seconds; then drained."""
-    operator = InProcessOperator(source.list_shards())
+    operator: InProcessOperator | None = None,
+) -> bool:
+    """The threaded worker runtime on `source`, leased by `operator` (a new
+    InProcessOperator), until `done()` or `timeout` seconds; then drained. Whether it
+    stopped once drained."""
+    operator = operator or InProcessOperator(source.list_shards())
     worker = Worker(config, operator, source, processor)  # type: ignore[arg-type]
     runner = threading.Thread(target=worker.run, daemon=True)
     runner.start()
@@ -129,3 +142,4 @@ def run_worker(
         time.sleep(0.05)
     worker.drain()
     runner.join(30)
+    return not runner.is_alive()

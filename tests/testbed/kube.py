@@ -60,3 +60,19 @@ class StreamConsumers:
 
     def get_scale(self, name: str) -> Object:
         return cast(Object, self._api.get_namespaced_custom_object_scale(*self._args(), name))
+
+
+def deployment(name: str, image: str, replicas: int, labels: dict[str, str]) -> k8s.V1Deployment:
+    """A Deployment of `replicas` pods of one container running `image`, labelled `labels`
+    (its selector): one not made by the operator."""
+    return k8s.V1Deployment(
+        metadata=k8s.V1ObjectMeta(name=name),
+        spec=k8s.V1DeploymentSpec(
+            replicas=replicas,
+            selector=k8s.V1LabelSelector(match_labels=labels),
+            template=k8s.V1PodTemplateSpec(
+                metadata=k8s.V1ObjectMeta(labels=labels),
+                spec=k8s.V1PodSpec(containers=[k8s.V1Container(name="main", image=image)]),
+            ),
+        ),
+    )

@@ -23,12 +23,20 @@ from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.names import label_selector
 from streamconsumer.models import API_VERSION, KIND
 from testbed.controlplane import ControlPlane
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.kinesis import (
+    KinesisEmulator,
+    create_stream,
+    list_all_shards,
+    merge_shards,
+    put_records,
+    split_shard_in_half,
+)
 from testbed.kube import StreamConsumers
 from testbed.kubelet import LocalKubelet
 from testbed.operator_process import OperatorProcess
 from testbed.proxy import CuttableProxy
 from testbed.recording import Report, read_report
+from testbed.waiting import wait_for
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -326,6 +334,18 @@ class Scenario:
         if duplicates_at_most is not None:
             assert report.duplicates <= duplicates_at_most, report.duplicates
         return report
+
+    def split_and_merge(self, records: int) -> list[str]:
+        """Splits the first shard and merges the third and fourth, `records` produced after
+        each, and waits until every record is processed; the shards before, sorted."""
+        client = self.kinesis.client
+        first = sorted(s["ShardId"] for s in list_all_shards(client, self.stream))
+        split_shard_in_half(client, self.stream, first[0])
+        self.produce(records)
+        merge_shards(client, self.stream, first[2], first[3])
+        self.produce(records)
+        wait_for(self.all_processed, 90, "records after the split and the merge")
+        return first
 
     def all_processed(self) -> bool:
         return not self.report().lost

@@ -1,12 +1,12 @@
-"""A consumer's configuration for tests, built in one place: the StreamConsumer spec
-the operator reads and the settings a worker reads."""
+"""A consumer's configuration for tests, built in one place: the StreamConsumer (its
+manifest, its spec as the operator reads it) and the settings a worker reads."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from streamconsumer.controller.aws.access import AccessPolicy, AwsAccess
-from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.models.resource import API_VERSION, KIND, StreamConsumerSpec
 from streamconsumer.worker.config import WorkerConfig
 
 # Test beds reach their emulators over plain HTTP, on loopback or a namespace's address,
@@ -27,6 +27,29 @@ def consumer_spec(*, lease_seconds: float | None = None, **fields: Any) -> Strea
     if lease_seconds is not None:
         body["leases"] = {"durationSeconds": lease_seconds}
     return StreamConsumerSpec.model_validate(body | fields)
+
+
+def consumer_manifest(
+    name: str = "clicks",
+    *,
+    image: str = "example/clicks:1",
+    entrypoint: str = "clicks:Processor",
+    metadata: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A StreamConsumer as `kubectl apply` takes it: Kinesis stream "clicks" in
+    eu-west-1 read by `image`'s `entrypoint`, unless `spec` (by API names: source=...)
+    says otherwise; `metadata` beside its name."""
+    body: dict[str, Any] = {
+        "source": {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}},
+        "processor": {"image": image, "entrypoint": entrypoint},
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": name, **(metadata or {})},
+        "spec": body | spec,
+    }
 
 
 def worker_config(**fields: Any) -> WorkerConfig:

@@ -1,24 +1,24 @@
 """A stream kind that lives in memory: the recipe for a new kind, as one module. Its
 spec model, a lister and a reader (one source class serves both), its worker settings,
-and its `KIND`; registering it is one line in `sources/registry.py` (tests set it with
-monkeypatch)."""
+what the access policy matches (as if it were an AWS service called "memory"), and its
+`KIND`. A real kind is a module of `sources/kinds/`, which `sources/registry.py` finds;
+tests register this one with monkeypatch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import Field
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
-from streamconsumer.models.base import Model
+from streamconsumer.models.source import ENDPOINT_SETTINGS, AwsStreamSource
 from streamconsumer.processor import Record
-from streamconsumer.sources.base import ReaderSettings, ReadResult, Settings, StreamKind
+from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.kind import Access, ReaderSettings, StreamKind
 
 
-class MemorySpec(Model):
+class MemorySpec(AwsStreamSource):
     """`spec.source.memory`: a stream of this process, by name."""
 
     stream_name: str = Field(min_length=1)
@@ -71,23 +71,22 @@ class MemorySource:
         return None
 
 
-def settings(spec: MemorySpec) -> Settings:
-    return {"stream_name": spec.stream_name}
-
-
-def spec_from_settings(settings: Mapping[str, Any]) -> MemorySpec:
-    return MemorySpec(stream_name=settings["stream_name"])
-
-
 def reader(spec: MemorySpec, settings: ReaderSettings) -> MemorySource:
     return MemorySource(spec, settings.max_records)
 
 
 KIND = StreamKind(
     name="memory",
+    title="Memory",
     spec=MemorySpec,
     lister=lambda spec, identity: MemorySource(spec),  # no AWS: no identity to call as
     reader=reader,
-    settings=settings,
-    spec_from_settings=spec_from_settings,
+    settings={"memory_stream": "stream_name", **ENDPOINT_SETTINGS},
+    access=Access(
+        names=lambda spec: (spec.stream_name, None),
+        noun="queue",
+        services=("memory",),
+        actions=("memory:Read",),
+    ),
+    at_timestamp=False,  # as DynamoDB Streams: the spec's rule refuses that start
 )

@@ -27,6 +27,7 @@ from streamconsumer.controller.consumer.driver import failure
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.aws import MAX_REMOTE_TEXT, NOT_AWS, aws_error
 from streamconsumer.sources.factory import make_source
+from streamconsumer.sources.registry import selected
 
 ARN = "arn:aws:kinesis:eu-west-1:123456789012:stream/team-a-clicks"
 
@@ -36,8 +37,8 @@ def kinesis(**fields: str) -> Source:
     object stored before the rule, or a CRD not yet upgraded)."""
     url = fields.pop("endpointURL", None)
     source = Source.model_validate({"kinesis": {"streamName": "clicks", **fields}})
-    assert source.kinesis is not None
-    spec = source.kinesis.model_copy(update={"endpoint_url": url})
+    _, kinesis = selected(source)
+    spec = kinesis.model_copy(update={"endpoint_url": url})
     return source.model_copy(update={"kinesis": spec})
 
 

@@ -39,6 +39,8 @@ from streamconsumer.models import (
     StartPosition,
 )
 from streamconsumer.models.resource import Source, StreamConsumerSpec
+from streamconsumer.sources.kinds.kinesis import KinesisSpec
+from streamconsumer.sources.registry import selected
 from testbed.specs import consumer_spec
 
 from .moments import CREATED
@@ -389,8 +391,9 @@ def test_the_runner_rebuilds_its_source_when_the_endpoint_changes() -> None:
         deadline = time.monotonic() + 1.5
 
         def make_source(source: Source) -> HungSource:
-            assert source.kinesis is not None
-            built.append(source.kinesis.endpoint_url)
+            _, spec = selected(source)
+            assert isinstance(spec, KinesisSpec)
+            built.append(spec.endpoint_url)
             return HungSource()
 
         async def edit() -> None:

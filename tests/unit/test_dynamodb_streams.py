@@ -32,6 +32,7 @@ from streamconsumer.sources.dynamodb_streams import (
 )
 from streamconsumer.sources.factory import make_source, source_settings, spec_from_settings
 from streamconsumer.sources.kinesis import KinesisSource
+from streamconsumer.sources.registry import selected
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.source import worker_source
 from testbed.specs import consumer_spec, worker_config
@@ -531,9 +532,9 @@ def test_the_factory_and_the_worker_environment_agree(monkeypatch: pytest.Monkey
     for name, value in config.to_env().items():  # the pod's environment, read back
         monkeypatch.setenv(name, value)
     assert WorkerConfig.from_env() == config
-    kind, table = spec_from_settings(config.model_dump())
+    kind, table = spec_from_settings(config.source, config.source_settings)
     assert kind.name == "dynamodbStreams"
-    assert table == spec.source.dynamodb_streams
+    assert (kind, table) == selected(spec.source)
     config = config.model_copy(update={"max_records": 10_000})
     source = worker_source(config)
     assert isinstance(source, DynamoDBStreamsSource)

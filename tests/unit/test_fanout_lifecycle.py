@@ -12,6 +12,8 @@ from streamconsumer.controller.aws import fanout
 from streamconsumer.controller.aws.access import AccessPolicy, AccessRefused
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.base import Identity
+from streamconsumer.sources.kinds.kinesis import KinesisSpec
+from streamconsumer.sources.registry import selected
 from testbed.specs import TEST_BED_ACCESS as ACCESS
 
 POLLING = {"kinesis": {"streamName": "clicks", "region": "eu-west-1"}}
@@ -29,8 +31,9 @@ class Calls:
         self.registered: dict[str, str] = {}  # stream -> its consumer's ARN
 
     def __call__(self, source: Source, identity: Identity) -> StreamCalls:
-        assert source.kinesis is not None, "only Kinesis fans out"
-        return StreamCalls(self, source.kinesis.stream_name or source.kinesis.stream_arn or "")
+        _, spec = selected(source)
+        assert isinstance(spec, KinesisSpec), "only Kinesis fans out"
+        return StreamCalls(self, spec.stream_name or spec.stream_arn or "")
 
 
 class StreamCalls:

@@ -10,6 +10,8 @@ import pytest
 from streamconsumer.models.resource import Source
 from streamconsumer.sources.factory import source_settings, spec_from_settings
 from streamconsumer.sources.registry import selected
+from streamconsumer.worker.config import WorkerConfig
+from testbed.specs import worker_config
 
 LOCATED = {"region": "eu-west-1", "endpointURL": "http://127.0.0.1:1"}
 
@@ -56,4 +58,36 @@ def test_a_source_spec_travels_as_settings_and_back(
 ) -> None:
     spec = Source.model_validate(source)
     assert source_settings(spec) == settings
-    assert spec_from_settings(settings) == selected(spec), "the same kind and spec"
+    assert spec_from_settings(settings["source"] or "", settings) == selected(spec), "the same"
+
+
+# The source variables of a 0.1 operator's pod template, as it wrote them: before
+# STREAMCONSUMER_SOURCE existed (docs/upgrades.md#operator-and-workers-of-different-versions).
+OLDER = {
+    "STREAMCONSUMER_STREAM_NAME": "clicks",
+    "STREAMCONSUMER_KINESIS_CONSUMER": "fanOut",
+    "STREAMCONSUMER_REGION": "eu-west-1",
+}
+
+
+def test_a_worker_reads_the_source_an_older_operator_wrote(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in {**worker_config().to_env(), **OLDER}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("STREAMCONSUMER_SOURCE", raising=False)
+    config = WorkerConfig.from_env()
+    assert spec_from_settings(config.source, config.source_settings) == selected(
+        Source.model_validate(
+            {"kinesis": {"streamName": "clicks", "consumer": "fanOut", "region": "eu-west-1"}}
+        )
+    )
+
+
+def test_an_older_worker_finds_its_variables_in_a_newer_pod_template() -> None:
+    spec = Source.model_validate(
+        {"kinesis": {"streamName": "clicks", "consumer": "fanOut", "region": "eu-west-1"}}
+    )
+    env = worker_config(**source_settings(spec)).to_env()
+    assert OLDER.items() <= env.items()
+    assert not any(name.startswith("STREAMCONSUMER_SOURCE_") for name in env)

@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field
 
-from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, added_since, with_rules
+from streamconsumer.models.base import Model, added_since, with_rules
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.pod_policy import MAX_PROJECTED_SOURCES, POD_RULES, PROCESSOR_RULES
 from streamconsumer.models.record_filter import RecordFilter
+from streamconsumer.models.source import at_timestamp_rules, same, source_model
+from streamconsumer.sources import registry
 
 GROUP = "streamconsumer.io"
 VERSION = "v1alpha1"
@@ -34,134 +36,13 @@ ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", ma
 """A sequence number, or SHARD_END once every record of a closed shard is processed."""
 
 
-def _same(field: str) -> str:
-    """CEL: an optional field keeps its value (or its absence) across updates."""
-    return (
-        f"has(self.{field}) == has(oldSelf.{field}) && "
-        f"(!has(self.{field}) || self.{field} == oldSelf.{field})"
-    )
-
-
-_NEW_STREAM = "create a new StreamConsumer to read another stream"
-
-
-def _named_once(kind: str, name: str) -> ConfigDict:
-    """CEL for `source.<kind>`: the stream is named by its `name` field or by streamARN,
-    exactly one, and neither that nor its region can change under a consumer (its
-    leases and checkpoints belong to that stream's shards)."""
-    return with_rules(
-        (
-            f"has(self.{name}) != has(self.streamARN)",
-            f"set exactly one of source.{kind}.{name} and source.{kind}.streamARN",
-        ),
-        (_same(name), f"{name} cannot change: {_NEW_STREAM}"),
-        (_same("streamARN"), f"streamARN cannot change: {_NEW_STREAM}"),
-        (_same("region"), f"region cannot change: {_NEW_STREAM}"),
-    )
-
-
-class KinesisConsumer(StrEnum):
-    """How workers read a Kinesis stream: GetRecords (shared 2 MB/s per shard) or enhanced
-    fan-out (SubscribeToShard through a registered consumer: its own 2 MB/s per shard, and
-    records pushed as they arrive)."""
-
-    POLLING = "polling"
-    FAN_OUT = "fanOut"
-
-
-class AwsStreamSource(Model):
-    """What every AWS stream source has beside its stream: a region, fixed with the
-    stream (`_named_once`), and a custom endpoint, which may change."""
-
-    region: str | None = Field(
-        default=None, max_length=64, description="AWS region; defaults to the operator's."
-    )
-    endpoint_url: str | None = Field(
-        default=None,
-        alias="endpointURL",
-        max_length=2048,
-        pattern=ENDPOINT_URL_PATTERN,
-        description="Custom endpoint (a VPC endpoint, or an emulator in tests).",
-    )
-
-
-class KinesisSource(AwsStreamSource):
-    """Where to read: a Kinesis data stream, by name or ARN. The stream cannot change
-    under a consumer (its leases and checkpoints belong to that stream's shards); the
-    endpoint can."""
-
-    model_config = _named_once("kinesis", "streamName")
-
-    stream_name: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=128,
-        pattern=r"^[a-zA-Z0-9_.-]+$",
-        description="Name of the stream (in `region`).",
-    )
-    stream_arn: str | None = Field(
-        default=None,
-        alias="streamARN",
-        pattern=r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]+$",
-        max_length=2048,
-        description="ARN of the stream; region and account come from it.",
-    )
-    consumer: KinesisConsumer = Field(
-        default=KinesisConsumer.POLLING,
-        description=(
-            "polling (GetRecords) or fanOut (enhanced fan-out: the operator registers a "
-            "stream consumer named <namespace>.<name> and deregisters it on delete)."
-        ),
-    )
-
-
-class DynamoDBStreamsSource(AwsStreamSource):
-    """Where to read: a DynamoDB table's change stream, by table name (its latest stream)
-    or by stream ARN. Like a Kinesis stream, it cannot change under a consumer. A custom
-    endpoint serves both DynamoDB and DynamoDB Streams (DynamoDB Local in tests)."""
-
-    model_config = _named_once("dynamodbStreams", "tableName")
-
-    table_name: str | None = Field(
-        default=None,
-        min_length=3,
-        max_length=255,
-        pattern=r"^[a-zA-Z0-9_.-]+$",
-        description="Name of the table (in `region`); its latest stream is read. The "
-        "table needs a stream (StreamSpecification), NEW_AND_OLD_IMAGES for both images.",
-    )
-    stream_arn: str | None = Field(
-        default=None,
-        alias="streamARN",
-        pattern=r"^arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]+"
-        r"/stream/[0-9A-Za-z:._-]+$",
-        max_length=2048,
-        description="ARN of the table's stream (DescribeTable's LatestStreamArn).",
-    )
-
-
-_ONE_SOURCE = "set exactly one source: source.kinesis or source.dynamodbStreams"
-
-
-class Source(Model):
-    """Exactly one stream to read."""
-
-    model_config = with_rules(
-        ("has(self.kinesis) != has(self.dynamodbStreams)", _ONE_SOURCE),
-        (
-            "has(self.kinesis) == has(oldSelf.kinesis)",
-            f"the kind of source cannot change: {_NEW_STREAM}",
-        ),
-    )
-
-    kinesis: KinesisSource | None = None
-    dynamodb_streams: DynamoDBStreamsSource | None = None
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Source:
-        if (self.kinesis is None) == (self.dynamodb_streams is None):
-            raise ValueError(_ONE_SOURCE)
-        return self
+# `spec.source`: a field per stream kind (`sources/kinds/`), exactly one set. Its fields
+# come from the kinds, so code reads them through `sources.registry.selected`. The kinds'
+# modules are pydantic only (readers and boto3 come when a stream is read).
+if TYPE_CHECKING:
+    Source = Model
+else:
+    Source = source_model(registry.KINDS.values())
 
 
 class InitialPosition(StrEnum):
@@ -218,7 +99,7 @@ class Processor(Model):
     model_config = with_rules(
         *PROCESSOR_RULES,
         (
-            _same("serviceAccountName"),
+            same("serviceAccountName"),
             "serviceAccountName cannot change: workers running as the old ServiceAccount "
             "would be refused before they could hand their shards off; create a new "
             "StreamConsumer (docs/checkpoints.md carries the checkpoints over)",
@@ -522,10 +403,7 @@ class StreamConsumerSpec(Model):
             "!has(self.initialTimestamp) || self.initialPosition == 'AT_TIMESTAMP'",
             "initialTimestamp is only used with initialPosition AT_TIMESTAMP",
         ),
-        (
-            "!has(self.source.dynamodbStreams) || self.initialPosition != 'AT_TIMESTAMP'",
-            "DynamoDB Streams has no AT_TIMESTAMP iterator: use TRIM_HORIZON or LATEST",
-        ),
+        *at_timestamp_rules(registry.KINDS.values()),
     )
 
     source: Source

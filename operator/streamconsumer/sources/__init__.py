@@ -1,6 +1,6 @@
-"""Stream sources, one module per kind (`kinesis`, `dynamodb_streams`; the way KEDA keeps
-one file per scaler), each declaring a `KIND` (`base.StreamKind`: spec model, lister,
-reader, worker settings, fan-out support, what its AWS errors mean), registered in one
-table (`registry.KINDS`). A new kind: its module, one line in that table, and its field
-in `models.resource.Source` (the CRD); `tests/unit/memory_kind.py` is an example.
-Nothing here imports the worker or the operator."""
+"""Stream sources: the kinds (`kinds/`, one module each, the way KEDA keeps one file per
+scaler), each declaring a `KIND` (`kind.StreamKind`: spec model, lister, reader, worker
+settings, access-policy names and endpoint hosts, fan-out support, what its AWS errors
+mean), found by `registry`; the readers that need boto3 beside them. A new kind is its
+module in `kinds/`; `tests/unit/memory_kind.py` is an example. Nothing here imports the
+worker or the operator."""

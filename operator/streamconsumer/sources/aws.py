@@ -1,18 +1,13 @@
 """AWS one way for every source, dead-letter target and the operator: how a client is
-set up (`client_options`), what a failed call says (`aws_error`), and how an AWS
-source's region and endpoint travel in the worker's settings (`endpoint_settings`)."""
+set up (`client_options`) and what a failed call says (`aws_error`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
-
-from streamconsumer.models.resource import AwsStreamSource
-from streamconsumer.sources.base import Settings
 
 
 def client_options(
@@ -69,14 +64,3 @@ def aws_error(error: BaseException) -> AwsError:
         return AwsError("", summary(str(error)))
     # Anything else (a ValueError reading a shard list, say) may quote the answer.
     return AwsError("", f"{type(error).__name__} reading the endpoint's answer (not shown)")
-
-
-def endpoint_settings(spec: AwsStreamSource) -> Settings:
-    """An AWS source's region and endpoint as the worker's settings carry them: the
-    same two settings for every AWS kind."""
-    return {"region": spec.region, "endpoint_url": spec.endpoint_url}
-
-
-def endpoint_from_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """The spec fields `endpoint_settings` came from."""
-    return {"region": settings.get("region"), "endpoint_url": settings.get("endpoint_url")}

@@ -1,21 +1,15 @@
-"""What every stream source provides: its shards with lineage, and a reader per shard;
-and what a kind of stream declares to be one (`StreamKind`, registered in
-`sources/registry.py`)."""
+"""What every stream source provides: its shards with lineage, and a reader per shard
+(what a kind of stream declares is in `sources/kind.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeAlias, TypeVar, runtime_checkable
-
-from pydantic import BaseModel
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
 from streamconsumer.processor import Record
-
-if TYPE_CHECKING:
-    import boto3
+from streamconsumer.sources.kind import Identity as Identity  # the operator's callers name it here
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,29 +59,6 @@ class StreamSource(Protocol):
         ...
 
 
-# --- a kind of stream ------------------------------------------------------------------
-
-Spec = TypeVar("Spec", bound=BaseModel)
-
-Settings = dict[str, str | None]
-"""A kind's part of the worker's environment: WorkerConfig field -> value."""
-
-Identity: TypeAlias = "boto3.Session | None"
-"""Whom the operator's clients call AWS as: a namespace's assumed role
-(`controller/aws/assumed_role.py`), or None for the process's own identity."""
-
-
-@dataclass(frozen=True)
-class ReaderSettings:
-    """What a worker's source needs beyond the spec: its batch limit, and the consumer
-    resource it reads for (a kind that subscribes names its subscription after it)."""
-
-    max_records: int = 1000
-    namespace: str | None = None
-    consumer: str | None = None
-    resubscribe_seconds: float | None = None  # None: the kind's own period
-
-
 class ConsumerRegistration(Protocol):
     """A stream consumer registered with the stream (Kinesis enhanced fan-out)."""
 
@@ -102,32 +73,3 @@ class ConsumerRegistration(Protocol):
     def deregister(self, name: str) -> None:
         """Deregisters `name`; done if it is gone already."""
         ...
-
-
-@dataclass(frozen=True)
-class FanOutSupport(Generic[Spec]):
-    """A kind whose readers may subscribe through a registered consumer: whether a spec
-    asks for it (cheap: the operator's handlers filter on it), the registration
-    (for the operator), and the consumer's name for a resource."""
-
-    uses: Callable[[Spec], bool]
-    registration: Callable[[Spec, Identity], ConsumerRegistration]
-    consumer_name: Callable[[str, str], str]  # (namespace, name) -> the consumer's name
-
-
-@dataclass(frozen=True)
-class StreamKind(Generic[Spec]):
-    """One kind of stream: its field in `spec.source` (camelCase, also the worker's
-    `source` setting), its spec model, the operator's lister (shards, backlog; its
-    clients call as the `Identity` it is given), the worker's reader, how its spec
-    travels in the worker's environment, fan-out support, and what its AWS errors mean
-    (Degraded and Events say it with the error)."""
-
-    name: str
-    spec: type[Spec]
-    lister: Callable[[Spec, Identity], StreamSource]
-    reader: Callable[[Spec, ReaderSettings], StreamSource]
-    settings: Callable[[Spec], Settings]
-    spec_from_settings: Callable[[Mapping[str, Any]], Spec]
-    fan_out: FanOutSupport[Spec] | None = None
-    errors: Mapping[str, str] = field(default_factory=dict)  # AWS error code -> advice

@@ -1,5 +1,5 @@
 """DynamoDB Streams through boto3: a table's change stream behind the same interface as
-Kinesis (`sources/base.py`).
+Kinesis (`sources/base.py`); the kind itself is `sources/kinds/dynamodb_streams.py`.
 
 What differs from Kinesis, and how it is handled here:
 - Shards and lineage come from DescribeStream, paginated with ExclusiveStartShardId /
@@ -49,17 +49,12 @@ from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
-from streamconsumer.models.resource import DynamoDBStreamsSource as DynamoDBStreamsSpec
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import (
-    aws_error,
-    client_options,
-    endpoint_from_settings,
-    endpoint_settings,
-)
-from streamconsumer.sources.base import Identity, ReadResult, Settings, StreamKind
+from streamconsumer.sources.aws import aws_error, client_options
+from streamconsumer.sources.base import Identity, ReadResult
 from streamconsumer.sources.cursor import ShardCursor
 from streamconsumer.sources.fast_decode import fast_get_records
+from streamconsumer.sources.kinds.dynamodb_streams import DynamoDBStreamsSpec
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodbstreams import DynamoDBStreamsClient
@@ -436,7 +431,7 @@ class DynamoDBStreamsSource:
         return max([1, *(self.backlog(child, trim_horizon) or 0 for child in waiting)])
 
 
-# --- the kind ------------------------------------------------------------------------------
+# --- from a spec -------------------------------------------------------------------------
 
 
 def source(
@@ -447,36 +442,3 @@ def source(
         TableStream(table_name=spec.table_name, arn=spec.stream_arn),
         max_records=max_records,
     )
-
-
-def settings(spec: DynamoDBStreamsSpec) -> Settings:
-    return {
-        "table_name": spec.table_name,
-        "stream_arn": spec.stream_arn,
-        **endpoint_settings(spec),
-    }
-
-
-def spec_from_settings(settings: Mapping[str, Any]) -> DynamoDBStreamsSpec:
-    return DynamoDBStreamsSpec(
-        table_name=settings.get("table_name"),
-        stream_arn=settings.get("stream_arn"),
-        **endpoint_from_settings(settings),
-    )
-
-
-ERRORS = {
-    "ResourceNotFoundException": "no such table or stream, or not in this region and account",
-    "AccessDeniedException": "the operator needs dynamodb:ListStreams (with tableName), "
-    "DescribeStream, GetShardIterator and GetRecords",
-}
-
-KIND = StreamKind(
-    name="dynamodbStreams",
-    spec=DynamoDBStreamsSpec,
-    lister=lambda spec, identity: source(spec, identity=identity),
-    reader=lambda spec, settings: source(spec, settings.max_records),
-    settings=settings,
-    spec_from_settings=spec_from_settings,
-    errors=ERRORS,
-)

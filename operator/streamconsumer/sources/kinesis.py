@@ -1,26 +1,14 @@
-"""Kinesis Data Streams, as a stream kind: its spec (`models.resource.KinesisSource`),
-the operator's lister and the workers' readers, polling (`kinesis_polling`) or through
-enhanced fan-out (`kinesis_fanout`, subscribing through the consumer `kinesis_consumer`
-registers), how the spec travels in the worker's environment, and what its AWS errors
-mean. The names of `kinesis_polling` stay importable from here."""
+"""Kinesis Data Streams' readers (the kind itself: `sources/kinds/kinesis.py`): polling
+(`kinesis_polling`) or through enhanced fan-out (`kinesis_fanout`, subscribing through the
+consumer `kinesis_consumer` registers). The names of `kinesis_polling` stay importable
+from here."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from streamconsumer.models.resource import KinesisConsumer
-from streamconsumer.models.resource import KinesisSource as KinesisSpec
-from streamconsumer.sources.aws import endpoint_from_settings, endpoint_settings
-from streamconsumer.sources.base import (
-    FanOutSupport,
-    Identity,
-    ReaderSettings,
-    Settings,
-    StreamKind,
-    StreamSource,
-)
+from streamconsumer.sources.base import StreamSource
 from streamconsumer.sources.initial_response import tolerate_missing_initial_response
+from streamconsumer.sources.kind import Identity, ReaderSettings
+from streamconsumer.sources.kinds.kinesis import KinesisSpec
 from streamconsumer.sources.kinesis_consumer import StreamConsumers, consumer_name
 from streamconsumer.sources.kinesis_fanout import RESUBSCRIBE_SECONDS, FanOutKinesisSource
 from streamconsumer.sources.kinesis_polling import EXPIRED as EXPIRED
@@ -45,15 +33,10 @@ def polling_source(
     return KinesisSource(client, stream_ref(spec), max_records=max_records)
 
 
-def lister(spec: KinesisSpec, identity: Identity) -> KinesisSource:
-    """The operator lists and probes by polling, whatever the consumer type."""
-    return polling_source(spec, identity=identity)
-
-
-def reader(spec: KinesisSpec, settings: ReaderSettings) -> StreamSource:
-    """Readers that subscribe for a fanOut consumer, GetRecords otherwise."""
+def reader(spec: KinesisSpec, settings: ReaderSettings, subscribe: bool) -> StreamSource:
+    """Readers that subscribe (enhanced fan-out), or that call GetRecords."""
     polling = polling_source(spec, settings.max_records)
-    if spec.consumer is not KinesisConsumer.FAN_OUT:
+    if not subscribe:
         return polling
     if settings.namespace is None or settings.consumer is None:
         raise ValueError("a fanOut reader needs its StreamConsumer's namespace and name")
@@ -66,47 +49,6 @@ def reader(spec: KinesisSpec, settings: ReaderSettings) -> StreamSource:
     )
 
 
-def settings(spec: KinesisSpec) -> Settings:
-    return {
-        "stream_name": spec.stream_name,
-        "stream_arn": spec.stream_arn,
-        "kinesis_consumer": spec.consumer.value,
-        **endpoint_settings(spec),
-    }
-
-
-def spec_from_settings(settings: Mapping[str, Any]) -> KinesisSpec:
-    return KinesisSpec(
-        stream_name=settings.get("stream_name"),
-        stream_arn=settings.get("stream_arn"),
-        consumer=settings.get("kinesis_consumer") or KinesisConsumer.POLLING,
-        **endpoint_from_settings(settings),
-    )
-
-
 def registration(spec: KinesisSpec, identity: Identity) -> StreamConsumers:
     client = kinesis_client(spec.region, spec.endpoint_url, identity=identity)
     return StreamConsumers(client, stream_ref(spec))
-
-
-ERRORS = {
-    "ResourceNotFoundException": "no such stream, or not in this region and account",
-    "AccessDeniedException": "the operator needs kinesis:ListShards, GetShardIterator and "
-    "GetRecords (and for fanOut RegisterStreamConsumer, DescribeStreamConsumer and "
-    "DeregisterStreamConsumer)",
-}
-
-KIND = StreamKind(
-    name="kinesis",
-    spec=KinesisSpec,
-    lister=lister,
-    reader=reader,
-    settings=settings,
-    spec_from_settings=spec_from_settings,
-    fan_out=FanOutSupport(
-        uses=lambda spec: spec.consumer is KinesisConsumer.FAN_OUT,
-        registration=registration,
-        consumer_name=consumer_name,
-    ),
-    errors=ERRORS,
-)

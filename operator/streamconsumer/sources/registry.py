@@ -1,22 +1,25 @@
-"""The stream kinds, in one table. A new kind is one module declaring its `KIND`
-(`sources/base.py`, StreamKind) and one line here; `spec.source.<name>` selects it."""
+"""The stream kinds, in one table: every module of `sources/kinds/` declaring a `KIND`
+(`sources/kind.py`), in the order of their names; `spec.source.<name>` selects one."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from typing import Any
 
 from pydantic import BaseModel
 
-from streamconsumer.sources import dynamodb_streams, kinesis
-from streamconsumer.sources.base import StreamKind
+from streamconsumer.sources import kinds
+from streamconsumer.sources.kind import StreamKind
 
-KINDS: dict[str, StreamKind[Any]] = {
-    kind.name: kind
-    for kind in (
-        kinesis.KIND,
-        dynamodb_streams.KIND,
-    )
-}
+
+def _found() -> dict[str, StreamKind[Any]]:
+    modules = sorted(module.name for module in pkgutil.iter_modules(kinds.__path__))
+    declared = [importlib.import_module(f"{kinds.__name__}.{name}").KIND for name in modules]
+    return {kind.name: kind for kind in declared}
+
+
+KINDS: dict[str, StreamKind[Any]] = _found()
 
 
 def kind_named(name: str) -> StreamKind[Any]:
@@ -28,7 +31,7 @@ def kind_named(name: str) -> StreamKind[Any]:
 
 def selected(source: BaseModel) -> tuple[StreamKind[Any], BaseModel]:
     """The kind a source spec names and its part of the spec: the one field that is set
-    (`models.resource.Source` has one field per kind, named as the kind)."""
+    (`models.source.source_model`: one field per kind, named as the kind)."""
     chosen = [
         (info.alias or field, value)
         for field, info in type(source).model_fields.items()

@@ -3,7 +3,10 @@ operator writes. One model names them for both sides."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+import os
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from streamconsumer.models.base import ADDED_SINCE, added_since
@@ -14,10 +17,9 @@ from streamconsumer.models.resource import (
     MAX_PARALLELISM,
     MAX_PROCESSES,
     MAX_READS_PER_SECOND,
-    KinesisConsumer,
     LogLevel,
 )
-from streamconsumer.sources.registry import kind_named
+from streamconsumer.sources.registry import KINDS, kind_named
 
 PREFIX = "STREAMCONSUMER_"
 
@@ -34,18 +36,15 @@ class WorkerConfig(BaseSettings):
     # signed, or the worker sends it nothing (not even its token). None: the system's CAs.
     ca_path: str | None = None
     entrypoint: str
-    # The kind of stream (sources/registry.py); each kind maps its spec onto the settings
-    # below, which workers of the previous version read as they are.
+    # The kind of stream (sources/registry.py) and its own settings, each in a variable of
+    # its own (STREAMCONSUMER_STREAM_NAME...: the kind's `setting_names`, named as every
+    # release names them, so a worker reads the pod template of an operator of another
+    # version, docs/upgrades.md#operator-and-workers-of-different-versions).
     source: str = "kinesis"
-    stream_name: str | None = None  # Kinesis
-    table_name: str | None = None  # DynamoDB Streams
-    stream_arn: str | None = None  # a Kinesis stream's, or a DynamoDB table stream's
-    region: str | None = None
-    kinesis_consumer: KinesisConsumer = KinesisConsumer.POLLING
+    source_settings: dict[str, str] = Field(default_factory=dict)
     # Enhanced fan-out renews each subscription this often (tests shorten it); None: the
     # kind's own period.
     resubscribe_seconds: float | None = Field(default=None, gt=0)
-    endpoint_url: str | None = None
     max_records: int = 1000
     idle_between_reads_ms: int = 500
     prefetch: int = 3
@@ -81,6 +80,18 @@ class WorkerConfig(BaseSettings):
         default=1, ge=1, le=MAX_PROCESSES, json_schema_extra=added_since("0.2.0")
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_settings_apart(cls, values: Any) -> Any:
+        """A kind's settings given flat, as the environment names them, go into
+        `source_settings`."""
+        if not isinstance(values, dict):
+            return values
+        names = setting_names()
+        given = {k: str(v) for k, v in values.items() if k in names and v is not None}
+        rest = {k: v for k, v in values.items() if k not in names}
+        return {**rest, "source_settings": {**rest.get("source_settings", {}), **given}}
+
     @field_validator("source")
     @classmethod
     def _known_kind(cls, source: str) -> str:
@@ -96,9 +107,11 @@ class WorkerConfig(BaseSettings):
         from their default: the workers' pod template stays as the previous release made
         it, so an operator upgrade does not roll every consumer's workers
         (docs/upgrades.md#operator-and-workers-of-different-versions)."""
-        env = {}
+        env = {self.env_name(name): value for name, value in self.source_settings.items()}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
+            if name == "source_settings":
+                continue
             added = (
                 isinstance(field.json_schema_extra, dict) and ADDED_SINCE in field.json_schema_extra
             )
@@ -113,8 +126,9 @@ class WorkerConfig(BaseSettings):
     @classmethod
     def from_env(cls) -> WorkerConfig:
         """From the process environment (pydantic-settings); a clear exit on bad input."""
+        named = {name: os.environ.get(cls.env_name(name)) for name in setting_names()}
         try:
-            return cls()
+            return cls(source_settings={k: v for k, v in named.items() if v is not None})
         except ValidationError as error:
             missing = [
                 cls.env_name(str(e["loc"][0])) for e in error.errors() if e["type"] == "missing"
@@ -125,3 +139,8 @@ class WorkerConfig(BaseSettings):
                 f"{cls.env_name(str(e['loc'][0]))}: {e['msg']}" for e in error.errors()
             )
             raise SystemExit(f"worker: bad configuration: {problems}") from None
+
+
+def setting_names() -> set[str]:
+    """Every kind's own settings (`StreamKind.setting_names`)."""
+    return {name for kind in KINDS.values() for name in kind.settings}

@@ -34,24 +34,28 @@ from streamconsumer.controller.aws.assumed_role import (
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN
-from streamconsumer.models.resource import (
-    AwsStreamSource,
-    DynamoDBStreamsSource,
-    KinesisSource,
-    Source,
-)
+from streamconsumer.models.resource import Source
+from streamconsumer.models.source import AwsStreamSource
 from streamconsumer.sources.base import Identity, ShardReader, StreamSource
+from streamconsumer.sources.kind import Access
 from streamconsumer.sources.registry import selected
 
-# In `endpoints`: AWS's own Kinesis and DynamoDB (Streams) endpoints, FIPS, dual-stack and
-# VPC interface endpoints included. Not a host pattern: `*.amazonaws.com` would also
-# take API Gateway, S3 buckets and other hosts a tenant controls.
+# In `endpoints`: AWS's own endpoints of the services a kind names (`Access.services`),
+# FIPS, dual-stack and VPC interface endpoints included. Not a host pattern:
+# `*.amazonaws.com` would also take API Gateway, S3 buckets and other hosts a tenant
+# controls.
 AWS = "aws"
-_SERVICE = r"(kinesis|dynamodb|streams\.dynamodb)(-fips)?"
-_AWS_HOST = re.compile(
-    rf"^({_SERVICE}\.[a-z0-9-]+\.(amazonaws\.com|amazonaws\.com\.cn|api\.aws)"
-    rf"|vpce-[a-z0-9-]+\.{_SERVICE}\.[a-z0-9-]+\.vpce\.amazonaws\.com(\.cn)?)$"
-)
+
+
+def aws_host(services: tuple[str, ...]) -> re.Pattern[str]:
+    """AWS's own host names of these services (host labels such as "kinesis")."""
+    service = "(" + "|".join(re.escape(name) for name in services) + ")(-fips)?"
+    return re.compile(
+        rf"^({service}\.[a-z0-9-]+\.(amazonaws\.com|amazonaws\.com\.cn|api\.aws)"
+        rf"|vpce-[a-z0-9-]+\.{service}\.[a-z0-9-]+\.vpce\.amazonaws\.com(\.cn)?)$"
+    )
+
+
 _ENDPOINT = re.compile(ENDPOINT_URL_PATTERN)
 
 
@@ -73,7 +77,7 @@ class AwsAccess(_Settings):
     endpoints: tuple[str, ...] = Field(
         default=(AWS,),
         description='Hosts (host or host:port) a custom endpointURL may name; "aws" '
-        "stands for AWS's own Kinesis and DynamoDB endpoints.",
+        "stands for AWS's own endpoints of the stream's service (Kinesis, DynamoDB).",
     )
     allow_http: bool = Field(default=False, description="Plain-HTTP endpoints (test beds).")
     role_arn: str | None = Field(
@@ -131,37 +135,28 @@ class AccessPolicy(_Settings):
     def refusal(self, namespace: str, source: Source) -> str | None:
         """Why the operator must not call AWS for this source; None if it may."""
         access = self.access(namespace)
-        _, spec = selected(source)
-        assert isinstance(spec, KinesisSource | DynamoDBStreamsSource)
-        names = _names(spec)
+        kind, spec = selected(source)
+        if kind.access is None:  # a kind that calls no AWS: nothing to allow
+            return None
+        names = kind.access.names(spec)
         if access is None:
             return _unconfigured(namespace, names)
         if not any(_matches(pattern, names) for pattern in access.streams):
-            what = "table" if isinstance(spec, DynamoDBStreamsSource) else "stream"
-            return f"{what} {names[0]} is not one namespace {namespace} may read"
-        if spec.endpoint_url is not None:
-            return _endpoint_refusal(spec.endpoint_url, access, namespace)
+            return f"{kind.access.noun} {names[0]} is not one namespace {namespace} may read"
+        if isinstance(spec, AwsStreamSource) and spec.endpoint_url is not None:
+            return _endpoint_refusal(spec.endpoint_url, access, namespace, kind.access)
         return None
 
     def identity(self, namespace: str, source: Source) -> Identity:
         """Whom the operator calls AWS as for this source: the namespace's role, in the
-        source's region; None for its own identity (no roleArn)."""
+        source's region; None for its own identity (no roleArn, or a kind that calls no
+        AWS)."""
         access = self.access(namespace)
-        if access is None or access.role_arn is None:
-            return None
         _, spec = selected(source)
-        assert isinstance(spec, AwsStreamSource)
+        if access is None or access.role_arn is None or not isinstance(spec, AwsStreamSource):
+            return None
         role = Role(access.role_arn, access.external_id, session_name(namespace))
         return assumed_role.SESSIONS.session(role, spec.region)
-
-
-def _names(spec: KinesisSource | DynamoDBStreamsSource) -> tuple[str, str | None]:
-    """The stream's (or table's) name, and the ARN the spec names, if any."""
-    if isinstance(spec, KinesisSource):
-        arn = spec.stream_arn
-        return (spec.stream_name or str(arn).rsplit("/", 1)[-1]), arn
-    arn = spec.stream_arn
-    return (spec.table_name or str(arn).split(":table/", 1)[-1].split("/", 1)[0]), arn
 
 
 def _unconfigured(namespace: str, names: tuple[str, str | None]) -> str:
@@ -187,7 +182,9 @@ def _matches(pattern: str, names: tuple[str, str | None]) -> bool:
     return not pattern.startswith("arn:") and fnmatch.fnmatchcase(name, pattern)
 
 
-def _endpoint_refusal(url: str, access: AwsAccess, namespace: str) -> str | None:
+def _endpoint_refusal(
+    url: str, access: AwsAccess, namespace: str, kind: Access[BaseModel]
+) -> str | None:
     if not _ENDPOINT.match(url):  # as the CRD says; a spec from before it may differ
         return "endpointURL must be scheme://host[:port][/path], nothing else"
     parts = urlsplit(url)
@@ -195,9 +192,10 @@ def _endpoint_refusal(url: str, access: AwsAccess, namespace: str) -> str | None
     if parts.scheme != "https" and not (parts.scheme == "http" and access.allow_http):
         return "endpointURL must be https://"
     named = [host] + ([f"{host}:{port}"] if port is not None else [])
+    own = aws_host(kind.services)
 
     def allows(pattern: str, name: str) -> bool:
-        return bool(_AWS_HOST.match(name)) if pattern == AWS else fnmatch.fnmatchcase(name, pattern)
+        return bool(own.match(name)) if pattern == AWS else fnmatch.fnmatchcase(name, pattern)
 
     if not any(allows(p, n) for p in access.endpoints for n in named):
         # The host only: never more of what the spec wrote than needed to find it.
