@@ -91,3 +91,26 @@ def test_an_older_worker_finds_its_variables_in_a_newer_pod_template() -> None:
     env = worker_config(**source_settings(spec)).to_env()
     assert OLDER.items() <= env.items()
     assert not any(name.startswith("STREAMCONSUMER_SOURCE_") for name in env)
+
+
+def test_the_pod_template_keeps_the_previous_releases_order_of_variables() -> None:
+    """Another order is another pod template: the Deployment would roll every worker on
+    an operator upgrade (tests/e2e/test_upgrade.py caught it)."""
+    source = Source.model_validate(
+        {"kinesis": {"streamName": "s", "region": "eu-west-1", "endpointURL": "http://e:1"}}
+    )
+    env = list(worker_config(**source_settings(source)).to_env())
+    ours = [
+        name
+        for name in env
+        if name.removeprefix("STREAMCONSUMER_").lower()
+        in ("source", "stream_name", "region", "kinesis_consumer", "endpoint_url", "max_records")
+    ]
+    assert ours == [
+        "STREAMCONSUMER_SOURCE",
+        "STREAMCONSUMER_STREAM_NAME",
+        "STREAMCONSUMER_REGION",
+        "STREAMCONSUMER_KINESIS_CONSUMER",
+        "STREAMCONSUMER_ENDPOINT_URL",
+        "STREAMCONSUMER_MAX_RECORDS",
+    ]

@@ -22,6 +22,15 @@ from streamconsumer.models.resource import (
 from streamconsumer.sources.registry import KINDS, kind_named
 
 PREFIX = "STREAMCONSUMER_"
+# The order 0.2's flat fields had; a kind's own settings come after these.
+SOURCE_SETTINGS_ORDER = (
+    "stream_name",
+    "table_name",
+    "stream_arn",
+    "region",
+    "kinesis_consumer",
+    "endpoint_url",
+)
 
 
 class WorkerConfig(BaseSettings):
@@ -107,10 +116,11 @@ class WorkerConfig(BaseSettings):
         from their default: the workers' pod template stays as the previous release made
         it, so an operator upgrade does not roll every consumer's workers
         (docs/upgrades.md#operator-and-workers-of-different-versions)."""
-        env = {self.env_name(name): value for name, value in self.source_settings.items()}
+        env = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
             if name == "source_settings":
+                env.update(self._source_env())
                 continue
             added = (
                 isinstance(field.json_schema_extra, dict) and ADDED_SINCE in field.json_schema_extra
@@ -122,6 +132,16 @@ class WorkerConfig(BaseSettings):
             elif value is not None:
                 env[self.env_name(name)] = str(value)
         return env
+
+    def _source_env(self) -> dict[str, str]:
+        """The kind's settings where the releases before kinds were modules put them (their
+        fields' order): a pod template in another order is another template, and the
+        Deployment would roll every worker on an operator upgrade."""
+        known = {name: i for i, name in enumerate(SOURCE_SETTINGS_ORDER)}
+        ordered = sorted(
+            self.source_settings.items(), key=lambda item: known.get(item[0], len(known))
+        )
+        return {self.env_name(name): value for name, value in ordered}
 
     @classmethod
     def from_env(cls) -> WorkerConfig:
