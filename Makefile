@@ -78,7 +78,7 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 
 # The tests wait on leases, emulators and JVMs more than they compute: xdist runs them on
 # TEST_WORKERS processes (tests/conftest.py keeps the real node, Spark and each integration
-# file on one worker). The tools are independent builds and downloads, made side by side.
+# file on one worker, and orders the longest first). The tools are independent builds and downloads, made side by side.
 TEST_WORKERS ?= 3
 TEST_TOOLS := venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images
 
@@ -86,7 +86,7 @@ TEST_TOOLS := venv emulators controlplane helm actionlint prometheus kubevalidat
 test-tools: $(TEST_TOOLS)
 test:  ## unit, property, integration, end-to-end and real-node tests (prints the slowest)
 	@$(MAKE) --no-print-directory -j4 --output-sync=line test-tools
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv  ## ruff, mypy and the layer contract (import-linter)
