@@ -49,5 +49,7 @@ def test_a_backlog_keeps_the_processor_busy(scenario: Scenario) -> None:
         )
     assert len(starts) == 2
     assert all(len(times) >= 5 for times in starts.values())
-    # Before the fix: 0.58-0.63 (a wait of up to a second every few calls).
-    assert min(busy.values()) >= 0.85, busy
+    # Before the fix: 0.58-0.63 (a wait of up to a second every few calls); 0.9 and more
+    # after it on an idle machine. The bound leaves room for a machine the suite's other
+    # workers load, and still fails the old reader.
+    assert min(busy.values()) >= 0.75, busy

@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -82,10 +82,21 @@ def test_a_worker_that_does_not_trust_the_server_sends_no_token(tmp_path: Path) 
     serving = ManagedServing(trusted, ["127.0.0.1"], now())
     with recording_server(serving.context) as (url, seen):
         # The control: trusting the server's CA, the worker does call, with its token.
-        log = run_worker(tmp_path, url, tmp_path / "trusted.crt", "trusting")
-        assert any("Bearer the-worker-token" in h for h in seen), (seen, log)
+        run_worker(
+            tmp_path,
+            url,
+            tmp_path / "trusted.crt",
+            "trusting",
+            until=lambda _: any("Bearer the-worker-token" in h for h in seen),
+        )
         seen.clear()
-        log = run_worker(tmp_path, url, tmp_path / "untrusted.crt", "distrusting")
+        log = run_worker(
+            tmp_path,
+            url,
+            tmp_path / "untrusted.crt",
+            "distrusting",
+            until=lambda log: "nothing was sent, not even the token" in log,
+        )
         assert seen == [], "not one request reached the server"
         assert "not signed by the operator CA" in log
         assert "nothing was sent, not even the token" in log
@@ -123,8 +134,11 @@ def recording_server(context: ssl.SSLContext) -> Iterator[tuple[str, list[str]]]
         server.server_close()
 
 
-def run_worker(tmp_path: Path, url: str, ca_file: Path, name: str, seconds: float = 4.0) -> str:
-    """A real worker process against `url` for a few seconds; returns its log."""
+def run_worker(
+    tmp_path: Path, url: str, ca_file: Path, name: str, until: Callable[[str], bool]
+) -> str:
+    """A real worker process against `url` until `until(its log so far)`; returns its log.
+    The worker keeps retrying by design, so it is stopped then."""
     token = tmp_path / "token"
     token.write_text("the-worker-token")
     config = WorkerConfig.model_validate(
@@ -157,9 +171,19 @@ def run_worker(tmp_path: Path, url: str, ca_file: Path, name: str, seconds: floa
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+    reader = threading.Thread(target=_read_into, args=(process, lines), daemon=True)
+    reader.start()
     try:
-        output, _ = process.communicate(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()  # it keeps retrying (by design): stop it
-        output, _ = process.communicate(timeout=10)
-    return output
+        wait_for(lambda: until("".join(lines)), 120, name, details=lambda: "".join(lines))
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+        reader.join(timeout=10)
+    return "".join(lines)
+
+
+def _read_into(process: subprocess.Popen[str], lines: list[str]) -> None:
+    assert process.stdout is not None
+    for line in process.stdout:
+        lines.append(line)

@@ -98,7 +98,7 @@ def grant_create(
     asked = ("auth", "can-i", "create", resource)
     wait_for(
         lambda: plane.kubectl(f"--as={TENANT}", "-n", namespace, *asked).returncode == 0,
-        30,
+        90,
         "the role bound",
     )
 
@@ -218,7 +218,7 @@ def test_a_tenant_gets_nothing_through_a_streamconsumer_they_could_not_do_themse
         ]
         return first[0].returncode != 0
 
-    wait_for(enforced, 30, "the policy enforced")
+    wait_for(enforced, 90, "the policy enforced")
     for case, (manifest, message) in REFUSED.items():
         refused = as_tenant(control_plane, namespace, "create", manifest)
         assert refused.returncode != 0, case
@@ -303,7 +303,7 @@ def test_worker_labels_need_the_right_to_create_pods(
             ).returncode
             != 0
         ),
-        30,
+        90,
         "the policy enforced",
     )
     refused = as_tenant(control_plane, namespace, "create", joins)
@@ -354,7 +354,7 @@ def test_unrestricted_workers_only_where_admins_allow_and_only_for_who_could_run
             ).returncode
             != 0
         ),
-        30,
+        90,
         "the policy enforced",
     )
     elsewhere = control_plane.kubectl(
@@ -411,7 +411,7 @@ def test_the_requester_annotation_names_whoever_writes_it(
     def enforced() -> bool:
         return patch(*alice, paused=True, named="bob").returncode != 0
 
-    wait_for(enforced, 30, "the policy enforced")
+    wait_for(enforced, 90, "the policy enforced")
     forged = patch(*alice, paused=True, named="bob")
     assert f"{REQUESTED_BY} must name you ({TENANT})" in forged.stderr
     assert patch(*alice, paused=True, named=TENANT).returncode == 0
@@ -444,7 +444,7 @@ def test_a_protected_streamconsumer_cannot_be_deleted(
     def refused() -> bool:
         return control_plane.kubectl(*delete, "--dry-run=server").returncode != 0
 
-    wait_for(refused, 30, "the policy enforced")
+    wait_for(refused, 90, "the policy enforced")
     attempt = control_plane.kubectl(*delete)
     assert attempt.returncode != 0
     assert "protected from deletion" in attempt.stderr
@@ -478,7 +478,7 @@ def test_a_request_that_changes_nothing_leaves_no_name_to_lock_others_out(
             as_tenant(control_plane, namespace, "create", forged, "--dry-run=server").returncode
             != 0
         ),
-        30,
+        90,
         "the policy enforced",
     )
     assert as_tenant(control_plane, namespace, "create", consumer("audited")).returncode == 0
@@ -498,24 +498,24 @@ def test_a_request_that_changes_nothing_leaves_no_name_to_lock_others_out(
         # under the field manager's name (docs/security.md#audit, a known residual).
         wait_for(
             lambda: consumers.get("audited").get("status", {}).get("term") is not None,
-            30,
+            90,
             "the consumer loaded",
         )
         as_alice = k8s.CustomObjectsApi(alice)
         cli.ask(as_alice, namespace, "audited", {"spec": {"paused": True}})
         wait_for(
             lambda: consumers.get("audited").get("status", {}).get("pausedBy") == TENANT,
-            30,
+            90,
             "alice's pause recorded",
             details=lambda: json.dumps(
                 {k: consumers.get("audited").get(k) for k in ("metadata", "spec", "status")},
                 default=str,
             ),
         )
-        wait_for(lambda: not named_on("audited"), 30, "her name removed once recorded")
+        wait_for(lambda: not named_on("audited"), 90, "her name removed once recorded")
         cli.ask(as_alice, namespace, "audited", {"spec": {"paused": True}})  # paused already
-        wait_for(lambda: not named_on("audited"), 30, "her name removed though nothing changed")
-        wait_for(lambda: not named_on("named"), 30, "a name an object was created with removed")
+        wait_for(lambda: not named_on("audited"), 90, "her name removed though nothing changed")
+        wait_for(lambda: not named_on("named"), 90, "a name an object was created with removed")
         synced = control_plane.kubectl(  # Git, as an admin's tool, resumes it
             "-n", namespace, "patch", "streamconsumer", "audited", "--type=merge",
             "-p", '{"spec": {"paused": false}}',
@@ -537,7 +537,7 @@ def test_naming_the_workers_serviceaccount_needs_the_rights_to_make_it_and_run_p
         lambda: (
             as_tenant(control_plane, namespace, "create", named, "--dry-run=server").returncode != 0
         ),
-        30,
+        90,
         "the policy enforced",
     )
     rbac = k8s.RbacAuthorizationV1Api(api_client)
