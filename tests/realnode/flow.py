@@ -3,13 +3,15 @@ say of them: what the real-node tests that count events share."""
 
 from __future__ import annotations
 
+import json
 import threading
+from typing import Any
 
 from realnode.deliveries import Event, Producer, judge
 from testbed.kinesis import KinesisEmulator, put_records
 from testbed.node import Cluster
 from testbed.podlogs import PodLogs
-from testbed.userpath import Kubectl
+from testbed.userpath import EXAMPLES, Kubectl, edited_example
 from testbed.waiting import wait_for
 
 KEYS = [f"k{i:02d}" for i in range(16)]
@@ -35,6 +37,25 @@ class EventFlow:
         self._stream = stream
         self._namespace = namespace
         self._lock = threading.Lock()
+
+    def example(self, image: str) -> dict[str, Any]:
+        """The clickstream example's StreamConsumer with `image`, reading this flow's
+        stream, its processor logging at INFO (the lines `judge` reads)."""
+        env = {"STREAMCONSUMER_LOG_LEVEL": "INFO"}
+        return edited_example(
+            EXAMPLES / "streamconsumer.yaml", image, self._stream, self._emulator, env
+        )
+
+    def apply_ready(self, manifest: dict[str, Any]) -> None:
+        """Applies `manifest` in this flow's namespace and waits up to 3 minutes for the
+        StreamConsumer to be Ready."""
+        kubectl, namespace = self._kubectl, self._namespace
+        kubectl("-n", namespace, "apply", "-f", "-", input=json.dumps(manifest))
+        name = manifest["metadata"]["name"]
+        kubectl(
+            "-n", namespace, "wait", f"streamconsumer/{name}",
+            "--for=condition=Ready", "--timeout=3m",
+        )  # fmt: skip
 
     def produce(self, count: int) -> None:
         with self._lock:

@@ -37,11 +37,9 @@ from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
 from testbed.userpath import (
     CREDENTIALS,
-    EXAMPLES,
     OPERATOR,
     RELEASE_NAMESPACE,
     Kubectl,
-    edited_example,
 )
 
 from .own_release import RELEASE, OwnRelease
@@ -84,18 +82,8 @@ def test_the_previous_chart_upgrades_with_records_flowing(
             "install", RELEASE, previous_chart(tmp_path / "previous"), "-n", RELEASE_NAMESPACE,
             *values, "--wait", "--timeout", "5m",
         )  # fmt: skip
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml",
-            cluster.images["clickstream"],
-            stream,
-            emulator,
-            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
-        )
-        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n", consumer_ns, "wait", "streamconsumer/clickstream",
-            "--for=condition=Ready", "--timeout=3m",
-        )  # fmt: skip
+        manifest = flow.example(cluster.images["clickstream"])
+        flow.apply_ready(manifest)
         uid = get("-n", consumer_ns, "streamconsumer/clickstream")["metadata"]["uid"]
         flow.produce(400)
         flow.wait_all_processed("the first events processed")

@@ -42,11 +42,9 @@ from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
 from testbed.userpath import (
     CREDENTIALS,
-    EXAMPLES,
     OPERATOR,
     RELEASE_NAMESPACE,
     Kubectl,
-    edited_example,
 )
 from testbed.waiting import wait_for
 
@@ -101,19 +99,9 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
             "--set-json", f"awsAccess={json.dumps(allowed)}",
             "--wait", "--timeout", "5m",
         )  # fmt: skip
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml",
-            cluster.images["clickstream-previous"],
-            stream,
-            emulator,
-            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
-        )
+        manifest = flow.example(cluster.images["clickstream-previous"])
         assert manifest["spec"]["leases"]["durationSeconds"] == LEASE_SECONDS
-        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n", consumer_ns, "wait", "streamconsumer/clickstream",
-            "--for=condition=Ready", "--timeout=3m",
-        )  # fmt: skip
+        flow.apply_ready(manifest)
         flow.produce(400)
         flow.wait_all_processed("the first events processed")
         wait_for(

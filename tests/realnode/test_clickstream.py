@@ -15,7 +15,7 @@ from realnode.deliveries import judge
 from realnode.flow import EventFlow
 from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
-from testbed.userpath import EXAMPLES, OPERATOR, Kubectl, edited_example
+from testbed.userpath import OPERATOR, Kubectl
 from testbed.waiting import wait_for
 
 # The first test of a session also waits for cold image and binary builds.
@@ -34,22 +34,8 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
     flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
 
     try:
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml",
-            cluster.images["clickstream"],
-            stream,
-            emulator,
-            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
-        )
-        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n",
-            consumer_ns,
-            "wait",
-            "streamconsumer/clickstream",
-            "--for=condition=Ready",
-            "--timeout=3m",
-        )
+        manifest = flow.example(cluster.images["clickstream"])
+        flow.apply_ready(manifest)
         flow.produce(400)
         flow.wait_all_processed("the first events processed")
 
