@@ -1,6 +1,15 @@
 # Sourced by tests/helm/build.sh, tests/actionlint/build.sh and tests/prometheus/build.sh,
 # each of which builds one tool from the pinned module in its go.mod into a cache outside
-# the repository, only when missing. They set `here` (their directory) before calling these.
+# the repository, only when missing, and by tests/k8s-binaries.sh (`go_build`). They set
+# `here` (their directory) before calling these.
+
+# go_build BIN PACKAGE LDFLAGS: PACKAGE built from the modules of $here/go.mod into BIN,
+# through BIN.tmp (a build cut short leaves no BIN behind).
+go_build() {
+  (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
+    go build -trimpath -ldflags "$3" -o "$1.tmp" "$2")
+  mv "$1.tmp" "$1"
+}
 
 # go_tool_version MODULE: the version go.mod requires MODULE at (in a require block or on
 # a require line of its own).
@@ -28,8 +37,6 @@ go_tool_build() {
   mkdir -p "$(dirname "$bin")"
   echo "[$name] building $name $version from Go modules${note:+ ($note)}..." >&2
   started=$SECONDS
-  (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-    go build -trimpath -ldflags "$ldflags" -o "$bin.tmp" "$package")
-  mv "$bin.tmp" "$bin"
+  go_build "$bin" "$package" "$ldflags"
   echo "[$name] built in $((SECONDS - started))s" >&2
 }
