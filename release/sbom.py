@@ -84,31 +84,26 @@ def for_distribution(wheel: Path, tools: Path) -> str:
             ],
             check=True,
         )
-        done = subprocess.run(
-            [sys.executable, "-c", in_image_script(str(tools), python)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if done.returncode != 0:
-        raise RuntimeError(f"cyclonedx-py over {wheel.name} failed:\n{done.stderr}")
-    return done.stdout
+        argv = [sys.executable, "-c", in_image_script(str(tools), python)]
+        return _cyclonedx(argv, f"over {wheel.name}")
 
 
 def with_docker(image: str, tools: Path) -> str:
     """The SBOM's JSON, made in `image` run by docker (no network, the tool mounted)."""
     inside = "/sbom-tools"
-    done = subprocess.run(
-        [
-            *("docker", "run", "--rm", "--network=none", "--user=0", "--entrypoint=python"),
-            *(f"--volume={tools}:{inside}:ro", image, "-c", in_image_script(inside)),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = [
+        *("docker", "run", "--rm", "--network=none", "--user=0", "--entrypoint=python"),
+        *(f"--volume={tools}:{inside}:ro", image, "-c", in_image_script(inside)),
+    ]
+    return _cyclonedx(argv, f"in {image}")
+
+
+def _cyclonedx(argv: list[str], where: str) -> str:
+    """What `argv`, a run of cyclonedx-py `where`, prints: the SBOM's JSON. Raises
+    RuntimeError with its exit code and stderr if it fails."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(f"cyclonedx-py in {image} failed ({done.returncode}):\n{done.stderr}")
+        raise RuntimeError(f"cyclonedx-py {where} failed ({done.returncode}):\n{done.stderr}")
     return done.stdout
 
 

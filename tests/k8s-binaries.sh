@@ -3,6 +3,8 @@
 # They set `here` (their directory), `k8s_version`, `layout` and the array `package`
 # (binary name -> Go package) before calling these.
 
+source "$(dirname "${BASH_SOURCE[0]}")/go-tool.sh"  # go_build
+
 # The bin dir of the cache for KIND's binaries built from the given input files: a change
 # to any of them, or to `layout`, gives a fresh one. Created; printed.
 cache_bin() {
@@ -35,9 +37,7 @@ build_missing() {
     step=$((step + 1))
     echo "[$label $step/${#missing[@]}] building $name $k8s_version from Go modules ($cold)..." >&2
     started=$SECONDS
-    (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-      go build -trimpath -ldflags "$(version_flags)" -o "$bin/$name.tmp" "${package[$name]}")
-    mv "$bin/$name.tmp" "$bin/$name"
+    go_build "$bin/$name" "${package[$name]}" "$(version_flags)"
     echo "[$label $step/${#missing[@]}] $name built in $((SECONDS - started))s" >&2
   done
 }

@@ -24,7 +24,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from realnode.deliveries import Producer, judge
+from realnode.deliveries import judge
+from realnode.flow import EventFlow
 from testbed.charts import (
     CHART,
     UPGRADE_VALUES_FLAG,
@@ -32,18 +33,14 @@ from testbed.charts import (
     documented,
     previous_chart,
 )
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
-from testbed.podlogs import PodLogs
 from testbed.userpath import (
     CREDENTIALS,
-    EXAMPLES,
     OPERATOR,
     RELEASE_NAMESPACE,
     Kubectl,
-    edited_example,
 )
-from testbed.waiting import wait_for
 
 from .own_release import RELEASE, OwnRelease
 
@@ -64,20 +61,7 @@ def test_the_previous_chart_upgrades_with_records_flowing(
     host = urlsplit(emulator.endpoint_url).hostname
     stream = f"upgrade-{uuid.uuid4().hex[:6]}"
     create_stream(emulator.client, stream, 4)
-    producer = Producer([f"k{i:02d}" for i in range(16)])
-    logs = PodLogs(cluster.node.log_dir(), consumer_ns).start()
-
-    def produce(count: int) -> None:
-        put_records(emulator.client, stream, producer.batch(count))
-
-    def all_processed() -> bool:
-        kubectl.pods(consumer_ns)  # fails at once if a worker keeps crashing
-        return not judge(producer.produced, logs.streams()).lost
-
-    def worker_logs() -> str:
-        return "\n".join(
-            f"--- {s.pod}\n" + "\n".join(lines[-15:]) for s, lines in logs.streams().items()
-        )
+    flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
 
     def get(*args: str) -> Any:
         return json.loads(kubectl("get", *args, "-o", "json"))
@@ -98,39 +82,29 @@ def test_the_previous_chart_upgrades_with_records_flowing(
             "install", RELEASE, previous_chart(tmp_path / "previous"), "-n", RELEASE_NAMESPACE,
             *values, "--wait", "--timeout", "5m",
         )  # fmt: skip
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml",
-            cluster.images["clickstream"],
-            stream,
-            emulator,
-            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
-        )
-        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n", consumer_ns, "wait", "streamconsumer/clickstream",
-            "--for=condition=Ready", "--timeout=3m",
-        )  # fmt: skip
+        manifest = flow.example(cluster.images["clickstream"])
+        flow.apply_ready(manifest)
         uid = get("-n", consumer_ns, "streamconsumer/clickstream")["metadata"]["uid"]
-        produce(400)
-        wait_for(all_processed, 180, "the first events processed", poll=0.5, details=worker_logs)
+        flow.produce(400)
+        flow.wait_all_processed("the first events processed")
         before = get("-n", RELEASE_NAMESPACE, f"deployment/{OPERATOR}")
 
         # The upgrade, as docs/upgrades.md gives it, while records keep coming.
         for command in adopt_crd(RELEASE, RELEASE_NAMESPACE):
             assert documented(command), f"docs/upgrades.md no longer says: kubectl {command}"
             kubectl(*command)
-        produce(200)
+        flow.produce(200)
         release.helm(
             "upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG,
             "--wait", "--timeout", "5m",
         )  # fmt: skip
-        produce(200)
+        flow.produce(200)
         kubectl(
             "-n", RELEASE_NAMESPACE, "rollout", "status", f"deployment/{OPERATOR}",
             "--timeout=180s",
         )  # fmt: skip
-        produce(200)
-        wait_for(all_processed, 180, "the events after the upgrade", poll=0.5, details=worker_logs)
+        flow.produce(200)
+        flow.wait_all_processed("the events after the upgrade")
 
         after = get("-n", RELEASE_NAMESPACE, f"deployment/{OPERATOR}")
         assert after["metadata"]["generation"] > before["metadata"]["generation"]
@@ -146,13 +120,13 @@ def test_the_previous_chart_upgrades_with_records_flowing(
             "--dry-run=server", "-f", "-", input=json.dumps(named),
         )  # fmt: skip
     finally:
-        logs.stop()
+        flow.logs.stop()
         # All this test installed goes, the CRD too (files after it install the chart anew).
         release.remove(consumer_ns)
 
-    verdict = judge(producer.produced, logs.streams())
+    verdict = judge(flow.producer.produced, flow.logs.streams())
     print(
-        f"{len(producer.produced)} events through the upgrade, "
+        f"{len(flow.producer.produced)} events through the upgrade, "
         f"{sum(verdict.duplicates.values())} duplicates"
     )
     assert not verdict.lost

@@ -34,19 +34,17 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from realnode.deliveries import Event, Producer, judge
+from realnode.deliveries import Event, judge
+from realnode.flow import EventFlow
 from testbed import releases
 from testbed.charts import CHART, UPGRADE_VALUES_FLAG
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
-from testbed.podlogs import PodLogs
 from testbed.userpath import (
     CREDENTIALS,
-    EXAMPLES,
     OPERATOR,
     RELEASE_NAMESPACE,
     Kubectl,
-    edited_example,
 )
 from testbed.waiting import wait_for
 
@@ -81,24 +79,7 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
     host = urlsplit(emulator.endpoint_url).hostname
     stream = f"prevup-{uuid.uuid4().hex[:6]}"
     create_stream(emulator.client, stream, 4)
-    producer = Producer([f"k{i:02d}" for i in range(16)])
-    lock = threading.Lock()
-    logs = PodLogs(cluster.node.log_dir(), consumer_ns).start()
-
-    def produce(count: int) -> None:
-        with lock:
-            put_records(emulator.client, stream, producer.batch(count))
-
-    def all_processed() -> bool:
-        kubectl.pods(consumer_ns)  # fails at once if a worker keeps crashing
-        with lock:
-            produced = list(producer.produced)
-        return not judge(produced, logs.streams()).lost
-
-    def worker_logs() -> str:
-        return "\n".join(
-            f"--- {s.pod}\n" + "\n".join(lines[-15:]) for s, lines in logs.streams().items()
-        )
+    flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
 
     def leader_pod() -> str:
         lease = get("-n", RELEASE_NAMESPACE, "lease", OPERATOR)
@@ -118,27 +99,17 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
             "--set-json", f"awsAccess={json.dumps(allowed)}",
             "--wait", "--timeout", "5m",
         )  # fmt: skip
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml",
-            cluster.images["clickstream-previous"],
-            stream,
-            emulator,
-            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
-        )
+        manifest = flow.example(cluster.images["clickstream-previous"])
         assert manifest["spec"]["leases"]["durationSeconds"] == LEASE_SECONDS
-        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n", consumer_ns, "wait", "streamconsumer/clickstream",
-            "--for=condition=Ready", "--timeout=3m",
-        )  # fmt: skip
-        produce(400)
-        wait_for(all_processed, 180, "the first events processed", poll=0.5, details=worker_logs)
+        flow.apply_ready(manifest)
+        flow.produce(400)
+        flow.wait_all_processed("the first events processed")
         wait_for(
             lambda: len(kubectl.pods(consumer_ns)) == 2 and _owners(get, consumer_ns) == 2,
             120,
             "both workers holding shards",
             poll=0.5,
-            details=worker_logs,
+            details=flow.worker_logs,
         )
 
         # Before: the previous release everywhere.
@@ -157,7 +128,7 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
         # The upgrade, with records flowing: this chart (its CRD template and Deployment)
         # and this checkout's operator image, the release's other values kept.
         started = time.monotonic()
-        with _flowing(produce, every=0.2, count=4) as flowed:
+        with _flowing(flow.produce, every=0.2, count=4) as flowed:
             time.sleep(3)
             release.helm(
                 "upgrade", RELEASE, CHART, "-n", RELEASE_NAMESPACE, UPGRADE_VALUES_FLAG,
@@ -172,13 +143,12 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
 
             wait_for(only_new_operators_lead, 180, "the old operator pods gone, a new leader")
             led = time.monotonic() - started
-            with lock:
-                after_takeover = len(producer.produced)
+            after_takeover = len(flow.produced())
             # A whole worker lease more: every lease the workers hold now was renewed by
             # the new operator, the only one left.
             time.sleep(LEASE_SECONDS + 5)
-        produce(200)
-        wait_for(all_processed, 180, "the events after the upgrade", poll=0.5, details=worker_logs)
+        flow.produce(200)
+        flow.wait_all_processed("the events after the upgrade")
 
         new_operators = _running(kubectl.pods(RELEASE_NAMESPACE, OPERATOR_PODS))
         assert len(new_operators) == 2
@@ -193,18 +163,18 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
             "the new operator changed the workers' pod template"
         )
     finally:
-        logs.stop()
+        flow.logs.stop()
         release.remove(consumer_ns)
 
-    verdict = judge(producer.produced, logs.streams())
-    late: set[Event] = set(producer.produced[after_takeover:])
+    verdict = judge(flow.producer.produced, flow.logs.streams())
+    late: set[Event] = set(flow.producer.produced[after_takeover:])
     late_by_pod = {
         s.pod: sum(1 for event in events if event in late)
         for s, events in verdict.by_stream.items()
     }
     print(
         f"previous release ({releases.previous_commit()[:7]}) -> this checkout under 2 workers "
-        f"of the previous release: {len(producer.produced)} events ({flowed[0]} put during "
+        f"of the previous release: {len(flow.producer.produced)} events ({flowed[0]} put during "
         f"the upgrade), {len(verdict.lost)} lost, {sum(verdict.duplicates.values())} "
         f"duplicates; helm upgrade --wait {upgraded:.0f} s, new leader alone at {led:.0f} s; "
         f"events put after that, processed per worker pod: {late_by_pod}"

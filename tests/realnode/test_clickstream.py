@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from realnode.deliveries import Producer, judge
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from realnode.deliveries import judge
+from realnode.flow import EventFlow
+from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
-from testbed.podlogs import PodLogs
-from testbed.userpath import EXAMPLES, OPERATOR, Kubectl, edited_example
+from testbed.userpath import OPERATOR, Kubectl
 from testbed.waiting import wait_for
 
 # The first test of a session also waits for cold image and binary builds.
@@ -31,52 +31,19 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
 ) -> None:
     stream = f"clicks-{uuid.uuid4().hex[:6]}"
     create_stream(emulator.client, stream, 4)
-    producer = Producer([f"k{i:02d}" for i in range(16)])
-    logs = PodLogs(cluster.node.log_dir(), consumer_ns).start()
-
-    def produce(count: int) -> None:
-        put_records(emulator.client, stream, producer.batch(count))
-
-    def all_processed() -> bool:
-        kubectl.pods(consumer_ns)  # fails at once if a worker keeps crashing
-        return not judge(producer.produced, logs.streams()).lost
-
-    def worker_logs() -> str:
-        return "\n".join(
-            f"--- {s.pod}\n" + "\n".join(lines[-15:]) for s, lines in logs.streams().items()
-        )
+    flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
 
     try:
-        manifest = edited_example(
-            EXAMPLES / "streamconsumer.yaml",
-            cluster.images["clickstream"],
-            stream,
-            emulator,
-            {"STREAMCONSUMER_LOG_LEVEL": "INFO"},
-        )
-        kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
-        kubectl(
-            "-n",
-            consumer_ns,
-            "wait",
-            "streamconsumer/clickstream",
-            "--for=condition=Ready",
-            "--timeout=3m",
-        )
-        produce(400)
-        wait_for(all_processed, 180, "the first events processed", poll=0.5, details=worker_logs)
+        manifest = flow.example(cluster.images["clickstream"])
+        flow.apply_ready(manifest)
+        flow.produce(400)
+        flow.wait_all_processed("the first events processed")
 
         victim = kubectl.pods(consumer_ns)[0]["metadata"]["name"]
-        produce(200)
+        flow.produce(200)
         kubectl("-n", consumer_ns, "delete", "pod", victim, "--timeout=120s")
-        produce(200)
-        wait_for(
-            all_processed,
-            180,
-            f"the events after deleting pod {victim}",
-            poll=0.5,
-            details=worker_logs,
-        )
+        flow.produce(200)
+        flow.wait_all_processed(f"the events after deleting pod {victim}")
         # The survivor may well have processed all that alone while the replacement pod
         # was starting (a loaded machine): wait until the replacement holds its share, so
         # the events below show it working.
@@ -94,11 +61,11 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
             180,
             "the replacement pod's share",
             poll=0.5,
-            details=worker_logs,
+            details=flow.worker_logs,
         )
 
         kubectl("-n", operator_namespace, "rollout", "restart", f"deployment/{OPERATOR}")
-        produce(200)
+        flow.produce(200)
         kubectl(
             "-n",
             operator_namespace,
@@ -107,21 +74,15 @@ def test_clickstream_through_a_pod_delete_and_an_operator_restart(
             f"deployment/{OPERATOR}",
             "--timeout=180s",
         )
-        produce(200)
-        wait_for(
-            all_processed,
-            180,
-            "the events after the operator's restart",
-            poll=0.5,
-            details=worker_logs,
-        )
+        flow.produce(200)
+        flow.wait_all_processed("the events after the operator's restart")
     finally:
-        logs.stop()
+        flow.logs.stop()
 
-    verdict = judge(producer.produced, logs.streams())
+    verdict = judge(flow.producer.produced, flow.logs.streams())
     workers = sorted(stream.pod for stream, events in verdict.by_stream.items() if events)
     print(
-        f"{len(producer.produced)} events, {sum(verdict.duplicates.values())} duplicates,"
+        f"{len(flow.producer.produced)} events, {sum(verdict.duplicates.values())} duplicates,"
         f" processed by {workers}; deleted {victim}"
     )
     assert not verdict.lost

@@ -58,18 +58,21 @@ LARGE_RECORD = 200 * 1024  # over QUEUE_LIMIT as a dead letter (base64 in JSON)
 # the last checkpoint, docs/design.md#hand-off-on-planned-moves); every other fault must
 # cause none.
 UNPLANNED = {"worker_crash", "worker_pause", "partition", "net_loss", "reset"}
-PLANNED = {
-    "split",
-    "restream",
-    "merge",
-    "scale",
-    "lease",
+# Planned faults in which the operator cannot answer or save.
+OPERATOR_OUTAGES = {
     "operator_crash",
     "operator_pause",
     "lease_slow",
     "lease_deleted",
     "status_errors",
     "status_slow",
+}
+PLANNED = OPERATOR_OUTAGES | {
+    "split",
+    "restream",
+    "merge",
+    "scale",
+    "lease",
     "listing_errors",
     "listing_slow",
     "flaky",
@@ -87,17 +90,7 @@ PLANNED = {
 KINDS = tuple(sorted(UNPLANNED | PLANNED))
 # Faults during which a drain may not finish in time: the operator cannot answer or save,
 # or the worker cannot reach it (and slow processor calls, below).
-OUTAGES = {
-    "operator_crash",
-    "operator_pause",
-    "lease_slow",
-    "lease_deleted",
-    "status_errors",
-    "status_slow",
-    "worker_pause",
-    "partition",
-    "net_loss",
-}
+OUTAGES = OPERATOR_OUTAGES | {"worker_pause", "partition", "net_loss"}
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,24 @@ SPEC = consumer_spec()
 BACKTRACKING = [f"{n:06d}" + "1" * 121 + "x" for n in range(MAX_TABLE_SHARDS)]
 
 
+class EvilStatusApi:
+    """The status API of the consumer `evil`: SPEC, an empty status; a write is kept."""
+
+    def get(self) -> dict[str, Any]:
+        return {
+            "metadata": {
+                "resourceVersion": "1",
+                "name": "evil",
+                "creationTimestamp": "2026-11-02T00:00:00Z",
+            },
+            "spec": json.loads(SPEC.model_dump_json(by_alias=True, exclude_none=True)),
+            "status": {},
+        }
+
+    def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        return body
+
+
 def test_finished_ids_that_backtrack_are_expanded_and_compacted_in_linear_time() -> None:
     """Found by review: 100,000 such ids (a 390 KB packed ConfigMap) took 21 s to expand
     and 23 s to compact; compact runs at every status write, on the event loop."""
@@ -49,28 +67,13 @@ def test_a_kept_table_of_backtracking_ids_loads_and_renders_its_first_write_quic
     packed = kept.stored_form(text)
     assert len(json.dumps(packed)) < 2**20, "fits in a ConfigMap"
 
-    class Api:
-        def get(self) -> dict[str, Any]:
-            return {
-                "metadata": {
-                    "resourceVersion": "1",
-                    "name": "evil",
-                    "creationTimestamp": "2026-11-02T00:00:00Z",
-                },
-                "spec": json.loads(SPEC.model_dump_json(by_alias=True, exclude_none=True)),
-                "status": {},
-            }
-
-        def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
-            return body
-
     def run() -> dict[str, float]:
         started = time.process_time()
         data = kept.kept_data(packed.get("data"), packed.get("binaryData"))
         table, _ = _checked(data, "evil", SPEC, NOW)
         assert table is not None
         checked = time.process_time()
-        api = Api()
+        api = EvilStatusApi()
         writer = StatusWriter(api, "tenant", "evil", holder="h")
         loop = load(api.get(), writer, LoopSettings(), time.monotonic(), lambda: 1, kept=table)
         loaded = time.process_time()
@@ -163,28 +166,13 @@ def test_a_kept_table_whose_status_cannot_be_written_is_refused() -> None:
     packed = kept.stored_form(text)
     assert len(json.dumps(packed)) < 20_000
 
-    class Api:
-        def get(self) -> dict[str, Any]:
-            return {
-                "metadata": {
-                    "resourceVersion": "1",
-                    "name": "evil",
-                    "creationTimestamp": "2026-11-02T00:00:00Z",
-                },
-                "spec": json.loads(SPEC.model_dump_json(by_alias=True, exclude_none=True)),
-                "status": {},
-            }
-
-        def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
-            return body
-
     def first_write() -> int:
         data = kept.kept_data(packed.get("data"), packed.get("binaryData"))
         try:
             table, _ = _checked(data, "evil", SPEC, NOW)
         except kept.KeptTableInvalid:
             return 0
-        api = Api()
+        api = EvilStatusApi()
         writer = StatusWriter(api, "tenant", "evil", holder="h")
         loop = load(api.get(), writer, LoopSettings(), time.monotonic(), lambda: 1, kept=table)
         due = loop.write_due(time.monotonic() + 100)

@@ -1,13 +1,20 @@
 """AWS one way for every source, dead-letter target and the operator: how a client is
-set up (`client_options`) and what a failed call says (`aws_error`)."""
+set up (`client_options`, and a stream reader's `reader_client`) and what a failed call
+says (`aws_error`)."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.parsers import ResponseParserError
+
+from streamconsumer.sources.fast_decode import fast_get_records
+
+if TYPE_CHECKING:
+    from streamconsumer.sources.kind import Identity
 
 
 def client_options(
@@ -26,6 +33,26 @@ def client_options(
         tcp_keepalive=True,
     )
     return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
+
+
+def reader_client(
+    service: Literal["kinesis", "dynamodbstreams"],
+    region: str | None,
+    endpoint_url: str | None,
+    max_attempts: int,
+    read_timeout: float,
+    identity: Identity,
+) -> Any:
+    """A `service` client whose calls end in seconds (`client_options`), made as
+    `identity`, that decodes its GetRecords answers fast (`fast_get_records`). The
+    caller names its type (KinesisClient, DynamoDBStreamsClient)."""
+    options = client_options(region, endpoint_url, max_attempts, read_timeout)
+    if identity is None:
+        client = boto3.client(service, **options)
+    else:
+        client = identity.client(service, **options)
+    fast_get_records(client)
+    return client
 
 
 class AwsError(NamedTuple):

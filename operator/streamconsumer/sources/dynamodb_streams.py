@@ -43,17 +43,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error, client_options
+from streamconsumer.sources.aws import aws_error, reader_client
 from streamconsumer.sources.base import Identity, ReadResult
 from streamconsumer.sources.cursor import ShardCursor
-from streamconsumer.sources.fast_decode import fast_get_records
 from streamconsumer.sources.kinds.dynamodb_streams import DynamoDBStreamsSpec
 
 if TYPE_CHECKING:
@@ -78,14 +76,10 @@ def streams_client(
     read_timeout: float = 10.0,
     identity: Identity = None,
 ) -> DynamoDBStreamsClient:
-    """A client whose calls end in seconds (`client_options`), made as `identity`, that
-    decodes its GetRecords answers fast (`fast_get_records`)."""
-    options = client_options(region, endpoint_url, max_attempts, read_timeout)
-    if identity is None:
-        client: DynamoDBStreamsClient = boto3.client("dynamodbstreams", **options)
-    else:
-        client = identity.client("dynamodbstreams", **options)
-    fast_get_records(client)
+    """A client as `reader_client` makes one."""
+    client: DynamoDBStreamsClient = reader_client(
+        "dynamodbstreams", region, endpoint_url, max_attempts, read_timeout, identity
+    )
     return client
 
 

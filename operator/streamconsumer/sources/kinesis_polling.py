@@ -17,17 +17,15 @@ from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 import aws_kinesis_agg
-import boto3
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records
 from botocore.exceptions import ClientError
 
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error, client_options
+from streamconsumer.sources.aws import aws_error, reader_client
 from streamconsumer.sources.base import Identity, ReadResult
 from streamconsumer.sources.cursor import ShardCursor
-from streamconsumer.sources.fast_decode import fast_get_records
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -44,14 +42,10 @@ def kinesis_client(
     read_timeout: float = 10.0,
     identity: Identity = None,
 ) -> KinesisClient:
-    """A client whose calls end in seconds (`client_options`), made as `identity`, that
-    decodes its GetRecords answers fast (`fast_get_records`)."""
-    options = client_options(region, endpoint_url, max_attempts, read_timeout)
-    if identity is None:
-        client: KinesisClient = boto3.client("kinesis", **options)
-    else:
-        client = identity.client("kinesis", **options)
-    fast_get_records(client)
+    """A client as `reader_client` makes one."""
+    client: KinesisClient = reader_client(
+        "kinesis", region, endpoint_url, max_attempts, read_timeout, identity
+    )
     return client
 
 

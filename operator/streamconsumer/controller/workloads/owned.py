@@ -115,6 +115,26 @@ def controlled_by(owners: list[Any] | None, owner_uid: str) -> bool:
     return any(o.controller and o.uid == owner_uid for o in owners or [])
 
 
+def _read(verbs: _Verbs, name: str, namespace: str) -> Any | None:
+    """The object `name` as the client models it; None if there is none. Raises
+    ApiException."""
+    try:
+        return verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+
+
+def _ours(verbs: _Verbs, name: str, namespace: str, owner_uid: str) -> Any | None:
+    """The object `name` if its controller reference is this owner; None if it is
+    missing or not ours. Raises ApiException."""
+    existing = _read(verbs, name, namespace)
+    if existing is None or not controlled_by(existing.metadata.owner_references, owner_uid):
+        return None
+    return existing
+
+
 def apply_owned(
     api_client: k8s.ApiClient, manifest: dict[str, Any], namespace: str, owner_uid: str
 ) -> None:
@@ -122,12 +142,7 @@ def apply_owned(
     raises NotOurs, or ApiException (a conflict is retried by the caller)."""
     kind, name = manifest["kind"], manifest["metadata"]["name"]
     verbs = _verbs(api_client, kind)
-    try:
-        existing = verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
-    except ApiException as error:
-        if error.status != 404:
-            raise
-        existing = None
+    existing = _read(verbs, name, namespace)
     if existing is not None and not controlled_by(existing.metadata.owner_references, owner_uid):
         raise NotOurs(kind, name)
     if existing is not None:
@@ -154,14 +169,8 @@ def read_owned(
 ) -> dict[str, Any] | None:
     """`kind` `name` as the apiserver stores it (JSON's field names) if its controller
     reference is this owner; None if it is missing or not ours. Raises ApiException."""
-    verbs = _verbs(api_client, kind)
-    try:
-        existing = verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
-    except ApiException as error:
-        if error.status == 404:
-            return None
-        raise
-    if not controlled_by(existing.metadata.owner_references, owner_uid):
+    existing = _ours(_verbs(api_client, kind), name, namespace, owner_uid)
+    if existing is None:
         return None
     serialized: dict[str, Any] = api_client.sanitize_for_serialization(existing)  # type: ignore[no-untyped-call]
     return serialized
@@ -173,13 +182,8 @@ def delete_owned(
     """Deletes `kind` `name` if its controller reference is this owner (the uid read as
     a precondition: a replacement is not deleted); never another's. True if it did."""
     verbs = _verbs(api_client, kind)
-    try:
-        existing = verbs.read(name, namespace, _request_timeout=KUBERNETES_TIMEOUT_SECONDS)
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    if not controlled_by(existing.metadata.owner_references, owner_uid):
+    existing = _ours(verbs, name, namespace, owner_uid)
+    if existing is None:
         return False
     options = k8s.V1DeleteOptions(
         preconditions=k8s.V1Preconditions(uid=existing.metadata.uid),

@@ -1,0 +1,42 @@
+# Sourced by tests/helm/build.sh, tests/actionlint/build.sh and tests/prometheus/build.sh,
+# each of which builds one tool from the pinned module in its go.mod into a cache outside
+# the repository, only when missing, and by tests/k8s-binaries.sh (`go_build`). They set
+# `here` (their directory) before calling these.
+
+# go_build BIN PACKAGE LDFLAGS: PACKAGE built from the modules of $here/go.mod into BIN,
+# through BIN.tmp (a build cut short leaves no BIN behind).
+go_build() {
+  (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
+    go build -trimpath -ldflags "$3" -o "$1.tmp" "$2")
+  mv "$1.tmp" "$1"
+}
+
+# go_tool_version MODULE: the version go.mod requires MODULE at (in a require block or on
+# a require line of its own).
+go_tool_version() {
+  awk -v module="$1" '$1 == module {print $2} $1 == "require" && $2 == module {print $3}' \
+    "$here/go.mod"
+}
+
+# go_tool_bin NAME VERSION: where NAME at VERSION, built from this go.mod and go.sum, is
+# cached (a change to either gives a fresh place). Printed, not created.
+go_tool_bin() {
+  local stamp cache
+  stamp=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
+  cache=${STREAMCONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamconsumer}
+  echo "$cache/$1/$2-$stamp/$1"
+}
+
+# go_tool_build BIN VERSION PACKAGE LDFLAGS NOTE: builds PACKAGE at VERSION into BIN (a
+# file named for the tool) unless it is there, with progress on stderr; NOTE says how long
+# a cold build takes (or is empty).
+go_tool_build() {
+  local bin=$1 version=$2 package=$3 ldflags=$4 note=$5 name started
+  name=$(basename "$bin")
+  [[ -x "$bin" ]] && return 0
+  mkdir -p "$(dirname "$bin")"
+  echo "[$name] building $name $version from Go modules${note:+ ($note)}..." >&2
+  started=$SECONDS
+  go_build "$bin" "$package" "$ldflags"
+  echo "[$name] built in $((SECONDS - started))s" >&2
+}
