@@ -73,7 +73,7 @@ def xdist_group(nodeid: str) -> str:
     return str(path) if folder in _GROUPED_BY_FILE else nodeid
 
 
-class GroupedScheduling(LoadScopeScheduling):
+class GroupedScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
     """xdist's scope scheduling with `xdist_group` for its scope. Larger groups go first
     (xdist's `--loadscope-reorder`, on by default), so the real node and Spark start early
     instead of ending the run alone."""

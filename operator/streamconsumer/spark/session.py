@@ -54,6 +54,12 @@ def small_pod_conf() -> dict[str, str]:
     }
 
 
+# The in-process Spark Connect server has one client, in the same process: it listens on
+# loopback, not on every interface of the pod. (Its port stays pyspark's 15002: outside
+# pyspark's own tests the client of a "local" remote knows no other.)
+LOCAL_CONNECT_SERVER = {"spark.connect.grpc.binding.address": "127.0.0.1"}
+
+
 def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
     """Spark Connect when SPARK_REMOTE is set, otherwise `local[N]` (SPARK_MASTER, default
     local[2]). `conf` adds what a sink needs (e.g. delta_conf()). A remote `sc://` server is
@@ -65,9 +71,11 @@ def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
     if remote and remote.startswith("sc://"):
         return builder.remote(remote).getOrCreate()
     settings = {**small_pod_conf(), **(conf or {})}
+    if remote:  # "local[N]": pyspark starts a Spark Connect server in this process's JVM
+        settings |= LOCAL_CONNECT_SERVER
     for key, value in settings.items():
         builder = builder.config(key, value)
-    if remote:  # "local[N]": pyspark starts a Spark Connect server in this process's JVM
+    if remote:
         with warnings.catch_warnings():
             # The server got the static settings at start; the client re-sending them as
             # session settings only produces CANNOT_MODIFY_(STATIC_)CONFIG warnings.
