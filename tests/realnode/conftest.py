@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from realnode.user import NodeUser
 from testbed import machine
 from testbed.kinesis import KinesisEmulator
 from testbed.node import Cluster
@@ -61,6 +62,17 @@ def operator_namespace(
 ) -> str:
     install_operator(cluster, helm, kubectl, emulator)
     return RELEASE_NAMESPACE
+
+
+@pytest.fixture
+def user(
+    cluster: Cluster,
+    kubectl: Kubectl,
+    operator_namespace: str,
+    emulator: KinesisEmulator,
+    consumer_ns: str,
+) -> NodeUser:
+    return NodeUser(cluster, kubectl, emulator, consumer_ns)
 
 
 @pytest.fixture

@@ -7,15 +7,13 @@ events in order within each worker run, duplicates only of what the deleted pod 
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from realnode.deliveries import judge
 from realnode.flow import EventFlow
-from testbed.kinesis import KinesisEmulator, create_stream
-from testbed.node import Cluster
-from testbed.userpath import OPERATOR, Kubectl
+from realnode.user import NodeUser
+from testbed.userpath import OPERATOR
 from testbed.waiting import wait_for
 
 # The first test of a session also waits for cold image and binary builds.
@@ -23,15 +21,10 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
 
 
 def test_clickstream_through_a_pod_delete_and_an_operator_restart(
-    cluster: Cluster,
-    kubectl: Kubectl,
-    operator_namespace: str,
-    emulator: KinesisEmulator,
-    consumer_ns: str,
+    user: NodeUser, operator_namespace: str
 ) -> None:
-    stream = f"clicks-{uuid.uuid4().hex[:6]}"
-    create_stream(emulator.client, stream, 4)
-    flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
+    cluster, kubectl, consumer_ns = user.cluster, user.kubectl, user.namespace
+    flow = EventFlow(cluster, kubectl, user.emulator, user.new_stream(4), consumer_ns)
 
     try:
         manifest = flow.example(cluster.images["clickstream"])

@@ -8,7 +8,6 @@ directory (/tmp). The test reads that directory on the node's disk."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,11 @@ import pytest
 from clickstream.events import expected_page_views, make_events
 from clickstream.pipeline import read_page_views
 
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from realnode.user import NodeUser
+from testbed.kinesis import put_records
 from testbed.node import Cluster
 from testbed.podlogs import PodLogs
-from testbed.userpath import EXAMPLES, Kubectl, edited_example
+from testbed.userpath import EXAMPLES, edited_example
 from testbed.waiting import wait_for
 
 pytestmark = [pytest.mark.realnode, pytest.mark.timeout(900)]
@@ -45,14 +45,15 @@ def counted(cluster: Cluster, pods: list[dict[str, Any]]) -> Counter[tuple[str, 
 
 
 def test_spark_example_counts_each_event_in_a_read_only_container(
-    cluster: Cluster,
-    kubectl: Kubectl,
-    operator_namespace: str,
-    emulator: KinesisEmulator,
-    consumer_ns: str,
+    user: NodeUser,
 ) -> None:
-    stream = f"clicks-spark-{uuid.uuid4().hex[:6]}"
-    create_stream(emulator.client, stream, 2)
+    cluster, kubectl, emulator, consumer_ns = (
+        user.cluster,
+        user.kubectl,
+        user.emulator,
+        user.namespace,
+    )
+    stream = user.new_stream(2, prefix="clicks-spark")
     manifest = edited_example(
         EXAMPLES / "spark" / "streamconsumer-spark.yaml",
         cluster.images["clickstream-spark"],

@@ -7,12 +7,10 @@ fixing the image clears it and the consumer becomes Ready."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
-from testbed.kinesis import KinesisEmulator, create_stream
-from testbed.node import Cluster
+from realnode.user import NodeUser
 from testbed.userpath import EXAMPLES, Kubectl, edited_example
 from testbed.waiting import wait_for
 
@@ -35,15 +33,12 @@ def columns(kubectl: Kubectl, namespace: str, name: str) -> tuple[str, str]:
 
 
 def test_an_image_that_cannot_be_pulled_shows_in_kubectl_get_and_clears_once_fixed(
-    cluster: Cluster,
-    kubectl: Kubectl,
-    operator_namespace: str,
-    emulator: KinesisEmulator,
-    consumer_ns: str,
+    user: NodeUser,
 ) -> None:
-    stream = f"clicks-{uuid.uuid4().hex[:6]}"
-    create_stream(emulator.client, stream, 2)
-    manifest = edited_example(EXAMPLES / "streamconsumer.yaml", MISSING_IMAGE, stream, emulator, {})
+    cluster, kubectl, consumer_ns = user.cluster, user.kubectl, user.namespace
+    manifest = edited_example(
+        EXAMPLES / "streamconsumer.yaml", MISSING_IMAGE, user.new_stream(2), user.emulator, {}
+    )
     name = manifest["metadata"]["name"]
     kubectl("-n", consumer_ns, "apply", "-f", "-", input=json.dumps(manifest))
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import kopf
 from kubernetes import client as k8s
@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from streamconsumer import audit
 from streamconsumer.controller import names, requests
 from streamconsumer.controller.aws import fanout
-from streamconsumer.controller.aws.access import AccessRefused
+from streamconsumer.controller.aws.access import AccessPolicy, AccessRefused
 from streamconsumer.controller.consumer import consumers, stalls
 from streamconsumer.controller.context import context_of
 from streamconsumer.controller.essence import Essence
@@ -30,12 +30,15 @@ from streamconsumer.models.resource import (
     NAME_LABEL,
     REQUESTED_BY,
     RESET_ANNOTATION,
+    Source,
 )
 
 # A consumer whose spec.startFrom cannot be resumed from yet (the ConfigMap not there)
 # looks again this often.
 RESUME_RETRY_SECONDS = 30.0
 CATCH_UP_SECONDS = 5.0  # a spec change kopf took as handled is applied within this
+
+_T = TypeVar("_T")
 
 
 def kube_client() -> k8s.ApiClient:
@@ -139,18 +142,8 @@ def _fan_out(body: kopf.Body, **_: Any) -> bool:
 # handler runs only for fanOut ones, and a switch to polling deregisters at once.
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
 @kopf.on.create(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
-async def register_stream_consumer(
-    body: kopf.Body,
-    name: str,
-    namespace: str | None,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
-    assert namespace is not None, "StreamConsumer is namespaced"
-    policy = context_of(memo).config.aws_access
-    with _fan_out_failures():
-        arn = await fanout.register(policy, namespace, name, reconcile.spec_of(body).source)
+async def register_stream_consumer(body: kopf.Body, logger: kopf.Logger, **handler: Any) -> None:
+    arn = await _fan_out_call(fanout.register, body, **handler)
     logger.info("enhanced fan-out through stream consumer %s", arn)
 
 
@@ -165,19 +158,24 @@ async def stream_consumer_changed(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, when=_fan_out, backoff=5.0)
-async def deregister_stream_consumer(
+async def deregister_stream_consumer(body: kopf.Body, logger: kopf.Logger, **handler: Any) -> None:
+    await _fan_out_call(fanout.deregister, body, **handler)
+    logger.info("stream consumer deregistered")
+
+
+async def _fan_out_call(
+    action: Callable[[AccessPolicy, str, str, Source], Awaitable[_T]],
     body: kopf.Body,
+    *,
     name: str,
     namespace: str | None,
     memo: kopf.Memo,
-    logger: kopf.Logger,
     **_: Any,
-) -> None:
+) -> _T:
     assert namespace is not None, "StreamConsumer is namespaced"
     policy = context_of(memo).config.aws_access
     with _fan_out_failures():
-        await fanout.deregister(policy, namespace, name, reconcile.spec_of(body).source)
-    logger.info("stream consumer deregistered")
+        return await action(policy, namespace, name, reconcile.spec_of(body).source)
 
 
 @kopf.on.field(GROUP, VERSION, PLURAL, field=("metadata", "annotations", RESET_ANNOTATION))
