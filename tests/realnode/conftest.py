@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from realnode.own_release import OwnRelease
 from realnode.user import NodeUser
 from testbed import machine
 from testbed.kinesis import KinesisEmulator
@@ -65,14 +66,23 @@ def operator_namespace(
 
 
 @pytest.fixture
-def user(
-    cluster: Cluster,
-    kubectl: Kubectl,
-    operator_namespace: str,
-    emulator: KinesisEmulator,
-    consumer_ns: str,
+def user(operator_namespace: str, user_before_install: NodeUser) -> NodeUser:
+    """A consumer's test with the operator installed as the README says."""
+    return user_before_install
+
+
+@pytest.fixture
+def user_before_install(
+    cluster: Cluster, kubectl: Kubectl, emulator: KinesisEmulator, consumer_ns: str
 ) -> NodeUser:
+    """A test that installs the operator itself (from an older chart, say)."""
     return NodeUser(cluster, kubectl, emulator, consumer_ns)
+
+
+@pytest.fixture
+def own_release(cluster: Cluster, helm: Path, kubectl: Kubectl, tmp_path: Path) -> OwnRelease:
+    """A chart release of the test's own, with helm's config in its directory."""
+    return OwnRelease(cluster, helm, kubectl, tmp_path)
 
 
 @pytest.fixture

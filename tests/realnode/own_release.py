@@ -5,13 +5,14 @@ tier expects (tests/realnode/conftest.py installs the chart the README's way).""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
 
 from testbed.charts import CRD
 from testbed.node import Cluster
-from testbed.userpath import RELEASE_NAMESPACE, Kubectl
+from testbed.userpath import RELEASE_NAMESPACE, Kubectl, consumer_namespace
 
 RELEASE = "streamconsumer"
 
@@ -49,11 +50,23 @@ class OwnRelease:
             raise AssertionError(f"helm {args[0]} failed:\n{done.stderr}\n{pods}")
         return done.stdout
 
-    def remove(self, consumer_namespace: str) -> None:
+    def install(self, chart: str | Path, emulator_host: str, *values: str) -> None:
+        """Installs `chart` (with `values`) in the release's namespace, made with the
+        credentials Secret: the operator reads it, and may reach the emulator over HTTP."""
+        consumer_namespace(self._kubectl, RELEASE_NAMESPACE)
+        allowed = {"default": {"endpoints": [emulator_host], "allowHttp": True}}
+        self.helm(
+            "install", RELEASE, chart, "-n", RELEASE_NAMESPACE, *values,
+            "--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]',
+            "--set-json", f"awsAccess={json.dumps(allowed)}",
+            "--wait", "--timeout", "5m",
+        )  # fmt: skip
+
+    def remove(self, namespace: str) -> None:
         """All the test installed goes, the CRD too; never raises: what is left is for the
         tier's machine check to see."""
         self._kubectl_quietly(
-            "-n", consumer_namespace, "delete", "streamconsumer", "--all", "--timeout=180s"
+            "-n", namespace, "delete", "streamconsumer", "--all", "--timeout=180s"
         )
         subprocess.run(
             [str(self._helm), "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--wait"],

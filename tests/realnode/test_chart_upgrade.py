@@ -17,7 +17,6 @@ operator's code."""
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,6 +25,7 @@ import pytest
 
 from realnode.deliveries import judge
 from realnode.flow import EventFlow
+from realnode.user import NodeUser
 from testbed.charts import (
     CHART,
     UPGRADE_VALUES_FLAG,
@@ -33,13 +33,9 @@ from testbed.charts import (
     documented,
     previous_chart,
 )
-from testbed.kinesis import KinesisEmulator, create_stream
-from testbed.node import Cluster
 from testbed.userpath import (
-    CREDENTIALS,
     OPERATOR,
     RELEASE_NAMESPACE,
-    Kubectl,
 )
 
 from .own_release import RELEASE, OwnRelease
@@ -48,39 +44,23 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
 
 
 def test_the_previous_chart_upgrades_with_records_flowing(
-    cluster: Cluster,
-    kubectl: Kubectl,
-    helm: Path,
-    emulator: KinesisEmulator,
-    consumer_ns: str,
-    tmp_path: Path,
+    user_before_install: NodeUser, own_release: OwnRelease, tmp_path: Path
 ) -> None:
-    release = OwnRelease(cluster, helm, kubectl, tmp_path)
+    user, release = user_before_install, own_release
+    cluster, kubectl, emulator, consumer_ns = user
 
     repository, tag = cluster.images["operator"].rsplit(":", 1)
-    host = urlsplit(emulator.endpoint_url).hostname
-    stream = f"upgrade-{uuid.uuid4().hex[:6]}"
-    create_stream(emulator.client, stream, 4)
+    host = str(urlsplit(emulator.endpoint_url).hostname)
+    stream = user.new_stream(4, prefix="upgrade")
     flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
 
     def get(*args: str) -> Any:
         return json.loads(kubectl("get", *args, "-o", "json"))
 
     try:
-        kubectl("create", "namespace", RELEASE_NAMESPACE)
-        literals = [f"--from-literal={key}={value}" for key, value in CREDENTIALS.items()]
-        kubectl(
-            "-n", RELEASE_NAMESPACE, "create", "secret", "generic", "aws-credentials", *literals
-        )
-        allowed = {"default": {"endpoints": [host], "allowHttp": True}}
-        values = [
+        release.install(
+            previous_chart(tmp_path / "previous"), host,
             *("--set", f"image.repository={repository}", "--set", f"image.tag={tag}"),
-            *("--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]'),
-            *("--set-json", f"awsAccess={json.dumps(allowed)}"),
-        ]
-        release.helm(
-            "install", RELEASE, previous_chart(tmp_path / "previous"), "-n", RELEASE_NAMESPACE,
-            *values, "--wait", "--timeout", "5m",
         )  # fmt: skip
         manifest = flow.example(cluster.images["clickstream"])
         flow.apply_ready(manifest)

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,15 +35,13 @@ import pytest
 
 from realnode.deliveries import Event, judge
 from realnode.flow import EventFlow
+from realnode.user import NodeUser
 from testbed import releases
 from testbed.charts import CHART, UPGRADE_VALUES_FLAG
-from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
 from testbed.userpath import (
-    CREDENTIALS,
     OPERATOR,
     RELEASE_NAMESPACE,
-    Kubectl,
 )
 from testbed.waiting import wait_for
 
@@ -56,14 +53,10 @@ LEASE_SECONDS = 20  # the example's leases.durationSeconds
 
 
 def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
-    cluster: Cluster,
-    kubectl: Kubectl,
-    helm: Path,
-    emulator: KinesisEmulator,
-    consumer_ns: str,
-    tmp_path: Path,
+    user_before_install: NodeUser, own_release: OwnRelease, tmp_path: Path
 ) -> None:
-    release = OwnRelease(cluster, helm, kubectl, tmp_path)
+    user, release = user_before_install, own_release
+    cluster, kubectl, emulator, consumer_ns = user
 
     def image_values(name: str) -> list[str]:
         repository, tag = cluster.images[name].rsplit(":", 1)
@@ -76,9 +69,8 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
         """The release whose package the pod's running container holds."""
         return _release_in(cluster, pod)
 
-    host = urlsplit(emulator.endpoint_url).hostname
-    stream = f"prevup-{uuid.uuid4().hex[:6]}"
-    create_stream(emulator.client, stream, 4)
+    host = str(urlsplit(emulator.endpoint_url).hostname)
+    stream = user.new_stream(4, prefix="prevup")
     flow = EventFlow(cluster, kubectl, emulator, stream, consumer_ns)
 
     def leader_pod() -> str:
@@ -86,19 +78,9 @@ def test_previous_workers_ride_through_an_operator_upgrade_with_records_flowing(
         return str(lease.get("spec", {}).get("holderIdentity") or "").split("/", 1)[0]
 
     try:
-        kubectl("create", "namespace", RELEASE_NAMESPACE)
-        literals = [f"--from-literal={key}={value}" for key, value in CREDENTIALS.items()]
-        kubectl(
-            "-n", RELEASE_NAMESPACE, "create", "secret", "generic", "aws-credentials", *literals
+        release.install(
+            releases.verified(releases.PREVIOUS_CHART), host, *image_values("operator-previous")
         )
-        allowed = {"default": {"endpoints": [host], "allowHttp": True}}
-        release.helm(
-            "install", RELEASE, releases.verified(releases.PREVIOUS_CHART),
-            "-n", RELEASE_NAMESPACE, *image_values("operator-previous"),
-            "--set-json", 'envFrom=[{"secretRef":{"name":"aws-credentials"}}]',
-            "--set-json", f"awsAccess={json.dumps(allowed)}",
-            "--wait", "--timeout", "5m",
-        )  # fmt: skip
         manifest = flow.example(cluster.images["clickstream-previous"])
         assert manifest["spec"]["leases"]["durationSeconds"] == LEASE_SECONDS
         flow.apply_ready(manifest)

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.realnode, pytest.mark.timeout(2400)]
 def test_clickstream_through_a_pod_delete_and_an_operator_restart(
     user: NodeUser, operator_namespace: str
 ) -> None:
-    cluster, kubectl, consumer_ns = user.cluster, user.kubectl, user.namespace
+    cluster, kubectl, _, consumer_ns = user
     flow = EventFlow(cluster, kubectl, user.emulator, user.new_stream(4), consumer_ns)
 
     try:

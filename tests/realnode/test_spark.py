@@ -47,12 +47,7 @@ def counted(cluster: Cluster, pods: list[dict[str, Any]]) -> Counter[tuple[str, 
 def test_spark_example_counts_each_event_in_a_read_only_container(
     user: NodeUser,
 ) -> None:
-    cluster, kubectl, emulator, consumer_ns = (
-        user.cluster,
-        user.kubectl,
-        user.emulator,
-        user.namespace,
-    )
+    cluster, kubectl, emulator, consumer_ns = user
     stream = user.new_stream(2, prefix="clicks-spark")
     manifest = edited_example(
         EXAMPLES / "spark" / "streamconsumer-spark.yaml",

@@ -35,7 +35,7 @@ def columns(kubectl: Kubectl, namespace: str, name: str) -> tuple[str, str]:
 def test_an_image_that_cannot_be_pulled_shows_in_kubectl_get_and_clears_once_fixed(
     user: NodeUser,
 ) -> None:
-    cluster, kubectl, consumer_ns = user.cluster, user.kubectl, user.namespace
+    cluster, kubectl, _, consumer_ns = user
     manifest = edited_example(
         EXAMPLES / "streamconsumer.yaml", MISSING_IMAGE, user.new_stream(2), user.emulator, {}
     )

@@ -4,15 +4,16 @@ with credentials, and the Kinesis emulator on the node to make streams in."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.node import Cluster
 from testbed.userpath import Kubectl
 
 
-@dataclass(frozen=True)
-class NodeUser:
+class NodeUser(NamedTuple):
+    """Unpacks as `cluster, kubectl, emulator, namespace = user`."""
+
     cluster: Cluster
     kubectl: Kubectl
     emulator: KinesisEmulator
