@@ -9,17 +9,17 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from xdist.remote import Producer
-from xdist.scheduler import LoadScopeScheduling
 
 from testbed.controlplane import ControlPlane
 from testbed.dynamodb import DynamoDBLocal
 from testbed.kinesis import KinesisEmulator
+from testbed.suite import GroupedScheduling, start_rank
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_PATH = REPO / "crds" / "streamconsumer.yaml"
@@ -49,62 +49,15 @@ def delta_jars() -> Path:
     return jars.cached()
 
 
-# `make test` spreads the tests over xdist workers. A test named here runs on the worker
-# that runs the rest of its group: the real node is one per machine; Spark (a JVM per mode,
-# or in worker processes) would starve a neighbour's leases if two ran at once; an
-# integration file's module-scoped fixtures (control planes of other versions, emulators)
-# would start again on every worker that took one of its tests. Every other test is a
-# group of its own. The groups are read from the test's path by the scheduler below, not
-# from `xdist_group` marks: pytest 9 no longer lets xdist fold a mark into the test's id,
-# and `--dist loadgroup` then spreads every group silently (pytest-xdist#1386).
-_GROUP_OF_FOLDER = {"realnode": "realnode", "spark": "spark"}
-_GROUP_OF_FILE = {"test_cdc.py": "spark", "test_spark_pods.py": "spark"}
-_GROUPED_BY_FILE = {"integration"}
-
-
-def xdist_group(nodeid: str) -> str:
-    """The group of the test with this id (`tests/<folder>/.../<file>.py::<name>`)."""
-    path = PurePosixPath(nodeid.split("::", 1)[0])
-    folder = path.parts[1] if len(path.parts) > 2 else ""
-    if folder in _GROUP_OF_FOLDER:
-        return _GROUP_OF_FOLDER[folder]
-    if path.name in _GROUP_OF_FILE:
-        return _GROUP_OF_FILE[path.name]
-    return str(path) if folder in _GROUPED_BY_FILE else nodeid
-
-
-class GroupedScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
-    """xdist's scope scheduling with `xdist_group` for its scope. Larger groups go first
-    (xdist's `--loadscope-reorder`, on by default), so the real node and Spark start early
-    instead of ending the run alone."""
-
-    # xdist's own file and group schedulings override this method the same way.
-    def _split_scope(self, nodeid: str) -> str:
-        return xdist_group(nodeid)
-
-
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> GroupedScheduling | None:
     return GroupedScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
-
-
-# The run's longest chains start first (`make test` keeps xdist to the collection's order),
-# so the run does not end waiting on one of them: the real node's and Spark's groups, then
-# the simulation's CPU-bound parts.
-_STARTED_FIRST = ("realnode", "spark", "tests/sim/test_simulation.py")
-
-
-def _start_rank(item: pytest.Item) -> int:
-    for rank, start in enumerate(_STARTED_FIRST):
-        if start in (xdist_group(item.nodeid), item.nodeid.split("::", 1)[0]):
-            return rank
-    return len(_STARTED_FIRST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in item.path.parts:
             item.add_marker(pytest.mark.integration)
-    items.sort(key=_start_rank)  # stable: a file's tests keep their order
+    items.sort(key=start_rank)  # stable: a file's tests keep their order
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,56 @@
+"""How `make test` spreads the suite over xdist workers: which tests share a worker, and
+which start first.
+
+A test named here runs on the worker that runs the rest of its group: the real node is
+one per machine; Spark (a JVM per mode, or in worker processes) would starve a
+neighbour's leases if two ran at once; an integration file's module-scoped fixtures
+(control planes of other versions, emulators) would start again on every worker that
+took one of its tests. Every other test is a group of its own.
+
+The groups are read from the test's id by `GroupedScheduling`, not from `xdist_group`
+marks: pytest 9 no longer lets xdist fold a mark into the test's id, and `--dist
+loadgroup` then spreads every group silently (pytest-xdist#1386)."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+GROUP_OF_FOLDER = {"realnode": "realnode", "spark": "spark"}
+GROUP_OF_FILE = {"test_cdc.py": "spark", "test_spark_pods.py": "spark"}
+GROUPED_BY_FILE = {"integration"}
+
+# The run's longest chains start first (`make test` keeps xdist to the collection's order,
+# `--no-loadscope-reorder`), so the run does not end waiting on one of them: the real
+# node's and Spark's groups, then the simulation's CPU-bound parts.
+STARTED_FIRST = ("realnode", "spark", "tests/sim/test_simulation.py")
+
+
+def group(nodeid: str) -> str:
+    """The group of the test with this id (`tests/<folder>/.../<file>.py::<name>`)."""
+    path = PurePosixPath(nodeid.split("::", 1)[0])
+    folder = path.parts[1] if len(path.parts) > 2 else ""
+    if folder in GROUP_OF_FOLDER:
+        return GROUP_OF_FOLDER[folder]
+    if path.name in GROUP_OF_FILE:
+        return GROUP_OF_FILE[path.name]
+    return str(path) if folder in GROUPED_BY_FILE else nodeid
+
+
+def start_rank(item: pytest.Item) -> int:
+    """Where the item's group starts among the run's (lower first)."""
+    for rank, start in enumerate(STARTED_FIRST):
+        if start in (group(item.nodeid), item.nodeid.split("::", 1)[0]):
+            return rank
+    return len(STARTED_FIRST)
+
+
+class GroupedScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is untyped
+    """xdist's scope scheduling with `group` for the scope: a group is one unit of work,
+    run by one worker."""
+
+    # xdist's own file and group schedulings override this method the same way.
+    def _split_scope(self, nodeid: str) -> str:
+        return group(nodeid)
