@@ -1,7 +1,9 @@
+# shellcheck shell=bash
 # Sourced by tests/helm/build.sh, tests/actionlint/build.sh and tests/prometheus/build.sh,
 # each of which builds one tool from the pinned module in its go.mod into a cache outside
 # the repository, only when missing, and by tests/k8s-binaries.sh (`go_build`). They set
 # `here` (their directory) before calling these.
+# shellcheck disable=SC2154  # `here`: set by the script that sources this one
 
 # go_build BIN PACKAGE LDFLAGS: PACKAGE built from the modules of $here/go.mod into BIN,
 # through BIN.tmp (a build cut short leaves no BIN behind).

@@ -5,6 +5,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/go-tool.sh
 source "$here/../go-tool.sh"
 version=$(go_tool_version github.com/rhysd/actionlint)
 bin=$(go_tool_bin actionlint "$version")
