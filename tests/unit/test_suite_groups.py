@@ -28,4 +28,3 @@ def test_an_integration_files_tests_share_one_worker_and_other_tests_spread() ->
     one, other = "tests/e2e/test_reset.py::test_a", "tests/e2e/test_reset.py::test_b"
     assert suite.group(one) == one
     assert suite.group(other) == other
-
