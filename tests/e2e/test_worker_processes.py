@@ -7,42 +7,18 @@ serves every process' metrics. Nothing lost, order kept, no record processed twi
 
 from __future__ import annotations
 
-import socket
-
 from e2e.test_metrics import scrape, total
 from streamconsumer.models.api import worker_pod, worker_process
 from streamconsumer.worker.process_metrics import PROCESS_LABEL
+from testbed.processes import free_port
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
-
-
-def free_ports_in_a_row(count: int) -> int:
-    """The first of `count` consecutive free ports on 127.0.0.1 (a pod's metrics port and
-    its processes' ports after it)."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            first = int(probe.getsockname()[1])
-        if first + count > 65535:
-            continue
-        sockets = []
-        try:
-            for port in range(first, first + count):
-                held = socket.socket()
-                sockets.append(held)
-                held.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-        finally:
-            for held in sockets:
-                held.close()
 
 
 def test_a_pods_processes_are_workers_of_their_own_under_every_guarantee(
     scenario: Scenario,
 ) -> None:
-    block = free_ports_in_a_row(3)  # the first pod's metrics port, then its processes'
+    block = free_port(3)  # the first pod's metrics port, then its processes'
     with_metrics: list[str] = []
 
     def pod_env(pod: str) -> dict[str, str]:

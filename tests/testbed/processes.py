@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -14,12 +15,51 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+# Ports handed out come from below the kernel's ephemeral range, so no outgoing
+# connection's source port can take one between our pick and the server's bind (how a
+# CI run lost an operator's probe port), and from a slice per xdist worker, so two
+# workers never pick the same one. Above the fixed ports the bed uses (kube-proxy's 10249
+# and 10256, the kubelet's 10250, Spark Connect's 15002).
+_LOWEST_PORT = 20000
+_WORKER_SLICES = 8
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+
+def _port_range() -> range:
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    width = max(ephemeral_low - _LOWEST_PORT, _WORKER_SLICES) // _WORKER_SLICES
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    first = _LOWEST_PORT + (int(worker) if worker.isdigit() else 0) % _WORKER_SLICES * width
+    return range(first, first + width)
+
+
+_PORTS = _port_range()
+# Each process starts at a random place in its slice: a test's subprocesses share its slice.
+_next_port = secrets.randbelow(len(_PORTS))
+
+
+def free_port(count: int = 1) -> int:
+    """The first of `count` consecutive TCP ports on 127.0.0.1 that nothing listens on
+    right now, none handed out before by this process (until its slice wraps)."""
+    global _next_port
+    for _ in range(len(_PORTS)):
+        first = _PORTS[_next_port % len(_PORTS)]
+        _next_port = (_next_port + count) % len(_PORTS)
+        ports = range(first, first + count)
+        if ports.stop <= _PORTS.stop and all(_bindable(port) for port in ports):
+            return first
+    raise RuntimeError(f"no {count} free consecutive ports in {_PORTS}")
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def serve_until_one_exits(servers: Sequence[Server], what: str) -> None:
