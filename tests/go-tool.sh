@@ -5,11 +5,12 @@
 # `here` (their directory) before calling these.
 # shellcheck disable=SC2154  # `here`: set by the script that sources this one
 
-# go_build BIN PACKAGE LDFLAGS: PACKAGE built from the modules of $here/go.mod into BIN,
-# through BIN.tmp (a build cut short leaves no BIN behind).
+# go_build BIN PACKAGE LDFLAGS [TAGS]: PACKAGE built from the modules of $here/go.mod into
+# BIN with the build TAGS (comma-separated), through BIN.tmp (a build cut short leaves no
+# BIN behind).
 go_build() {
   (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-    go build -trimpath -ldflags "$3" -o "$1.tmp" "$2")
+    go build -trimpath -tags "${4:-}" -ldflags "$3" -o "$1.tmp" "$2")
   mv "$1.tmp" "$1"
 }
 
@@ -20,25 +21,25 @@ go_tool_version() {
     "$here/go.mod"
 }
 
-# go_tool_bin NAME VERSION: where NAME at VERSION, built from this go.mod and go.sum, is
-# cached (a change to either gives a fresh place). Printed, not created.
+# go_tool_bin NAME VERSION [TAGS]: where NAME at VERSION, built from this go.mod and go.sum
+# with the build TAGS, is cached (a change to any gives a fresh place). Printed, not created.
 go_tool_bin() {
   local stamp cache
-  stamp=$(cat "$here/go.mod" "$here/go.sum" | sha256sum | cut -c1-12)
+  stamp=$( (echo "${3:-}"; cat "$here/go.mod" "$here/go.sum") | sha256sum | cut -c1-12)
   cache=${STREAMCONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamconsumer}
   echo "$cache/$1/$2-$stamp/$1"
 }
 
-# go_tool_build BIN VERSION PACKAGE LDFLAGS NOTE: builds PACKAGE at VERSION into BIN (a
-# file named for the tool) unless it is there, with progress on stderr; NOTE says how long
-# a cold build takes (or is empty).
+# go_tool_build BIN VERSION PACKAGE LDFLAGS NOTE [TAGS]: builds PACKAGE at VERSION into BIN
+# (a file named for the tool) with the build TAGS unless it is there, with progress on
+# stderr; NOTE says how long a cold build takes (or is empty).
 go_tool_build() {
-  local bin=$1 version=$2 package=$3 ldflags=$4 note=$5 name started
+  local bin=$1 version=$2 package=$3 ldflags=$4 note=$5 tags=${6:-} name started
   name=$(basename "$bin")
   [[ -x "$bin" ]] && return 0
   mkdir -p "$(dirname "$bin")"
   echo "[$name] building $name $version from Go modules${note:+ ($note)}..." >&2
   started=$SECONDS
-  go_build "$bin" "$package" "$ldflags"
+  go_build "$bin" "$package" "$ldflags" "$tags"
   echo "[$name] built in $((SECONDS - started))s" >&2
 }
