@@ -7,11 +7,19 @@
 
 # go_build BIN PACKAGE LDFLAGS [TAGS]: PACKAGE built from the modules of $here/go.mod into
 # BIN with the build TAGS (comma-separated), through BIN.tmp (a build cut short leaves no
-# BIN behind).
+# BIN behind). `make test` builds while the tests run, and a test asks for its tool
+# itself: one build of BIN at a time, under BIN.lock; who waited finds BIN built.
 go_build() {
-  (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-    go build -trimpath -tags "${4:-}" -ldflags "$3" -o "$1.tmp" "$2")
-  mv "$1.tmp" "$1"
+  local lock
+  mkdir -p "$(dirname "$1")"
+  exec {lock}>"$1.lock"
+  flock "$lock"
+  if [[ ! -x "$1" ]]; then
+    (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
+      go build -trimpath -tags "${4:-}" -ldflags "$3" -o "$1.tmp" "$2")
+    mv "$1.tmp" "$1"
+  fi
+  exec {lock}>&-
 }
 
 # go_tool_version MODULE: the version go.mod requires MODULE at (in a require block or on

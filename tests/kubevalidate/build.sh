@@ -18,8 +18,10 @@ for minor in "${minors[@]}"; do
   release=$(awk '$1 == "k8s.io/api" {print $2}' "$mod")
   stamp=$(cat "$here/main.go" "$mod" "$here/k8s-$minor.sum" | sha256sum | cut -c1-12)
   bin="$cache/kubevalidate/$minor-$stamp/kubevalidate"
+  mkdir -p "$(dirname "$bin")"
+  exec 9>"$bin.lock"  # one build at a time: a test may ask while `make test` builds
+  flock 9
   if [[ ! -x "$bin" ]]; then
-    mkdir -p "$(dirname "$bin")"
     echo "[kubevalidate $step/${#minors[@]}] building for Kubernetes $minor ($release) from Go modules (1-2 minutes cold)..." >&2
     started=$SECONDS
     (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
@@ -28,5 +30,6 @@ for minor in "${minors[@]}"; do
     mv "$bin.tmp" "$bin"
     echo "[kubevalidate $step/${#minors[@]}] built in $((SECONDS - started))s" >&2
   fi
+  exec 9>&-
   echo "$minor $bin"
 done

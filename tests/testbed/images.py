@@ -13,6 +13,8 @@ users behind a TLS-inspecting proxy build, and nothing of it stays in an image."
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -288,9 +290,12 @@ def pause_image(pause_binary: Path, log: Path) -> str:
     """The pod sandbox image: our pause program FROM scratch."""
     tag = content_tag(pause_binary.read_bytes())
     reference = f"{PREFIX}/pause:{tag}"
-    if podman.image_exists(reference):
-        return reference
-    with tempfile.TemporaryDirectory(prefix="pause-", dir=podman.ROOT / "tmp") as context:
+    with (
+        one_builder(),
+        tempfile.TemporaryDirectory(prefix="pause-", dir=podman.ROOT / "tmp") as context,
+    ):
+        if podman.image_exists(reference):
+            return reference
         shutil.copy2(pause_binary, Path(context) / "pause")
         (Path(context) / "Dockerfile").write_text(
             'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n'
@@ -299,8 +304,23 @@ def pause_image(pause_binary: Path, log: Path) -> str:
     return reference
 
 
+@contextlib.contextmanager
+def one_builder() -> Iterator[None]:
+    """One builder of our images at a time: `make test` builds them while the tests run,
+    and a test builds what it needs itself (and prunes what is stale)."""
+    podman.ROOT.mkdir(parents=True, exist_ok=True)
+    with (podman.ROOT / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_all(log: Path, names: Iterable[str] | None = None) -> dict[str, str]:
     """Builds (or finds) the recipes named, and what they start FROM; name -> reference."""
+    with one_builder():
+        return _build_all(log, names)
+
+
+def _build_all(log: Path, names: Iterable[str] | None) -> dict[str, str]:
     wanted = set(names or (r.name for r in RECIPES))
     for recipe in RECIPES:
         if recipe.name in wanted and recipe.base:
