@@ -15,10 +15,10 @@ import pytest
 from streamconsumer import awaiting
 from streamconsumer.loading import load_processor
 from streamconsumer.processor import Checkpointer, Record
-from streamconsumer.worker.source import worker_source
-from testbed.in_process import InProcessOperator, emulator_worker, run_worker
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.in_process import BRISK, drain_stream, emulator_worker
+from testbed.kinesis import KinesisEmulator, put_records
 
+pytestmark = pytest.mark.usefixtures("credentials")  # the worker's boto3 clients
 KEYS = 5
 ROUNDS = 12
 
@@ -54,30 +54,19 @@ class AsyncSlow(awaiting.AsyncBaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-@pytest.mark.usefixtures("credentials")
 def test_an_async_processor_runs_on_one_loop_with_the_workers_guarantees(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    create_stream(kinesis.client, stream_name, shards=2)
+    client = kinesis.new_stream(stream_name, shards=2)
     put_records(
-        kinesis.client,
+        client,
         stream_name,
         [(f"key-{k}", b"key-%d %d" % (k, n)) for n in range(ROUNDS) for k in range(KEYS)],
     )
     total = KEYS * ROUNDS
-    config = emulator_worker(
-        kinesis,
-        stream_name,
-        parallelism=3,
-        max_records=25,
-        idle_between_reads_ms=50,
-        on_failure={"initialBackoffSeconds": 0.1},
-    )
+    config = emulator_worker(kinesis, stream_name, parallelism=3, max_records=25, **BRISK)
     factory = load_processor(f"{__name__}:AsyncSlow")
-    source = worker_source(config)
-    operator = InProcessOperator(source.list_shards())
-    done = run_worker(config, source, factory, lambda: len(AsyncSlow.done) >= total, 60, operator)
-    assert done, "the worker did not drain"
+    operator = drain_stream(config, factory, lambda: len(AsyncSlow.done) >= total)
 
     assert len(AsyncSlow.done) == total, "every record once"
     for k in range(KEYS):

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 from testbed.kinesis import (
     KinesisEmulator,
-    create_stream,
     list_all_shards,
     put_records,
     split_shard_in_half,
@@ -38,8 +37,7 @@ def read_to_end(
 def test_split_gives_children_with_lineage_and_a_shard_end(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=2)
+    client = kinesis.new_stream(stream_name, shards=2)
     before = put_records(client, stream_name, [(f"key-{i}", b"before-%d" % i) for i in range(40)])
     assert {shard for shard, _ in before} == {
         s["ShardId"] for s in list_all_shards(client, stream_name)
@@ -69,8 +67,7 @@ def test_split_gives_children_with_lineage_and_a_shard_end(
 def test_get_records_reports_millis_behind_latest(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=1)
+    client = kinesis.new_stream(stream_name, shards=1)
     put_records(client, stream_name, [("k", b"x")] * 5)
     shard_id = list_all_shards(client, stream_name)[0]["ShardId"]
     iterator = client.get_shard_iterator(
@@ -84,8 +81,7 @@ def test_get_records_reports_millis_behind_latest(
 def test_kinesalite_round_trip_and_its_known_gaps(
     kinesalite: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesalite.client
-    create_stream(client, stream_name, shards=2)
+    client = kinesalite.new_stream(stream_name, shards=2)
     placed = put_records(client, stream_name, [(f"k{i}", b"%d" % i) for i in range(20)])
     parent = placed[0][0]
     split_shard_in_half(client, stream_name, parent)

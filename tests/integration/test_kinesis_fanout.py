@@ -112,8 +112,7 @@ def test_moving_fan_out_to_another_stream_deregisters_from_the_first(
 def test_records_flow_across_resubscriptions_and_a_split(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=2)
+    client = kinesis.new_stream(stream_name, shards=2)
     consumers = StreamConsumers(client, StreamRef(name=stream_name))
     consumers.register(consumer_name("team", stream_name))
     source = fan_out_source(kinesis, stream_name)

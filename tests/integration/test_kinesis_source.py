@@ -53,8 +53,7 @@ def drain(reader: KinesisShardReader, limit: int = 50) -> tuple[list[Record], Re
 def test_listing_is_paginated_and_carries_lineage(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=4)
+    client = kinesis.new_stream(stream_name, shards=4)
     source = KinesisSource(client, StreamRef(name=stream_name))
     first = source.list_shards()
     assert len(first) == 4
@@ -81,8 +80,7 @@ def test_listing_is_paginated_and_carries_lineage(
 def test_a_stream_created_again_under_its_name_is_another_incarnation(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=1)
+    client = kinesis.new_stream(stream_name, shards=1)
     by_name = KinesisSource(client, StreamRef(name=stream_name))
     first = by_name.incarnation()
     assert first.startswith(f"arn:aws:kinesis:us-east-1:000000000000:stream/{stream_name} ")
@@ -99,8 +97,7 @@ def test_a_stream_created_again_under_its_name_is_another_incarnation(
 def test_start_positions_and_resume_from_checkpoint(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=1)
+    client = kinesis.new_stream(stream_name, shards=1)
     source = KinesisSource(client, StreamRef(name=stream_name), max_records=7)
     shard_id = source.list_shards()[0].id
     latest = source.open_reader(shard_id, StartPosition(type=StartPositionType.LATEST))
@@ -133,8 +130,7 @@ def test_start_positions_and_resume_from_checkpoint(
 
 
 def test_reader_reaches_shard_end_with_children(kinesis: KinesisEmulator, stream_name: str) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=2)
+    client = kinesis.new_stream(stream_name, shards=2)
     source = KinesisSource(client, StreamRef(name=stream_name))
     a, b = source.list_shards()
     put_records(client, stream_name, [(f"k{i}", b"%d" % i) for i in range(30)])
@@ -148,8 +144,7 @@ def test_reader_reaches_shard_end_with_children(kinesis: KinesisEmulator, stream
 
 
 def test_kpl_aggregated_records_are_unpacked(kinesis: KinesisEmulator, stream_name: str) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=1)
+    client = kinesis.new_stream(stream_name, shards=1)
     aggregator = RecordAggregator()
     for i in range(5):
         aggregator.add_user_record(f"user-{i}", b"payload-%d" % i)
@@ -179,8 +174,7 @@ def test_a_timestamp_ahead_of_the_stream_clock_reads_from_the_tip(
     """LATEST starts at the consumer's creation time (AT_TIMESTAMP). If Kinesis' clock is
     behind ours, that instant is in its future and GetShardIterator refuses it (kinesalite
     words it as AWS does): nothing has arrived there yet, so the tip skips nothing."""
-    client = kinesalite.client
-    create_stream(client, stream_name, shards=1)
+    client = kinesalite.new_stream(stream_name, shards=1)
     put_records(client, stream_name, [("k", b"before")])
     source = KinesisSource(client, StreamRef(name=stream_name))
     (shard,) = source.list_shards()

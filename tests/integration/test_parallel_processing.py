@@ -13,10 +13,10 @@ import pytest
 from aws_kinesis_agg.aggregator import RecordAggregator
 
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
-from streamconsumer.worker.source import worker_source
-from testbed.in_process import InProcessOperator, emulator_worker, run_worker
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.in_process import BRISK, drain_stream, emulator_worker
+from testbed.kinesis import KinesisEmulator, put_records
 
+pytestmark = pytest.mark.usefixtures("credentials")  # the worker's boto3 clients
 KEYS = 7  # prime to the parallelism: no split by position keeps keys whole by chance
 ROUNDS = 10
 
@@ -50,32 +50,21 @@ class Slow(BaseRecordProcessor):
         checkpointer.checkpoint()
 
 
-@pytest.mark.usefixtures("credentials")
 def test_parallel_calls_keep_each_keys_order_and_checkpoint_what_was_done(
     kinesis: KinesisEmulator, stream_name: str
 ) -> None:
-    create_stream(kinesis.client, stream_name, shards=1)
+    client = kinesis.new_stream(stream_name, shards=1)
     plain = [(f"key-{k}", b"key-%d %d" % (k, n)) for n in range(ROUNDS) for k in range(KEYS)]
-    put_records(kinesis.client, stream_name, plain)
+    put_records(client, stream_name, plain)
     aggregator = RecordAggregator()  # one Kinesis record, user records of 4 keys
     for k in range(4):
         aggregator.add_user_record(f"key-{k}", b"key-%d kpl" % k)
     key, _, data = aggregator.clear_and_get().get_contents()
-    kinesis.client.put_record(StreamName=stream_name, PartitionKey=key, Data=data)
+    client.put_record(StreamName=stream_name, PartitionKey=key, Data=data)
     total = len(plain) + 4
 
-    config = emulator_worker(
-        kinesis,
-        stream_name,
-        parallelism=4,
-        max_records=30,
-        idle_between_reads_ms=50,
-        on_failure={"initialBackoffSeconds": 0.1},
-    )
-    source = worker_source(config)
-    operator = InProcessOperator(source.list_shards())
-    done = run_worker(config, source, Slow, lambda: len(Slow.done) >= total, 60, operator)
-    assert done, "the worker did not drain"
+    config = emulator_worker(kinesis, stream_name, parallelism=4, max_records=30, **BRISK)
+    operator = drain_stream(config, Slow, lambda: len(Slow.done) >= total)
 
     assert len(Slow.done) == total, "every record once"
     for k in range(KEYS):
@@ -88,13 +77,13 @@ def test_parallel_calls_keep_each_keys_order_and_checkpoint_what_was_done(
     delivered = [r.data for call in Slow.calls for r in call if r.partition_key in spared]
     assert spared, "the failing call did not hold every key"
     assert len(delivered) == len(set(delivered)), "the other calls' records delivered once"
-    lease = next(iter(operator.coordinator.leases.values()))
+    shard, lease = next(iter(operator.coordinator.leases.items()))
     assert lease.checkpoint is not None
     assert lease.owner is None, "released on drain, with its position"
-    last = kinesis.client.get_records(
-        ShardIterator=kinesis.client.get_shard_iterator(
+    last = client.get_records(
+        ShardIterator=client.get_shard_iterator(
             StreamName=stream_name,
-            ShardId=source.list_shards()[0].id,
+            ShardId=shard,
             ShardIteratorType="AT_SEQUENCE_NUMBER",
             StartingSequenceNumber=lease.checkpoint,
         )["ShardIterator"]

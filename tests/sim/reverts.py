@@ -529,7 +529,7 @@ def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
         done: int,
         error: str,
         wall: float | None = None,
-        ahead: frozenset[tuple[int, int]] = frozenset(),
+        *_: object,
     ) -> None:
         self.raised(now, error, wall)
 
@@ -539,14 +539,7 @@ def partial_responses_fail_whole_batches(patch: pytest.MonkeyPatch) -> None:
 def partial_responses_read_as_success(patch: pytest.MonkeyPatch) -> None:
     """29: the records a partial batch response reports failed count as done."""
 
-    def success(
-        self: ShardMachine,
-        now: float,
-        done: int,
-        error: str,
-        wall: float | None = None,
-        ahead: frozenset[tuple[int, int]] = frozenset(),
-    ) -> None:
+    def success(self: ShardMachine, now: float, *_: object, **__: object) -> None:
         self.returned(now)
 
     patch.setattr(ShardMachine, "partly_failed", success)

@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 from streamconsumer.processor import Record
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef
 from streamconsumer.spark import BatchInfo, BronzeProcessor, bronze_job
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.kinesis import KinesisEmulator, put_records
 from testbed.shard_life import consume
 
 pytestmark = pytest.mark.spark
@@ -57,8 +57,7 @@ def land(
 def test_bronze_job_counts_every_event_once(
     spark: SparkSession, kinesis: KinesisEmulator, stream_name: str, tmp_path: Path
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=4)
+    client = kinesis.new_stream(stream_name, shards=4)
     source = KinesisSource(client, StreamRef(name=stream_name), max_records=25)
     bronze, output, job_checkpoint = tmp_path / "bronze", tmp_path / "views", tmp_path / "job"
     checkpoints: dict[str, list[str]] = {}

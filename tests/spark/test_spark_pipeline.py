@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from streamconsumer.sources.kinesis import KinesisSource, StreamRef
 from streamconsumer.spark import BatchInfo, DeltaSink, ParquetSink, SparkBatchProcessor
-from testbed.kinesis import KinesisEmulator, create_stream, put_records
+from testbed.kinesis import KinesisEmulator, put_records
 from testbed.shard_life import consume
 
 pytestmark = pytest.mark.spark
@@ -54,8 +54,7 @@ def read_output(spark: SparkSession, kind: str, path: Path) -> list[tuple[str, s
 def test_replayed_batch_overwrites_itself(
     spark: SparkSession, kinesis: KinesisEmulator, stream_name: str, tmp_path: Path, kind: str
 ) -> None:
-    client = kinesis.client
-    create_stream(client, stream_name, shards=2)
+    client = kinesis.new_stream(stream_name, shards=2)
     put_records(client, stream_name, [(f"k{i}", b"event-%d" % i) for i in range(600)])
     source = KinesisSource(client, StreamRef(name=stream_name), max_records=50)
     sink = sink_for(kind, tmp_path / "out")
@@ -93,8 +92,7 @@ def test_a_checkpoint_never_passes_an_uncommitted_batch(
             df.count()  # the pipeline ran...
             raise OSError("sink unavailable")  # ...but nothing was committed
 
-    client = kinesis.client
-    create_stream(client, stream_name, shards=1)
+    client = kinesis.new_stream(stream_name, shards=1)
     put_records(client, stream_name, [("k", b"x")] * 150)
     source = KinesisSource(client, StreamRef(name=stream_name))
     processor = SparkBatchProcessor(

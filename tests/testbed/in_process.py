@@ -26,6 +26,7 @@ from streamconsumer.sources.base import ReadResult, ShardReader, StreamSource
 from streamconsumer.worker.client import OperatorRefused
 from streamconsumer.worker.config import WorkerConfig
 from streamconsumer.worker.runtime import Worker
+from streamconsumer.worker.source import worker_source
 from testbed.kinesis import REGION, KinesisEmulator
 from testbed.specs import consumer_spec, worker_config
 
@@ -112,6 +113,10 @@ class TimedReads:
         return Timed()  # type: ignore[return-value]
 
 
+# A worker that reads again and retries a failed call soon: tests that wait for a drain.
+BRISK: dict[str, Any] = {"idle_between_reads_ms": 50, "on_failure": {"initialBackoffSeconds": 0.1}}
+
+
 def emulator_worker(emulator: KinesisEmulator, stream: str, **fields: Any) -> WorkerConfig:
     """A worker's settings for `stream` on the emulator; `fields` as `worker_config`'s."""
     return worker_config(
@@ -143,3 +148,14 @@ def run_worker(
     worker.drain()
     runner.join(30)
     return not runner.is_alive()
+
+
+def drain_stream(
+    config: WorkerConfig, processor: ProcessorFactory, done: Callable[[], bool]
+) -> InProcessOperator:
+    """`run_worker` on the stream `config` names, within a minute: the operator that
+    leased it (its leases released, with their positions)."""
+    source = worker_source(config)
+    operator = InProcessOperator(source.list_shards())
+    assert run_worker(config, source, processor, done, 60, operator), "the worker did not drain"
+    return operator

@@ -59,6 +59,11 @@ class KinesisEmulator(LoopbackService):
             self._client = kinesis_client(self.endpoint_url)
         return self._client
 
+    def new_stream(self, name: str, shards: int) -> KinesisClient:
+        """Creates the stream `name` with `shards` shards, active; the client to use it."""
+        create_stream(self.client, name, shards)
+        return self.client
+
     @classmethod
     def start(
         cls,
