@@ -5,6 +5,10 @@
 # `here` (their directory) before calling these.
 # shellcheck disable=SC2154  # `here`: set by the script that sources this one
 
+# The tools are never debugged: no debug information compiled (the linker's -w dropped it
+# anyway), about 8% less CPU for a cold build (measured on kubevalidate).
+GO_NO_DWARF=-gcflags=all=-dwarf=false
+
 # go_build BIN PACKAGE LDFLAGS [TAGS]: PACKAGE built from the modules of $here/go.mod into
 # BIN with the build TAGS (comma-separated), through BIN.tmp (a build cut short leaves no
 # BIN behind). `make test` builds while the tests run, and a test asks for its tool
@@ -16,7 +20,7 @@ go_build() {
   flock "$lock"
   if [[ ! -x "$1" ]]; then
     (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-      go build -trimpath -tags "${4:-}" -ldflags "$3" -o "$1.tmp" "$2")
+      go build -trimpath "$GO_NO_DWARF" -tags "${4:-}" -ldflags "$3" -o "$1.tmp" "$2")
     mv "$1.tmp" "$1"
   fi
   exec {lock}>&-

@@ -8,6 +8,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../go-tool.sh"  # GO_NO_DWARF
 cache=${STREAMCONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamconsumer}
 minors=(1.30 1.31 1.32 1.33 1.34)
 
@@ -25,7 +26,7 @@ for minor in "${minors[@]}"; do
     echo "[kubevalidate $step/${#minors[@]}] building for Kubernetes $minor ($release) from Go modules (1-2 minutes cold)..." >&2
     started=$SECONDS
     (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-      go build -modfile="$mod" -trimpath -ldflags "-s -w -X main.release=${release/v0/1}" \
+      go build -modfile="$mod" -trimpath "$GO_NO_DWARF" -ldflags "-s -w -X main.release=${release/v0/1}" \
       -o "$bin.tmp" .)
     mv "$bin.tmp" "$bin"
     echo "[kubevalidate $step/${#minors[@]}] built in $((SECONDS - started))s" >&2
