@@ -43,7 +43,7 @@ def test_a_pods_processes_are_workers_of_their_own_under_every_guarantee(
     wait_for(scenario.all_processed, 90, "every record, over two pods")
 
     with scenario.producing():  # records arrive while the shards move
-        scenario.scale(1)  # the newest pod goes: its supervisor alone gets SIGTERM
+        scenario.scale(1, going=[second])  # its supervisor alone gets SIGTERM
         wait_for(lambda: len(kubelet.running()) == 1, 60, "one pod")
         wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 60, "back to one pod")
     # Its processes handed their shards off: none went silent until its lease expired.

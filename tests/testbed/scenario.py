@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
@@ -37,6 +37,9 @@ from testbed.operator_process import OperatorProcess
 from testbed.proxy import CuttableProxy
 from testbed.recording import Report, read_report
 from testbed.waiting import wait_for
+
+# The ReplicaSet removes the pods of the lowest deletion cost first (Kubernetes 1.22+).
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 
@@ -290,7 +293,15 @@ class Scenario:
         leases = self.status().get("leases", {})
         return {shard: lease.get("checkpoint") for shard, lease in leases.items()}
 
-    def scale(self, replicas: int) -> None:
+    def scale(self, replicas: int, going: Iterable[str] = ()) -> None:
+        """Scales the workers to `replicas`; on a scale-down, the pods `going` are the
+        ones removed. (Else the ReplicaSet ranks pods by readiness, restarts and age,
+        which a loaded machine can turn: a pod's readiness probe late once.)"""
+        core = k8s.CoreV1Api(self.api_client)
+        for pod in going:
+            core.patch_namespaced_pod(
+                pod, self.namespace, {"metadata": {"annotations": {DELETION_COST: "-1000"}}}
+            )
         self.consumers.patch_scale(self.name, replicas)
 
     def status(self) -> dict[str, Any]:
