@@ -9,9 +9,9 @@
 # anyway), about 8% less CPU for a cold build (measured on kubevalidate).
 GO_NO_DWARF=-gcflags=all=-dwarf=false
 
-# go_build BIN PACKAGE LDFLAGS [TAGS]: PACKAGE built from the modules of $here/go.mod into
-# BIN with the build TAGS (comma-separated), through BIN.tmp (a build cut short leaves no
-# BIN behind). `make test` builds while the tests run, and a test asks for its tool
+# go_build BIN PACKAGE LDFLAGS [TAGS] [MODFILE]: PACKAGE built from the modules of
+# $here/go.mod (or of MODFILE) into BIN with the build TAGS (comma-separated), through
+# BIN.tmp (a build cut short leaves no BIN behind). `make test` builds while the tests run, and a test asks for its tool
 # itself: one build of BIN at a time, under BIN.lock; who waited finds BIN built.
 go_build() {
   local lock
@@ -20,7 +20,8 @@ go_build() {
   flock "$lock"
   if [[ ! -x "$1" ]]; then
     (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-      go build -trimpath "$GO_NO_DWARF" -tags "${4:-}" -ldflags "$3" -o "$1.tmp" "$2")
+      go build ${5:+-modfile="$5"} -trimpath "$GO_NO_DWARF" -tags "${4:-}" -ldflags "$3" \
+      -o "$1.tmp" "$2")
     mv "$1.tmp" "$1"
   fi
   exec {lock}>&-

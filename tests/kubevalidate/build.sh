@@ -8,7 +8,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/../go-tool.sh"  # GO_NO_DWARF
+source "$here/../go-tool.sh"  # go_build: one build at a time, under BIN.lock
 cache=${STREAMCONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamconsumer}
 minors=(1.30 1.31 1.32 1.33 1.34)
 
@@ -19,18 +19,11 @@ for minor in "${minors[@]}"; do
   release=$(awk '$1 == "k8s.io/api" {print $2}' "$mod")
   stamp=$(cat "$here/main.go" "$mod" "$here/k8s-$minor.sum" | sha256sum | cut -c1-12)
   bin="$cache/kubevalidate/$minor-$stamp/kubevalidate"
-  mkdir -p "$(dirname "$bin")"
-  exec 9>"$bin.lock"  # one build at a time: a test may ask while `make test` builds
-  flock 9
   if [[ ! -x "$bin" ]]; then
     echo "[kubevalidate $step/${#minors[@]}] building for Kubernetes $minor ($release) from Go modules (1-2 minutes cold)..." >&2
     started=$SECONDS
-    (cd "$here" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
-      go build -modfile="$mod" -trimpath "$GO_NO_DWARF" -ldflags "-s -w -X main.release=${release/v0/1}" \
-      -o "$bin.tmp" .)
-    mv "$bin.tmp" "$bin"
+    go_build "$bin" . "-s -w -X main.release=${release/v0/1}" "" "$mod"
     echo "[kubevalidate $step/${#minors[@]}] built in $((SECONDS - started))s" >&2
   fi
-  exec 9>&-
   echo "$minor $bin"
 done

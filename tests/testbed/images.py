@@ -290,17 +290,15 @@ def pause_image(pause_binary: Path, log: Path) -> str:
     """The pod sandbox image: our pause program FROM scratch."""
     tag = content_tag(pause_binary.read_bytes())
     reference = f"{PREFIX}/pause:{tag}"
-    with (
-        one_builder(),
-        tempfile.TemporaryDirectory(prefix="pause-", dir=podman.ROOT / "tmp") as context,
-    ):
+    with one_builder():
         if podman.image_exists(reference):
             return reference
-        shutil.copy2(pause_binary, Path(context) / "pause")
-        (Path(context) / "Dockerfile").write_text(
-            'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n'
-        )
-        podman.run("build", "--isolation=chroot", f"--tag={reference}", context, log=log)
+        with tempfile.TemporaryDirectory(prefix="pause-", dir=podman.ROOT / "tmp") as context:
+            shutil.copy2(pause_binary, Path(context) / "pause")
+            (Path(context) / "Dockerfile").write_text(
+                'FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n'
+            )
+            podman.run("build", "--isolation=chroot", f"--tag={reference}", context, log=log)
     return reference
 
 

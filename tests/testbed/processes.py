@@ -45,7 +45,7 @@ def free_port(count: int = 1) -> int:
     right now, none handed out before by this process (until its slice wraps)."""
     global _next_port
     for _ in range(len(_PORTS)):
-        first = _PORTS[_next_port % len(_PORTS)]
+        first = _PORTS[_next_port]
         _next_port = (_next_port + count) % len(_PORTS)
         ports = range(first, first + count)
         if ports.stop <= _PORTS.stop and all(_bindable(port) for port in ports):
