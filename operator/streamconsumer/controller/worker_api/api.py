@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -92,24 +93,18 @@ def _always() -> bool:
     return True
 
 
+# eq=False: equal only to itself and hashable, as the plain class it was.
+@dataclass(eq=False)
 class WorkerApi:
     """`leading`: whether this replica leads; a standby (or a leader whose Lease ran out)
     answers 503 at once, before anything reaches a coordinator."""
 
-    def __init__(
-        self,
-        registry: Registry,
-        reviewer: Reviewer,
-        clock: Callable[[], float],
-        leading: Callable[[], bool] = _always,
-        body_timeout: float = 10.0,
-    ) -> None:
-        self.registry = registry
-        self.reviewer = reviewer
-        self.clock = clock
-        self.leading = leading
-        self.body_timeout = body_timeout
-        self.refusals = RefusalLog()
+    registry: Registry
+    reviewer: Reviewer
+    clock: Callable[[], float]
+    leading: Callable[[], bool] = _always
+    body_timeout: float = 10.0
+    refusals: RefusalLog = field(default_factory=RefusalLog, init=False)
 
     def app(self) -> web.Application:
         app = web.Application(
