@@ -19,6 +19,7 @@ from xdist.remote import Producer
 from testbed.controlplane import ControlPlane
 from testbed.dynamodb import DynamoDBLocal
 from testbed.kinesis import KinesisEmulator
+from testbed.processes import BRIEF_JVM_OPTIONS
 from testbed.suite import GroupedScheduling, start_rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,14 +30,9 @@ CRD_PATH = REPO / "crds" / "streamconsumer.yaml"
 def spark_scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Spark's scratch (block managers, artifacts) in this run's temporary directory, not
     in /tmp: a JVM that ends without its shutdown hooks leaves its scratch behind. Worker
-    processes the test kubelet starts inherit the same settings.
-
-    The tests' JVMs live for a few small batches: the C1 compiler alone and the serial
-    collector spend about a quarter less CPU than the defaults (C2's compile threads, G1's
-    workers) on the suite's 2 cores (tests/spark/test_cdc_mirror.py: 186 -> 138 CPU-s).
-    Production keeps the JVM's defaults."""
+    processes the test kubelet starts inherit the same settings, and the brief JVM's options."""
     scratch = tmp_path_factory.mktemp("spark-scratch")
-    options = f"-Djava.io.tmpdir={scratch} -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    options = " ".join((f"-Djava.io.tmpdir={scratch}", *BRIEF_JVM_OPTIONS))
     java = f'--driver-java-options "{options}" pyspark-shell'
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPARK_LOCAL_DIRS", str(scratch))

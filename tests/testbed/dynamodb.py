@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 from botocore.config import Config
 
-from testbed.processes import LoopbackService, Server, stopped_on_failure
+from testbed.processes import BRIEF_JVM_OPTIONS, LoopbackService, Server, stopped_on_failure
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -82,6 +82,7 @@ class DynamoDBLocal(LoopbackService):
         java = [
             "java",
             "-Xmx512m",
+            *BRIEF_JVM_OPTIONS,
             f"-Dsqlite4java.library.path={LIB_DIR}",
             "-cp",
             f"{LIB_DIR}/*",
