@@ -80,7 +80,13 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 # TEST_WORKERS processes (tests/conftest.py keeps the real node, Spark and each integration
 # file on one worker, and orders the longest first). The tools are independent builds and downloads, made side by side.
 TEST_WORKERS ?= 3
-TEST_TOOLS := venv emulators controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images
+TEST_TOOLS := venv emulators controlplane helm-after-controlplane actionlint prometheus kubevalidate node-packages node-binaries node-images
+
+# helm compiles the control plane's client packages at the same versions
+# (tests/controlplane/go.mod): built after it, it finds them in Go's build cache.
+.PHONY: helm-after-controlplane
+helm-after-controlplane: controlplane
+	@tests/helm/build.sh >/dev/null
 
 .PHONY: test test-tools
 test-tools: $(TEST_TOOLS)
