@@ -1,8 +1,8 @@
 # shellcheck shell=bash
-# Sourced by tests/helm/build.sh, tests/actionlint/build.sh and tests/prometheus/build.sh,
-# each of which builds one tool from the pinned module in its go.mod into a cache outside
-# the repository, only when missing, and by tests/k8s-binaries.sh (`go_build`). They set
-# `here` (their directory) before calling these.
+# Sourced by tests/helm/build.sh, tests/actionlint/build.sh, tests/prometheus/build.sh and
+# tests/kubevalidate/build.sh, each of which builds one tool from the pinned module in its
+# go.mod into a cache outside the repository, only when missing, and by
+# tests/k8s-binaries.sh (`go_build`). They set `here` (their directory) before calling these.
 # shellcheck disable=SC2154  # `here`: set by the script that sources this one
 
 # The tools are never debugged: no debug information compiled (the linker's -w dropped it
@@ -10,9 +10,9 @@
 GO_NO_DWARF=-gcflags=all=-dwarf=false
 
 # The compiler and linker collect garbage often at Go's default GOGC=100: at 400 the
-# same etcd build took 24% less CPU (142 -> 108 CPU-s, the mean
-# of two runs each), for about 1.3x the memory; the soft limit keeps the largest packages
-# of Kubernetes from growing past it. A GOGC or GOMEMLIMIT of the caller's is kept.
+# same etcd build took 24% less CPU (142 -> 108 CPU-s, the mean of two runs each), for
+# about 1.3x the memory; the soft limit keeps the largest packages of Kubernetes from
+# growing past it. A GOGC or GOMEMLIMIT of the caller's is kept.
 GO_BUILD_GOGC=${GOGC:-400}
 GO_BUILD_MEMLIMIT=${GOMEMLIMIT:-3GiB}
 

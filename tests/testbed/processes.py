@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-# Ports handed out come from below the kernel's ephemeral range, so no outgoing
-# connection's source port can take one between our pick and the server's bind (how a
-# CI run lost an operator's probe port), and from a slice per xdist worker, so two
-# workers never pick the same one. Above the fixed ports the bed uses (kube-proxy's 10249
-# and 10256, the kubelet's 10250, Spark Connect's 15002).
 # The tests' JVMs (Spark drivers, DynamoDB Local) live for a few small requests: the C1
 # compiler alone and the serial collector spend about a quarter less CPU than the defaults
 # (C2's compile threads, G1's workers) on the suite's 2 cores (tests/spark/test_cdc_mirror.py:
 # 186 -> 138 CPU-s). Production keeps the JVM's defaults.
 BRIEF_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
+# Ports handed out come from below the kernel's ephemeral range, so no outgoing
+# connection's source port can take one between our pick and the server's bind (how a
+# CI run lost an operator's probe port), and from a slice per xdist worker, so two
+# workers never pick the same one. Above the fixed ports the bed uses (kube-proxy's 10249
+# and 10256, the kubelet's 10250, Spark Connect's 15002).
 _LOWEST_PORT = 20000
 _WORKER_SLICES = 8
 
