@@ -55,7 +55,7 @@ $(STAMPS)/dynamodb-local: tests/dynamodb/pom.xml
 	@test -n "$$(ls tests/dynamodb/lib/DynamoDBLocal-*.jar)"
 	@touch $@
 
-.PHONY: venv emulators dynamodb-local controlplane helm actionlint prometheus kubevalidate node-packages node-binaries node-images
+.PHONY: venv emulators dynamodb-local controlplane helm kstatus actionlint prometheus kubevalidate node-packages node-binaries node-images
 venv: $(STAMPS)/venv  ## create .venv with the package and the dev tools
 emulators: $(STAMPS)/emulators $(STAMPS)/dynamodb-local  ## install the Kinesis emulators and DynamoDB Local
 dynamodb-local: $(STAMPS)/dynamodb-local  ## install DynamoDB Local (Maven Central, Java 17)
@@ -63,6 +63,8 @@ controlplane:  ## build etcd, kube-apiserver, kube-controller-manager, kubectl (
 	@tests/controlplane/build.sh >/dev/null
 helm:  ## build helm from Go modules for the chart tests (cached; a helm on PATH is used)
 	@tests/helm/build.sh >/dev/null
+kstatus: controlplane  ## build kstatus (Flux's readiness verdict) from Go modules, for the status tests (cached)
+	@tests/kstatus/build.sh >/dev/null
 actionlint:  ## build actionlint from Go modules and apt-get shellcheck, for .github/workflows (cached)
 	@tests/actionlint/build.sh >/dev/null
 prometheus:  ## build prometheus and promtool from Go modules, to test the PromQL we ship (cached)
@@ -80,7 +82,7 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 # TEST_WORKERS processes (tests/conftest.py keeps the real node, Spark and each integration
 # file on one worker, and orders the longest first). The tools are independent builds and downloads, made side by side.
 TEST_WORKERS ?= 3
-TEST_TOOLS := venv emulators controlplane helm-after-controlplane actionlint prometheus kubevalidate node-packages node-binaries node-images
+TEST_TOOLS := venv emulators controlplane helm-after-controlplane kstatus actionlint prometheus kubevalidate node-packages node-binaries node-images
 
 # helm compiles the control plane's client packages at the same versions
 # (tests/controlplane/go.mod): built after it, it finds them in Go's build cache.

@@ -154,3 +154,12 @@ def helm() -> Path:
         [str(REPO / "tests" / "helm" / "build.sh")], capture_output=True, text=True, check=True
     )
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def kstatus() -> Path:
+    """kstatus' verdict on objects as JSON, built from Go modules (tests/kstatus/build.sh)."""
+    out = subprocess.run(
+        [str(REPO / "tests" / "kstatus" / "build.sh")], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
