@@ -54,7 +54,7 @@ def make_loop(**extra: Any) -> ConsumerLoop:
     coordinator = LeaseCoordinator(spec(**extra), DurableState(), now=0.0, created=CREATED)
     autoscaler = Autoscaler(0) if "autoscaling" in extra else None
     settings = LoopSettings(shard_sync_seconds=10.0, relist_seconds=1.0)
-    return ConsumerLoop("c", coordinator, settings, lambda: 1, autoscaler)
+    return ConsumerLoop("c", coordinator, settings, lambda: 1, autoscaler, observed_generation=1)
 
 
 def condition(loop: ConsumerLoop, kind: str) -> tuple[str, str]:

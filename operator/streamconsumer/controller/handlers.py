@@ -107,12 +107,14 @@ async def worker_pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) ->
 
 
 # The Deployment's own word on its pods (a ReplicaSet refused by a quota or an admission
-# policy makes no pod for the watch above to see): one GET per consumer this often.
+# policy makes no pod for the watch above to see): one GET per consumer every
+# DEPLOYMENT_CHECK_SECONDS, every ROLLOUT_CHECK_SECONDS while a new spec rolls out, so
+# that observedGeneration (what Argo CD and Flux wait on) moves once its workers run it.
 @kopf.timer(
     GROUP,
     VERSION,
     PLURAL,
-    interval=worker_health.DEPLOYMENT_CHECK_SECONDS,
+    interval=worker_health.ROLLOUT_CHECK_SECONDS,
     initial_delay=2.0,
 )
 async def check_workers(

@@ -261,6 +261,7 @@ def load(
         generation=generation,
         autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
         paused_by=audit.pause_requester(body) if spec.paused else None,
+        observed_generation=status.get("observedGeneration"),
     )
 
 

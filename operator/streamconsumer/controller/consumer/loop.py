@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 from streamconsumer.controller.consumer.autoscaler import Autoscaler
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.notes import PassedOverNote
-from streamconsumer.controller.leases.render import Children, render
+from streamconsumer.controller.leases.render import Children, Generations, render
 from streamconsumer.controller.leases.state import DurableState, ShardChanges
 from streamconsumer.controller.workloads.worker_health import WORKERS_NOT_STARTING, WorkerHealth
 from streamconsumer.core.leases import (
@@ -129,11 +129,15 @@ class ConsumerLoop:
         generation: Callable[[], int | None],
         autoscaler: Autoscaler | None = None,
         paused_by: str | None = None,
+        observed_generation: int | None = None,
     ) -> None:
         self.name = name
         self.coordinator = coordinator
         self.settings = settings
-        self.generation = generation
+        self.generation = generation  # the spec's, as the object has it now
+        # The generation whose workers run (the registry's word; the stored status's
+        # until then): what kstatus and Argo CD compare with the object's generation.
+        self.observed_generation = observed_generation
         self.autoscaler = autoscaler
         self.events: list[Event] = []
         self.source_error: str | None = None
@@ -177,6 +181,12 @@ class ConsumerLoop:
         """How applying the workers' objects went, as the reconcile last knew it."""
         if children != self.children:
             self.children = children
+            self.coordinator.status_changed()
+
+    def observed_now(self, generation: int) -> None:
+        """The workers run this generation's spec (or it got a verdict)."""
+        if generation != self.observed_generation:
+            self.observed_generation = generation
             self.coordinator.status_changed()
 
     def deployment_read(self, replicas: int, read_at: float) -> bool:
@@ -359,7 +369,7 @@ class ConsumerLoop:
             self.name,
             coordinator,
             snapshot,
-            self.generation(),
+            Generations(spec=self.generation(), observed=self.observed_generation),
             self.conditions,
             problems,
             paused_by=self.paused_by,

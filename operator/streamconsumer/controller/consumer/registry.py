@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamconsumer.controller.consumer.loop import ConsumerLoop
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.render import Children
-from streamconsumer.controller.workloads.worker_health import Replicas, Trouble, WorkerHealth
+from streamconsumer.controller.workloads.worker_health import (
+    DEPLOYMENT_CHECK_SECONDS,
+    ROLLOUT_CHECK_SECONDS,
+    Replicas,
+    Trouble,
+    WorkerHealth,
+)
 
 
 class ManagedConsumer:
@@ -83,6 +90,12 @@ class Registry:
         self._replicas: dict[tuple[str, str], Replicas] = {}
         # The generation whose spec each consumer's objects and loop last got.
         self._generations: dict[tuple[str, str], int] = {}
+        # The generation last applied or refused, and when (this registry's clock): its
+        # workers run it once a Deployment read begun after that finds the rollout done.
+        self._applied: dict[tuple[str, str], tuple[int, float]] = {}
+        # The generation whose workers run (or that got a verdict): status.observedGeneration.
+        self._observed: dict[tuple[str, str], int] = {}
+        self._read_begun: dict[tuple[str, str], float] = {}  # its Deployment's last read
         # Who asked for the pause in force (None: it runs), as its handler recorded it:
         # that handler may run before the loop is loaded, from a body whose requester
         # annotation is gone by then (docs/security.md#audit).
@@ -127,6 +140,8 @@ class Registry:
             consumer.loop.pause_asked(self._paused_by[key])
         if key in self._pods or key in self._replicas:
             consumer.loop.workers_now(self._health(key))
+        if key in self._observed:
+            consumer.loop.observed_now(self._observed[key])
 
     def children_applied(self, namespace: str, name: str, error: str | None) -> None:
         """The outcome of applying a consumer's objects (None: all applied), for its
@@ -176,6 +191,37 @@ class Registry:
         if self._replicas.get(key) != replicas:
             self._replicas[key] = replicas
             self._workers_changed(key)
+        applied = self._applied.get(key)
+        # A read begun before the apply may land after it: it says nothing of the new spec.
+        if applied is None or read_at < applied[1]:
+            return
+        if replicas.rollout is None or self._health(key).not_starting() is not None:
+            self._observe(key, applied[0])  # running, or a verdict (Stalled says why)
+
+    def rolling_out(self, namespace: str, name: str) -> bool:
+        """A generation is applied whose workers are not known to run it yet."""
+        applied = self._applied.get((namespace, name))
+        return applied is not None and self._observed.get((namespace, name)) != applied[0]
+
+    def deployment_read_due(self, namespace: str, name: str, force: bool = False) -> bool:
+        """Is it time to read the consumer's Deployment (`force`: it is)? Taken as begun."""
+        key, now = (namespace, name), self._clock()
+        every = (
+            ROLLOUT_CHECK_SECONDS if self.rolling_out(namespace, name) else DEPLOYMENT_CHECK_SECONDS
+        )
+        if not force and now - self._read_begun.get(key, -math.inf) < every:
+            return False
+        self._read_begun[key] = now
+        return True
+
+    def _observe(self, key: tuple[str, str], generation: int) -> None:
+        if self._observed.get(key) == generation:
+            return
+        self._observed[key] = generation
+        consumer = self._consumers.get(key)
+        if consumer is not None:
+            consumer.loop.observed_now(generation)
+            consumer.wake()
 
     def _health(self, key: tuple[str, str]) -> WorkerHealth:
         return WorkerHealth.of(self._pods.get(key, {}), self._replicas.get(key))
@@ -196,7 +242,16 @@ class Registry:
             consumer.wake()
 
     def spec_applied(self, namespace: str, name: str, generation: int) -> None:
+        """The workers' objects of this generation are applied: it is observed once a
+        Deployment read begun from now finds them rolled out (`deployment_seen`)."""
         self._generations[(namespace, name)] = generation
+        self._applied[(namespace, name)] = (generation, self._clock())
+
+    def spec_refused(self, namespace: str, name: str, generation: int) -> None:
+        """This generation will not be applied as it is (a policy, an object not ours): a
+        verdict, observed at once; Stalled says why."""
+        self._applied[(namespace, name)] = (generation, self._clock())
+        self._observe((namespace, name), generation)
 
     def behind(self, namespace: str, name: str, generation: int) -> bool:
         """Its objects and loop have not had this generation's spec (yet)."""
@@ -206,6 +261,9 @@ class Registry:
         """The consumer is gone."""
         self._children.pop((namespace, name), None)
         self._generations.pop((namespace, name), None)
+        self._applied.pop((namespace, name), None)
+        self._observed.pop((namespace, name), None)
+        self._read_begun.pop((namespace, name), None)
         self._paused_by.pop((namespace, name), None)
         self._pods.pop((namespace, name), None)
         self._replicas.pop((namespace, name), None)

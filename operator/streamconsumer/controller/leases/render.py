@@ -33,6 +33,20 @@ class Children:
 
 
 @dataclass(frozen=True)
+class Generations:
+    """The spec's generation as the object has it now, and the one whose workers run (or
+    that got a verdict: refused, workers not starting); None: none known yet. Until they
+    agree the consumer is reconciling: kstatus and Argo CD wait on `observedGeneration`."""
+
+    spec: int | None
+    observed: int | None
+
+    @property
+    def behind(self) -> bool:
+        return self.spec is not None and self.observed != self.spec
+
+
+@dataclass(frozen=True)
 class Facts:
     """What the conditions read, gathered once per render."""
 
@@ -42,7 +56,7 @@ class Facts:
     problems: list[str]
     paused_by: str | None
     previous: dict[str, Condition]
-    generation: int | None
+    generations: Generations
     ready: int  # assignable shards
     owned: int  # of them, with an owner: a planned move (HandOff) is not "unready"
     moving: int  # being handed off
@@ -60,6 +74,15 @@ class Facts:
     @property
     def starting(self) -> str | None:
         return self.health.starting() if self.health is not None else None
+
+    @property
+    def rolling_out(self) -> str | None:
+        return self.health.rolling_out() if self.health is not None else None
+
+    @property
+    def scaled_to_zero(self) -> bool:
+        """No worker runs, none is wanted (by hand, by an autoscaler): a steady state."""
+        return not self.workers and self.health is not None and self.health.scaled_to_zero()
 
     @property
     def replaced(self) -> str | None:
@@ -85,14 +108,14 @@ def _condition(seen: Facts, type_: str, ok: bool | None, reason: str, message: s
         status=status,
         reason=reason,
         message=message,
-        observed_generation=seen.generation,
+        observed_generation=seen.generations.observed,
         last_transition_time=since,
     )
 
 
 def gather(
     coordinator: LeaseCoordinator,
-    generation: int | None,
+    generations: Generations,
     previous: list[Condition],
     problems: list[str],
     paused_by: str | None,
@@ -109,7 +132,7 @@ def gather(
         problems=problems,
         paused_by=paused_by,
         previous={c.type: c for c in previous},
-        generation=generation,
+        generations=generations,
         ready=len(ready),
         owned=sum(1 for s in ready if s in leases and leases[s].state in (ACTIVE, HANDOFF)),
         moving=sum(1 for lease in leases.values() if lease.state is HANDOFF),
@@ -119,6 +142,12 @@ def gather(
             for worker, progress in sorted(coordinator.workers.items())
         },
     )
+
+
+def _running(seen: Facts) -> str:
+    observed = seen.generations.observed
+    runs = f"generation {observed}'s workers run" if observed is not None else "no workers run"
+    return f"{runs} until its workers' objects are applied and rolled out"
 
 
 def _first(found: list[str]) -> str:
@@ -148,13 +177,21 @@ def reconciling(seen: Facts) -> Reason | None:
     spec = seen.coordinator.spec
     if not seen.children.known:
         return ("ApplyingChildren", f"applying the workers' objects: {seen.children.pending()}")
+    if (rolling := seen.rolling_out) is not None:
+        return ("RollingOut", rolling)
+    if seen.generations.behind:
+        return ("ApplyingSpec", f"generation {seen.generations.spec}: {_running(seen)}")
     if not seen.coordinator.shards_known:
         return ("ListingShards", "listing shards")
     if spec.paused and seen.still_held:
         return ("Pausing", f"{seen.still_held} shards still held")
     if seen.moving:
         return ("HandingOff", f"{seen.moving} shards being handed off")
-    if seen.unassigned and not seen.stopped and (seen.workers or spec.replicas):
+    if (
+        seen.unassigned
+        and not (seen.stopped or seen.scaled_to_zero)
+        and (seen.workers or spec.replicas)
+    ):
         return ("ShardsUnassigned", f"{seen.owned}/{seen.ready} assignable shards have an owner")
     if (starting := seen.starting) is not None and not seen.stopped:
         return ("StartingWorkers", starting)
@@ -176,6 +213,9 @@ def ready(seen: Facts, stuck: Reason | None) -> Condition:
         return _condition(seen, "Ready", False, *stuck)
     if not seen.coordinator.shards_known:
         return _condition(seen, "Ready", False, "ListingShards", "listing shards")
+    if seen.scaled_to_zero:
+        message = f"scaled to zero: no worker runs; {seen.ready} shards wait at their checkpoints"
+        return _condition(seen, "Ready", True, "ScaledToZero", message)
     if seen.unassigned:
         reason = "NoWorkers" if not seen.workers else "ShardsUnassigned"
         message = f"{seen.owned}/{seen.ready} assignable shards have an owner"
@@ -243,7 +283,7 @@ def render(
     name: str,
     coordinator: LeaseCoordinator,
     snapshot: DurableState,
-    generation: int | None,
+    generations: Generations,
     previous: list[Condition],
     problems: list[str],
     paused_by: str | None = None,
@@ -255,7 +295,7 @@ def render(
     (None: not observed yet)."""
     facts = gather(
         coordinator,
-        generation,
+        generations,
         previous,
         problems,
         paused_by,
@@ -266,7 +306,7 @@ def render(
     return StreamConsumerStatus.model_validate(
         {
             **durable_fields(snapshot),
-            "observedGeneration": generation,
+            "observedGeneration": generations.observed,
             "replicas": sum(1 for w in facts.workers.values() if not w.draining),
             "desiredReplicas": coordinator.desired_replicas,
             "labelSelector": label_selector(name),

@@ -53,6 +53,7 @@ async def apply_children(
     if refusal is not None:
         kopf.warn(body, reason="PodPolicyRefused", message=refusal)
         applied(refusal)
+        context.registry.spec_refused(namespace, name, generation(body))
         # Workers made before (the namespace was allowed then, or the spec was another)
         # would go on making pods of it: no worker pod of a refused spec may run.
         stop = functools.partial(
@@ -95,6 +96,7 @@ async def apply_children(
         reason = "ObjectConflict" if isinstance(refused, NotOurs) else "ChildrenRefused"
         kopf.warn(body, reason=reason, message=str(refused))
         applied(str(refused))
+        context.registry.spec_refused(namespace, name, generation(body))
         raise kopf.TemporaryError(str(refused), delay=CONFLICT_RETRY_SECONDS) from None
     except Exception as error:  # passing (kopf tries again), but nothing is known applied
         context.registry.children_failed(namespace, name, failure(error))
@@ -104,15 +106,21 @@ async def apply_children(
     applied(None)
     context.registry.spec_applied(namespace, name, generation(body))
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
+    # Observed as soon as a read finds the workers running it (a spec the Deployment does
+    # not see: at once); otherwise `check_rollout` reads again until they do.
+    await check_workers(context, body, name, namespace, now=True)
 
 
 async def check_workers(
-    context: OperatorContext, body: kopf.Body, name: str, namespace: str
+    context: OperatorContext, body: kopf.Body, name: str, namespace: str, now: bool = False
 ) -> None:
     """The Deployment's own word on its pods (a ReplicaSet refused by a quota or an
-    admission policy makes no pod for the pod watch to see)."""
+    admission policy makes no pod for the pod watch to see), when a read is due (`now`:
+    at once)."""
     if body.metadata.get("deletionTimestamp"):
         return  # its workers are going: nothing of it is kept (Registry.forget)
+    if not context.registry.deployment_read_due(namespace, name, force=now):
+        return
     read = functools.partial(
         read_owned,
         context.api_client,

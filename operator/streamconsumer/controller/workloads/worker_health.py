@@ -9,7 +9,11 @@ the Deployment's apply. Two cheap sources tell it:
   container waiting for one of `FAILING_WAITS`, or a pod the scheduler cannot place;
 - the Deployment's own conditions (`ReplicaFailure`, `Progressing` False with
   `ProgressDeadlineExceeded`), read every `DEPLOYMENT_CHECK_SECONDS` (one GET per
-  consumer, a right the operator already has).
+  consumer, a right the operator already has), every `ROLLOUT_CHECK_SECONDS` while a
+  new spec rolls out.
+
+The same read tells whether a rollout is complete, as `kubectl rollout status` decides
+it: a consumer's new spec counts as observed only once its workers run it.
 
 `WorkerHealth` is what the status renders (docs/troubleshooting.md#workersnotstarting)."""
 
@@ -22,6 +26,7 @@ from typing import Any
 from streamconsumer.sources.aws import summary
 
 DEPLOYMENT_CHECK_SECONDS = 15.0
+ROLLOUT_CHECK_SECONDS = 3.0
 MESSAGE_CHARS = 400  # of one pod's or the Deployment's words, in a condition's message
 WORKERS_NOT_STARTING = "WorkersNotStarting"
 
@@ -100,6 +105,29 @@ class Replicas:
     desired: int
     available: int
     trouble: Trouble | None = None
+    rollout: str | None = None  # why the rollout is not complete; None: it is
+
+
+def rollout(deployment: Mapping[str, Any]) -> str | None:
+    """What a rollout still waits for, by `kubectl rollout status`'s rules (any strategy:
+    with maxUnavailable 0 no fewer pods are available mid-rollout than desired); None
+    once the Deployment's controller has the spec and every pod runs it."""
+    spec, status = deployment.get("spec") or {}, deployment.get("status") or {}
+    generation = int((deployment.get("metadata") or {}).get("generation") or 0)
+    if int(status.get("observedGeneration") or 0) < generation:
+        return "the workers' Deployment has a new spec its controller has not seen yet"
+    desired = spec.get("replicas")
+    desired = 1 if desired is None else int(desired)
+    updated = int(status.get("updatedReplicas") or 0)
+    total = int(status.get("replicas") or 0)
+    available = int(status.get("availableReplicas") or 0)
+    if updated < desired:
+        return f"{updated}/{desired} worker pods run the new spec"
+    if total > updated:
+        return f"{total - updated} old worker pods still to stop"
+    if available < updated:
+        return f"{available}/{updated} worker pods of the new spec available"
+    return None
 
 
 def deployment_replicas(deployment: Mapping[str, Any]) -> Replicas:
@@ -122,6 +150,7 @@ def deployment_replicas(deployment: Mapping[str, Any]) -> Replicas:
         desired=1 if desired is None else int(desired),  # the apiserver's default
         available=int(status.get("availableReplicas") or 0),
         trouble=trouble,
+        rollout=rollout(deployment),
     )
 
 
@@ -158,3 +187,13 @@ class WorkerHealth:
         if replicas is None or self.troubles or replicas.available >= replicas.desired:
             return None
         return f"{replicas.available}/{replicas.desired} worker pods available"
+
+    def rolling_out(self) -> str | None:
+        """What the workers' rollout waits for, nothing failing; None: none under way
+        (or not known yet)."""
+        replicas = self.replicas
+        return None if replicas is None or self.troubles else replicas.rollout
+
+    def scaled_to_zero(self) -> bool:
+        """The Deployment, as last read, wants no worker pod."""
+        return self.replicas is not None and self.replicas.desired == 0
