@@ -158,7 +158,7 @@ class Processor(Model):
         default=None,
         description="Only records matching this reach the processor (as Lambda's "
         "FilterCriteria); the others are checkpointed past without a call and counted in "
-        "streamconsumer_worker_filtered_records. Needs workers of 0.2.0 or later.",
+        "streamconsumer_worker_filtered_records_total. Needs workers of 0.2.0 or later.",
         json_schema_extra=added_since("0.2.0"),
     )
     parallelism: int = Field(
