@@ -16,6 +16,8 @@ from streamconsumer.controller import metrics as operator_metrics
 from streamconsumer.worker import metrics as worker_metrics  # noqa: F401  (registers them)
 from streamconsumer.worker.process_metrics import PROCESS_LABEL, UP
 
+from .test_troubleshooting import condition_reasons, package_trees
+
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 CASES = yaml.safe_load((DOCS / "argocd" / "health_test.yaml").read_text())["tests"]
@@ -52,6 +54,22 @@ SAMPLE_SUFFIXES = {
     "histogram": ("", "_bucket", "_count", "_sum"),
     "summary": ("", "_count", "_sum"),
 }
+
+
+@pytest.mark.parametrize(
+    "path", sorted((DOCS / "argocd" / "testdata").glob("*.yaml")), ids=lambda p: p.name
+)
+def test_argocd_test_cases_carry_reasons_the_operator_writes(path: Path) -> None:
+    """A case the operator could never produce tests nothing: each condition's reason is
+    one the operator gives that condition type."""
+    written = condition_reasons(package_trees())
+    status = yaml.safe_load(path.read_text()).get("status") or {}
+    unknown = [
+        (c["type"], c["reason"])
+        for c in status.get("conditions", [])
+        if c["reason"] not in written.get(c["type"], set())
+    ]
+    assert unknown == []
 
 
 def exported_metric_names() -> set[str]:
