@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from unit.test_docs import anchors
 
 from streamconsumer.controller.aws.access import AccessPolicy
 from streamconsumer.controller.election.leadership import LEADER_LABEL
@@ -17,6 +18,7 @@ from testbed.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "streamconsumer"
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 
 
 def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
@@ -160,6 +162,31 @@ def test_monitors_are_optional_and_scrape_every_replicas_metrics_port(helm: Path
         "StreamConsumerStatusWritesFailing",
         "StreamConsumerRecordsDeadLettered",
     }
+
+
+def test_every_alert_says_what_it_means_and_links_its_runbook(helm: Path) -> None:
+    """An on-call engineer gets a description and a runbook_url with each alert: a section
+    of docs/troubleshooting.md (of this version, or the copy `prometheusRule.runbookURL`
+    names) that exists."""
+    guide = anchors((REPO / "docs" / "troubleshooting.md").read_text())
+    for flags, base in (
+        ((), f"https://github.com/streamconsumer/streamconsumer/blob/v{APP_VERSION}/docs/"),
+        (
+            ("--set", "prometheusRule.runbookURL=https://wiki.example/sc.md"),
+            "https://wiki.example/",
+        ),
+    ):
+        docs = rendered_docs(helm, "--set", "prometheusRule.enabled=true", *flags)
+        rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+        alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        assert len(alerts) == 6
+        for alert in alerts:
+            annotations = alert["annotations"]
+            assert annotations.get("summary"), alert["alert"]
+            assert annotations.get("description"), alert["alert"]
+            page, _, anchor = annotations["runbook_url"].partition("#")
+            assert page.startswith(base), (alert["alert"], page)
+            assert anchor in guide, (alert["alert"], anchor)
 
 
 def test_network_policy_opens_metrics_to_the_scrapers_only(helm: Path) -> None:
