@@ -13,6 +13,7 @@ from unit.test_docs import anchors
 
 from streamconsumer.controller.aws.access import AccessPolicy
 from streamconsumer.controller.election.leadership import LEADER_LABEL
+from streamconsumer.controller.worker_api.listeners import LIVENESS_PATH, READINESS_PATH
 from testbed.charts import KUBE_VERSION
 from testbed.controlplane import ControlPlane
 
@@ -250,9 +251,14 @@ def test_tls_is_the_default_with_a_managed_ca_kept_in_the_release_namespace(helm
     assert env["STREAMCONSUMER_TLS_SANS"] == '["$(SC_OPERATOR_SERVICE_HOST)"]', "the cluster IP"
     assert env["STREAMCONSUMER_SERVICE_NAME"] == "sc-operator"
     assert env["STREAMCONSUMER_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    for probe in (container["readinessProbe"], container["livenessProbe"]):
-        # Their own plain-HTTP listener, never subject to the workers' connection caps.
-        assert probe["httpGet"] == {"path": "/healthz", "port": "probes", "scheme": "HTTP"}
+    # Their own plain-HTTP listener, never subject to the workers' connection caps; each
+    # asks its own question (listeners.py): the loop answers, the worker API accepts.
+    for probe, path in (
+        (container["livenessProbe"], LIVENESS_PATH),
+        (container["readinessProbe"], READINESS_PATH),
+    ):
+        assert probe["httpGet"] == {"path": path, "port": "probes", "scheme": "HTTP"}
+    assert container["livenessProbe"] != container["readinessProbe"]
     assert {"name": "probes", "containerPort": 8081} in container["ports"]
     assert env["STREAMCONSUMER_PROBE_PORT"] == "8081"
     assert env["STREAMCONSUMER_API_MAX_CONNECTIONS"] == "4096"
