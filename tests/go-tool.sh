@@ -42,11 +42,14 @@ go_tool_version() {
     "$here/go.mod"
 }
 
-# go_tool_bin NAME VERSION [TAGS]: where NAME at VERSION, built from this go.mod and go.sum
-# with the build TAGS, is cached (a change to any gives a fresh place). Printed, not created.
+# go_tool_bin NAME VERSION [TAGS] [LDFLAGS]: where NAME at VERSION, built from this go.mod
+# and go.sum with the build TAGS and the linker flags LDFLAGS, is cached (a change to any
+# gives a fresh place). Printed, not created. A tool whose LDFLAGS never change may leave
+# them out (its cached binary keeps its place).
 go_tool_bin() {
   local stamp cache
-  stamp=$( (echo "${3:-}"; cat "$here/go.mod" "$here/go.sum") | sha256sum | cut -c1-12)
+  stamp=$( (echo "${3:-}"; if [[ -n "${4:-}" ]]; then echo "$4"; fi
+    cat "$here/go.mod" "$here/go.sum") | sha256sum | cut -c1-12)
   cache=${STREAMCONSUMER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/streamconsumer}
   echo "$cache/$1/$2-$stamp/$1"
 }

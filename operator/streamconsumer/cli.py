@@ -1,5 +1,6 @@
-"""`streamconsumer status NAME [-n NAMESPACE] [--watch]`: a consumer's leases and
-conditions, read from its status with your kubeconfig (install `streamconsumer[cli]`).
+"""`streamconsumer status NAME [-n NAMESPACE] [--context CONTEXT] [--watch]`: a consumer's
+leases and conditions, read from its status with your kubeconfig (install
+`streamconsumer[cli]`).
 `streamconsumer pause|resume NAME`: set `spec.paused` (as Git could).
 `streamconsumer reset NAME --to trim-horizon|latest|timestamp T [--shard ID] [--dry-run]`:
 move checkpoints, safely while workers run (owners hand off first).
@@ -9,9 +10,12 @@ JSON, out of a consumer and into the one a new consumer resumes from (docs/check
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -24,14 +28,25 @@ from rich.live import Live
 from rich.table import Table
 from urllib3.exceptions import HTTPError
 
-from streamconsumer import cli_checkpoints
+from streamconsumer import __version__, cli_checkpoints
 from streamconsumer.controller import apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.kept import UNPACKED_MAX_BYTES
-from streamconsumer.models.resource import REQUESTED_BY, RESET_ANNOTATION, ResetRequest
+from streamconsumer.models.resource import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    REQUESTED_BY,
+    RESET_ANNOTATION,
+    ResetPosition,
+    ResetRequest,
+)
 from streamconsumer.resets import ResetError, describe, parse_position, shards_to_reset
+
+# How long `pause` and `resume` wait for an operator to take the change up (its status
+# observes the new generation within its status interval, 1 s, when one runs).
+TAKEN_UP_SECONDS = 5.0
 
 # One field manager per audited field (docs/security.md#audit): the operator takes a
 # name only from the managedFields entry that last wrote the field, and an entry of the
@@ -52,16 +67,80 @@ def whoami(api_client: k8s.ApiClient) -> str | None:
     return user.username if user is not None else None
 
 
-def ask(api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, Any]) -> None:
+def ask(
+    api: k8s.CustomObjectsApi, namespace: str, name: str, patch: dict[str, Any]
+) -> dict[str, Any]:
     """Patches the object with what is asked and who asks for it (the same client). Where
     the apiserver cannot say who you are, the patch removes any name left standing (a
     merge patch's null), so that no one else's is taken for yours."""
     annotations = patch.setdefault("metadata", {}).setdefault("annotations", {})
     annotations[REQUESTED_BY] = whoami(api.api_client)
     manager = apply.CLI_RESET if RESET_ANNOTATION in annotations else apply.CLI
-    api.patch_namespaced_custom_object(
+    patched = api.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, PLURAL, name, patch, field_manager=manager
     )
+    return patched if isinstance(patched, dict) else {}
+
+
+def taken_up(
+    read: Callable[[], dict[str, Any]],
+    generation: int,
+    within: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> bool:
+    """Whether an operator took up the change that made `generation`: its status observes
+    it within `within` seconds. The command line cannot see the operator itself (its
+    namespace and Lease are the release's), only what the operator writes."""
+    deadline = clock() + within
+    while True:
+        observed = (read().get("status") or {}).get("observedGeneration")
+        if isinstance(observed, int) and observed >= generation:
+            return True
+        if clock() >= deadline:
+            return False
+        sleep(0.5)
+
+
+def pause_outcome(consumer: str, paused: bool, operator_took_it: bool) -> str:
+    """What a pause or resume did: a hand-off is promised only when an operator runs."""
+    if operator_took_it:
+        return f"{consumer} " + ("paused: workers hand their shards off" if paused else "resumed")
+    verb, done = ("stop", "paused") if paused else ("resume", "resumed")
+    return (
+        f"{consumer} {done} in its spec, but no operator has taken it up within "
+        f"{TAKEN_UP_SECONDS:.0f}s (is one running?): the workers {verb} at the next sync "
+        "when an operator runs"
+    )
+
+
+def api_error(error: ApiException, namespace: str, name: str) -> str:
+    """The apiserver's refusal in its own words (a Status' `message`): a 403 names the
+    verb, resource and user, where the HTTP reason says only "Forbidden"."""
+    try:
+        body = json.loads(error.body or "")
+    except (TypeError, ValueError):
+        body = None
+    status = body if isinstance(body, dict) else {}
+    details = status.get("details") or {}
+    if error.status == 404 and details.get("name") == name:
+        return f"streamconsumer: {namespace}/{name} not found"
+    said = f"streamconsumer: the API server refused ({error.status} {error.reason})"
+    message = status.get("message")
+    return f"{said}: {message}" if isinstance(message, str) and message else said
+
+
+def connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> str:
+    """Loads the kubeconfig's `context` (its current one if None) for the API clients;
+    the namespace to use: `namespace`, or the context's, or "default"."""
+    try:
+        k8s_config.load_kube_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+        contexts, current = k8s_config.list_kube_config_contexts(kubeconfig)  # type: ignore[no-untyped-call]
+    except (k8s_config.ConfigException, OSError) as error:
+        sys.exit(f"streamconsumer: no usable kubeconfig: {error}")
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+    found: str = ((chosen or {}).get("context") or {}).get("namespace") or "default"
+    return namespace or found
 
 
 def fetch(api: k8s.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
@@ -109,64 +188,129 @@ def render(body: dict[str, Any]) -> Group:
     return Group(leases, summary, conditions)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="streamconsumer", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    status = commands.add_parser("status", help="leases and conditions of a StreamConsumer")
-    status.add_argument("name")
-    status.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
+def _matching(pattern: str, longest: int, what: str) -> Callable[[str], str]:
+    def checked(value: str) -> str:
+        if len(value) > longest or not re.match(pattern, value):
+            raise argparse.ArgumentTypeError(f"not a Kubernetes {what}: {value!r}")
+        return value
+
+    return checked
+
+
+def _days(value: str) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= 365:
+        raise argparse.ArgumentTypeError(f"--days takes 1 to 365, not {value!r}")
+    return int(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(
+            f"--timeout takes a number of seconds above 0, not {value!r}"
+        )
+    return seconds
+
+
+class _Position(argparse.Action):
+    """reset's --to, parsed as it is read: `position` holds what it means."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        words = [values] if isinstance(values, str) else [str(v) for v in values or ()]
+        try:
+            namespace.position = parse_position(words, datetime.now(UTC))
+        except ResetError as error:
+            raise argparse.ArgumentError(self, str(error)) from None
+        setattr(namespace, self.dest, words)
+
+
+def parser() -> argparse.ArgumentParser:
+    # What every command that reads the cluster takes.
+    cluster = argparse.ArgumentParser(add_help=False)
+    cluster.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        type=_matching(DNS_LABEL, 63, "namespace"),
+        help="default: the context's",
+    )
+    cluster.add_argument("--kubeconfig", default=None)
+    cluster.add_argument("--context", default=None, help="default: the kubeconfig's current one")
+    name = _matching(DNS_SUBDOMAIN, 253, "name")
+    top = argparse.ArgumentParser(prog="streamconsumer", description=__doc__)
+    top.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = top.add_subparsers(dest="command", required=True)
+    status = commands.add_parser(
+        "status", parents=[cluster], help="leases and conditions of a StreamConsumer"
+    )
+    status.add_argument("name", type=name)
     status.add_argument("--watch", action="store_true", help="refresh every 2 seconds")
-    status.add_argument("--kubeconfig", default=None)
     for verb, what in (("pause", "stop consuming"), ("resume", "consume again")):
-        command = commands.add_parser(verb, help=f"{what}: sets spec.paused")
-        command.add_argument("name")
-        command.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
-        command.add_argument("--kubeconfig", default=None)
-    reset = commands.add_parser("reset", help="move checkpoints (like a consumer group reset)")
-    reset.add_argument("name")
+        command = commands.add_parser(verb, parents=[cluster], help=f"{what}: sets spec.paused")
+        command.add_argument("name", type=name)
+    reset = commands.add_parser(
+        "reset", parents=[cluster], help="move checkpoints (like a consumer group reset)"
+    )
+    reset.add_argument("name", type=name)
     reset.add_argument(
         "--to",
         nargs="+",
         required=True,
+        action=_Position,
         metavar="POSITION",
         help="trim-horizon | latest | timestamp 2026-11-23T10:00:00Z",
     )
     reset.add_argument("--shard", action="append", default=[], help="only this shard (repeat)")
     reset.add_argument("--dry-run", action="store_true", help="show what would move, only")
-    reset.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
-    reset.add_argument("--kubeconfig", default=None)
-    reset.add_argument("--timeout", type=float, default=60.0, help="wait this long for it")
+    reset.add_argument("--timeout", type=_seconds, default=60.0, help="wait this long for it")
     checkpoints = commands.add_parser(
         "checkpoints", help="export a consumer's checkpoints as JSON, or import them"
     )
     moves = checkpoints.add_subparsers(dest="action", required=True)
-    export = moves.add_parser("export", help="print NAME's lease table as JSON")
-    export.add_argument("name")
+    export = moves.add_parser("export", parents=[cluster], help="print NAME's lease table as JSON")
+    export.add_argument("name", type=name)
     imported = moves.add_parser(
-        "import", help="keep an exported table for a new StreamConsumer to resume from"
+        "import",
+        parents=[cluster],
+        help="keep an exported table for a new StreamConsumer to resume from",
     )
     imported.add_argument("file", help="an exported table (- for standard input)")
-    imported.add_argument("--name", default=None, help="for this consumer (default: the table's)")
-    imported.add_argument("--days", type=int, default=7, help="how long it may be resumed from")
-    for command in (export, imported):
-        command.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig's")
-        command.add_argument("--kubeconfig", default=None)
-    args = parser.parse_args(argv)
+    imported.add_argument(
+        "--name", default=None, type=name, help="for this consumer (default: the table's)"
+    )
+    imported.add_argument("--days", type=_days, default=7, help="how long it may be resumed from")
+    return top
+
+
+def main(argv: list[str] | None = None) -> None:
+    arguments = parser()
+    args = arguments.parse_args(argv)
+    # Every argument is checked before the kubeconfig is read (reset's --to too, by
+    # `_Position`): a typo is a usage error on any machine.
     console = Console()
-    try:
-        k8s_config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
-        namespace = args.namespace or k8s_config.list_kube_config_contexts(args.kubeconfig)[1].get(  # type: ignore[no-untyped-call]
-            "context", {}
-        ).get("namespace", "default")
-    except (k8s_config.ConfigException, OSError) as error:
-        sys.exit(f"streamconsumer: no usable kubeconfig: {error}")
+    namespace = connect(args.kubeconfig, args.context, args.namespace)
     api = k8s.CustomObjectsApi()
     try:
         if args.command in ("pause", "resume"):
             paused = args.command == "pause"
-            ask(api, namespace, args.name, {"spec": {"paused": paused}})
-            state = "paused: workers hand their shards off" if paused else "resumed"
-            console.print(f"{namespace}/{args.name} {state}")
+            patched = ask(api, namespace, args.name, {"spec": {"paused": paused}})
+            generation = patched.get("metadata", {}).get("generation") or 0
+
+            def read() -> dict[str, Any]:
+                got = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, args.name)
+                return got if isinstance(got, dict) else {}
+
+            took = taken_up(read, generation, TAKEN_UP_SECONDS)
+            console.print(pause_outcome(f"{namespace}/{args.name}", paused, took))
             return
         if args.command == "reset":
             do_reset(api, namespace, args, console)
@@ -183,9 +327,7 @@ def main(argv: list[str] | None = None) -> None:
                 time.sleep(2)
                 live.update(render(fetch(api, namespace, args.name)))
     except ApiException as error:
-        if error.status == 404:
-            sys.exit(f"streamconsumer: {namespace}/{args.name} not found")
-        sys.exit(f"streamconsumer: the API server said {error.status}: {error.reason}")
+        sys.exit(api_error(error, namespace, getattr(args, "name", None) or ""))
     except HTTPError as error:
         sys.exit(f"streamconsumer: cannot reach the API server: {error}")
     except KeyboardInterrupt:
@@ -200,8 +342,6 @@ def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -
             sys.stdout.write(text + "\n")
             errors.print(note)
             return
-        if not 1 <= args.days <= 365:
-            sys.exit("streamconsumer: --days takes 1 to 365")
         try:
             text = _bounded(sys.stdin) if args.file == "-" else _read(Path(args.file))
         except OSError as error:
@@ -227,8 +367,8 @@ def _bounded(source: TextIO) -> str:
 def do_reset(
     api: k8s.CustomObjectsApi, namespace: str, args: argparse.Namespace, console: Console
 ) -> None:
+    position: ResetPosition = args.position  # parsed before the kubeconfig was read
     try:
-        position = parse_position(args.to, datetime.now(UTC))
         body = fetch(api, namespace, args.name)
         shards = shards_to_reset(body.get("status") or {}, args.shard)
     except ResetError as error:

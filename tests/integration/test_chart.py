@@ -9,14 +9,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from unit.test_docs import anchors
 
 from streamconsumer.controller.aws.access import AccessPolicy
 from streamconsumer.controller.election.leadership import LEADER_LABEL
+from streamconsumer.controller.worker_api.listeners import LIVENESS_PATH, READINESS_PATH
 from testbed.charts import KUBE_VERSION
 from testbed.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "streamconsumer"
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
 
 
 def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
@@ -30,6 +33,14 @@ def template(helm: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 def test_chart_lints(helm: Path) -> None:
     result = run(helm, "lint", "--strict", CHART)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chart_renders_without_a_kube_version(helm: Path) -> None:
+    """Offline, helm assumes the Kubernetes its own modules are built for (its Makefile's
+    linker flags, tests/helm/build.sh); without them it assumes v1.20, which the chart's
+    kubeVersion refuses, as `helm template` in a GitOps pipeline would."""
+    result = run(helm, "template", "sc", CHART)
+    assert result.returncode == 0, result.stderr
 
 
 def test_rendered_chart_applies_on_the_real_apiserver(
@@ -154,6 +165,31 @@ def test_monitors_are_optional_and_scrape_every_replicas_metrics_port(helm: Path
     }
 
 
+def test_every_alert_says_what_it_means_and_links_its_runbook(helm: Path) -> None:
+    """An on-call engineer gets a description and a runbook_url with each alert: a section
+    of docs/troubleshooting.md (of this version, or the copy `prometheusRule.runbookURL`
+    names) that exists."""
+    guide = anchors((REPO / "docs" / "troubleshooting.md").read_text())
+    for flags, base in (
+        ((), f"https://github.com/streamconsumer/streamconsumer/blob/v{APP_VERSION}/docs/"),
+        (
+            ("--set", "prometheusRule.runbookURL=https://wiki.example/sc.md"),
+            "https://wiki.example/",
+        ),
+    ):
+        docs = rendered_docs(helm, "--set", "prometheusRule.enabled=true", *flags)
+        rule = next(d for d in docs if d["kind"] == "PrometheusRule")
+        alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+        assert len(alerts) == 6
+        for alert in alerts:
+            annotations = alert["annotations"]
+            assert annotations.get("summary"), alert["alert"]
+            assert annotations.get("description"), alert["alert"]
+            page, _, anchor = annotations["runbook_url"].partition("#")
+            assert page.startswith(base), (alert["alert"], page)
+            assert anchor in guide, (alert["alert"], anchor)
+
+
 def test_network_policy_opens_metrics_to_the_scrapers_only(helm: Path) -> None:
     def ingress(*flags: str) -> list[dict[str, Any]]:
         rendered = template(helm, *flags)
@@ -215,9 +251,14 @@ def test_tls_is_the_default_with_a_managed_ca_kept_in_the_release_namespace(helm
     assert env["STREAMCONSUMER_TLS_SANS"] == '["$(SC_OPERATOR_SERVICE_HOST)"]', "the cluster IP"
     assert env["STREAMCONSUMER_SERVICE_NAME"] == "sc-operator"
     assert env["STREAMCONSUMER_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
-    for probe in (container["readinessProbe"], container["livenessProbe"]):
-        # Their own plain-HTTP listener, never subject to the workers' connection caps.
-        assert probe["httpGet"] == {"path": "/healthz", "port": "probes", "scheme": "HTTP"}
+    # Their own plain-HTTP listener, never subject to the workers' connection caps; each
+    # asks its own question (listeners.py): the loop answers, the worker API accepts.
+    for probe, path in (
+        (container["livenessProbe"], LIVENESS_PATH),
+        (container["readinessProbe"], READINESS_PATH),
+    ):
+        assert probe["httpGet"] == {"path": path, "port": "probes", "scheme": "HTTP"}
+    assert container["livenessProbe"] != container["readinessProbe"]
     assert {"name": "probes", "containerPort": 8081} in container["ports"]
     assert env["STREAMCONSUMER_PROBE_PORT"] == "8081"
     assert env["STREAMCONSUMER_API_MAX_CONNECTIONS"] == "4096"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -107,6 +108,68 @@ def emitted(trees: Iterable[ast.Module]) -> dict[str, set[str]]:
     }
 
 
+def _locals(function: ast.FunctionDef) -> tuple[dict[str, ast.expr], dict[str, str]]:
+    """A function's variables: what each is assigned, and the function whose result it
+    holds (`stuck, working = stalled(seen), reconciling(seen)`)."""
+    values: dict[str, ast.expr] = {}
+    calls: dict[str, str] = {}
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            pairs = (
+                zip(target.elts, node.value.elts, strict=False)
+                if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                else [(target, node.value)]
+            )
+            for name, value in pairs:
+                if isinstance(name, ast.Name):
+                    values[name.id] = value
+                    if isinstance(value, ast.Call):
+                        calls[name.id] = _called(value)
+    return values, calls
+
+
+def condition_reasons(trees: Iterable[ast.Module]) -> dict[str, set[str]]:
+    """The reasons the code can give each condition type, from render's
+    `_condition(seen, TYPE, ok, REASON, ...)`. A variable in REASON is what its function
+    assigns it (`reason = a if c else b`), or the reasons returned by the function whose
+    result it holds, there or, for a parameter (`ready(seen, stuck)`), in the module."""
+    trees = list(trees)
+    constants = _constants(trees)
+    found: dict[str, set[str]] = defaultdict(set)
+    for tree in trees:
+        functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+        returned = {
+            f.name: {
+                leaf
+                for node in ast.walk(f)
+                if isinstance(node, ast.Return)
+                for leaf in _leaves(node.value, constants)
+            }
+            for f in functions
+        }
+        module_calls = {k: v for f in functions for k, v in _locals(f)[1].items()}
+        for function in functions:
+            values, calls = _locals(function)
+            for node in ast.walk(function):
+                if (
+                    not (isinstance(node, ast.Call) and _called(node) == "_condition")
+                    or len(node.args) < 4
+                ):
+                    continue
+                reason = node.args[3]
+                reasons = set(_leaves(reason, constants))
+                for name in (n.id for n in ast.walk(reason) if isinstance(n, ast.Name)):
+                    if name in values and name not in calls:
+                        reasons.update(_leaves(values[name], constants))
+                    held = calls.get(name) or module_calls.get(name, "")
+                    reasons |= returned.get(held, set())
+                for type_ in _leaves(node.args[1], constants):
+                    found[type_] |= {r for r in reasons if CAMEL.match(r)}
+    return dict(found)
+
+
 def package_trees() -> list[ast.Module]:
     return [ast.parse(path.read_text(encoding="utf-8")) for path in PACKAGE.rglob("*.py")]
 
@@ -175,3 +238,12 @@ def test_the_guides_links_within_the_page_resolve() -> None:
     guide = GUIDE.read_text(encoding="utf-8")
     broken = sorted(set(re.findall(r"\]\(#([\w-]+)\)", guide)) - anchors(guide))
     assert broken == [], "links to no heading: " + ", ".join(broken)
+
+
+def test_the_reasons_of_each_condition_type_are_read_out_of_the_code() -> None:
+    found = condition_reasons(package_trees())
+    assert {"AllShardsOwned", "NoWorkers", "StreamUnavailable", "Paused"} <= found["Ready"]
+    assert found["Degraded"] == {"Unhealthy", "AsExpected"}
+    assert found["Progressing"] == {"HandingOff", "Stable"}
+    assert {"Done", "ListingShards"} <= found["Reconciling"]
+    assert {"Progressing", "ShardStuck"} <= found["Stalled"]

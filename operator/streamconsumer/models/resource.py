@@ -31,6 +31,8 @@ SequenceNumber = Annotated[str, Field(pattern=r"^[0-9]{1,128}$", max_length=128)
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 """A Kubernetes object name such as a ServiceAccount's (RFC 1123 subdomain)."""
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""A namespace's name, or a name others are made from (RFC 1123 label, 63 at most)."""
 
 ShardCheckpoint = Annotated[str, Field(pattern=r"^([0-9]{1,128}|SHARD_END)$", max_length=128)]
 """A sequence number, or SHARD_END once every record of a closed shard is processed."""
@@ -158,7 +160,7 @@ class Processor(Model):
         default=None,
         description="Only records matching this reach the processor (as Lambda's "
         "FilterCriteria); the others are checkpointed past without a call and counted in "
-        "streamconsumer_worker_filtered_records. Needs workers of 0.2.0 or later.",
+        "streamconsumer_worker_filtered_records_total. Needs workers of 0.2.0 or later.",
         json_schema_extra=added_since("0.2.0"),
     )
     parallelism: int = Field(
@@ -384,7 +386,7 @@ class StartFrom(Model):
 
     checkpoints_of: str = Field(
         max_length=63,
-        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        pattern=DNS_LABEL,
         description="Start from the checkpoints kept for the StreamConsumer of this name in "
         "this namespace (the ConfigMap <name>-checkpoints: kept when it was deleted, or "
         "written by `streamconsumer checkpoints import`). Read once, when this object first "

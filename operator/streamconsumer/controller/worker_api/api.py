@@ -37,6 +37,7 @@ from streamconsumer.controller.worker_api import answers
 from streamconsumer.controller.worker_api.answers import ROUTES, Reply, Route
 from streamconsumer.controller.worker_api.auth import ReviewUnavailable, TooManyReviews
 from streamconsumer.controller.worker_api.caller import Caller
+from streamconsumer.controller.worker_api.listeners import LIVENESS_PATH, READINESS_PATH
 from streamconsumer.controller.worker_api.refusals import RefusalLog
 from streamconsumer.models.api import MAX_HELD_SHARDS, WIRE_VERSION_HEADER, heartbeat_body_limit
 
@@ -113,7 +114,10 @@ class WorkerApi:
         base = "/v1/namespaces/{namespace}/streamconsumers/{name}"
         for path, route in ROUTES.items():
             app.router.add_post(f"{base}/{path}", self._serving(route))
-        app.router.add_get("/healthz", self.healthz)
+        # The probes, when they have no listener of their own (local development): that
+        # this app answers is what readiness asks.
+        app.router.add_get(LIVENESS_PATH, self.healthz)
+        app.router.add_get(READINESS_PATH, self.healthz)
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:

@@ -151,6 +151,11 @@ class LimitedSite(web.BaseSite):
         """The bound port once started (`port` 0 binds any)."""
         return int(self._socket.getsockname()[1]) if self._socket else self._port
 
+    @property
+    def accepting(self) -> bool:
+        """Whether it accepts connections: started, not stopped, its accept loop alive."""
+        return self._accepting is not None and not self._accepting.done()
+
     async def start(self) -> None:
         await super().start()
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET

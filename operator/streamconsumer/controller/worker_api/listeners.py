@@ -1,6 +1,11 @@
-"""Where the operator listens: the worker API, and the /healthz its probes ask, each on a
-listener of its own (docs/security.md#connection-bounds). One function, `__main__`'s, so
-that tests attack what a cluster runs.
+"""Where the operator listens: the worker API, and the probes, each on a listener of its
+own (docs/security.md#connection-bounds). One function, `__main__`'s, so that tests
+attack what a cluster runs.
+
+Liveness (`LIVENESS_PATH`) is answered by the event loop alone: a loop that cannot answer
+is wedged, and only a restart helps. Readiness (`READINESS_PATH`) is whether the worker API
+accepts connections. Neither follows leadership: a standby must be Ready, or a
+RollingUpdate would wait for ever (docs/high-availability.md).
 
 The probes have their own port rather than a slot kept for them on the API's: the API's
 caps cannot tell the kubelet from a tenant before a request is read, and what fills them
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import resource
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -26,6 +32,8 @@ from streamconsumer.controller.worker_api.connection_limits import (
 
 # The kubelet probes one at a time per probe, on a connection each.
 PROBE_CONNECTIONS = 8
+LIVENESS_PATH = "/healthz"
+READINESS_PATH = "/readyz"
 # A short shutdown (of the server, and of a TLS connection being closed): workers retry,
 # and reach the next leader.
 SHUTDOWN_SECONDS = 1.0
@@ -34,10 +42,11 @@ SHUTDOWN_SECONDS = 1.0
 @dataclass(frozen=True)
 class Listeners:
     api_port: int
-    # Where the chart's liveness and readiness probes ask /healthz, and how.
+    # Where the chart's liveness and readiness probes ask, and how.
     probe_port: int
     probe_scheme: str
     api_limits: ConnectionLimits
+    api_site: LimitedSite
     runners: tuple[web.AppRunner, ...]
 
     async def stop(self) -> None:
@@ -45,13 +54,23 @@ class Listeners:
             await runner.cleanup()
 
 
-async def _healthz(request: web.Request) -> web.Response:
+async def _alive(request: web.Request) -> web.Response:
     return web.json_response({"ok": True})
 
 
-def probe_app() -> web.Application:
+def _readiness(ready: Callable[[], bool]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def answer(request: web.Request) -> web.Response:
+        ok = ready()
+        return web.json_response({"ok": ok}, status=200 if ok else 503)
+
+    return answer
+
+
+def probe_app(ready: Callable[[], bool]) -> web.Application:
+    """`ready`: whether the worker API accepts connections."""
     app = web.Application()
-    app.router.add_get("/healthz", _healthz)
+    app.router.add_get(LIVENESS_PATH, _alive)
+    app.router.add_get(READINESS_PATH, _readiness(ready))
     return app
 
 
@@ -91,8 +110,8 @@ async def listen(
     await site.start()
     scheme = "https" if ssl_context else "http"
     if not config.probe_port:
-        return Listeners(site.port, site.port, scheme, limits, (runner,))
-    probes = await _runner(probe_app(), config)
+        return Listeners(site.port, site.port, scheme, limits, site, (runner,))
+    probes = await _runner(probe_app(lambda: site.accepting), config)
     probe_site = LimitedSite(
         probes,
         config.api_host,
@@ -101,4 +120,4 @@ async def listen(
         "probes",
     )
     await probe_site.start()
-    return Listeners(site.port, probe_site.port, "http", limits, (runner, probes))
+    return Listeners(site.port, probe_site.port, "http", limits, site, (runner, probes))
