@@ -31,7 +31,7 @@ from urllib3.exceptions import HTTPError
 from streamconsumer import __version__, cli_checkpoints
 from streamconsumer.controller import apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
-from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
+from streamconsumer.controller.leases.status import STATUS_ERRORS
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from streamconsumer.models.kept import UNPACKED_MAX_BYTES
 from streamconsumer.models.resource import (
@@ -147,7 +147,7 @@ def fetch(api: k8s.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any
     """The object, its lease table inline even where lease groups keep it."""
     try:
         return read_consumer(api.api_client, namespace, name)
-    except (StatusInvalid, StatusUnavailable) as error:
+    except STATUS_ERRORS as error:
         sys.exit(f"streamconsumer: the lease table of {namespace}/{name}: {error}")
 
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from streamconsumer.controller.apply import CLI, apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.leases.state import durable_from_status
-from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
+from streamconsumer.controller.leases.status import STATUS_ERRORS
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.models.kept import (
     TABLE_KEY,
@@ -41,7 +41,7 @@ def _consumer(namespace: str, name: str) -> dict[str, Any] | None:
         if error.status == 404:
             return None
         raise
-    except (StatusInvalid, StatusUnavailable) as error:
+    except STATUS_ERRORS as error:
         raise CheckpointsError(f"the lease table of {namespace}/{name}: {error}") from None
 
 

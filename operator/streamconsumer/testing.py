@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from streamconsumer import awaiting
+from streamconsumer import awaiting, lifecycle
 from streamconsumer.deliveries import Attempt as Attempt  # re-exported: public names here
 from streamconsumer.deliveries import Delivery as Delivery
 from streamconsumer.deliveries import GivenUp as GivenUp
@@ -47,8 +47,6 @@ from streamconsumer.processor import (
     Record,
     RecordProcessor,
     ShardInfo,
-    first_failed,
-    refuse_awaitable,
 )
 
 if TYPE_CHECKING:
@@ -114,7 +112,7 @@ class ProcessorHarness:
         self._driver: HarnessShard | None = None
 
     def initialize(self) -> None:
-        self._call(lambda: self.processor.initialize(self.shard), "initialize")
+        self._call(lambda: lifecycle.initialize(self.processor, self.shard))
         self._initialized = True
 
     def deliver(self, records: Sequence[Record]) -> Delivery:
@@ -166,9 +164,7 @@ class ProcessorHarness:
             )
         self.progress.begin(records)
         try:
-            done = first_failed(
-                records, self.processor.process_records(list(records), self.checkpointer)
-            )
+            done = lifecycle.process_records(self.processor, records, self.checkpointer)
             if done < len(records):
                 self.progress.partly_returned(records[done - 1] if done else None)
         except BaseException:
@@ -182,25 +178,23 @@ class ProcessorHarness:
     def end_shard(self) -> None:
         """shard_ended(), then SHARD_END stored, as the worker does at a shard's end."""
         self.progress.shard_ended()
-        self._call(lambda: self.processor.shard_ended(self.checkpointer), "shard_ended")
+        self._call(lambda: lifecycle.shard_ended(self.processor, self.checkpointer))
         if self.progress.requested != SHARD_END:
             self.checkpointer.checkpoint()
             self._store()
 
     def shutdown(self) -> None:
-        self._call(
-            lambda: self.processor.shutdown_requested(self.checkpointer), "shutdown_requested"
-        )
+        self._call(lambda: lifecycle.shutdown_requested(self.processor, self.checkpointer))
 
     def lose_lease(self) -> None:
         """lease_lost(), as when the operator gave the shard to another worker: the
         processor may no longer checkpoint (what it asks is dropped, as by the worker)."""
-        refuse_awaitable(self.processor.lease_lost(), "lease_lost")  # type: ignore[func-returns-value]
+        lifecycle.lease_lost(self.processor)
 
-    def _call(self, call: Callable[[], object], method: str) -> None:
+    def _call(self, call: Callable[[], None]) -> None:
         self.progress.begin()
         try:
-            refuse_awaitable(call(), method)
+            call()
         except BaseException:
             self.progress.raised()
             raise

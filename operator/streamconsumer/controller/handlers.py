@@ -85,17 +85,11 @@ async def reconcile_children(
 # generation is reconciled again. (kopf's all_at_once lifecycle avoided it, but held a
 # deleted fan-out consumer's finalizer for good once its daemon had waited to hand off.)
 @kopf.timer(GROUP, VERSION, PLURAL, interval=CATCH_UP_SECONDS, initial_delay=CATCH_UP_SECONDS)
-async def catch_up(
-    body: kopf.Body,
-    name: str,
-    namespace: str | None,
-    memo: kopf.Memo,
-    logger: kopf.Logger,
-    **_: Any,
-) -> None:
-    assert namespace is not None, "StreamConsumer is namespaced"
-    if context_of(memo).registry.behind(namespace, name, reconcile.generation(body)):
-        await reconcile.apply_children(context_of(memo), body, name, namespace, logger)
+async def catch_up(body: kopf.Body, memo: kopf.Memo, **kwargs: Any) -> None:
+    generation = reconcile.generation(body)
+    if context_of(memo).registry.behind(kwargs["namespace"], kwargs["name"], generation):
+        # (kopf's decorators type a handler's result as object; this one is a coroutine)
+        await reconcile_children(body=body, memo=memo, **kwargs)  # type: ignore[misc]
 
 
 @kopf.on.event("", "v1", "pods", labels={NAME_LABEL: names.WORKER_APP})

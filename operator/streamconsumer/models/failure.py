@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import Field
 
 from streamconsumer.models.base import ENDPOINT_URL_PATTERN, Model, added_since, with_rules
+from streamconsumer.models.source import AWS_NAME_PATTERN
 
 _ENDPOINT = Field(
     default=None,
@@ -34,7 +35,7 @@ class KinesisDeadLetters(Model):
     )
 
     stream_name: str | None = Field(
-        default=None, min_length=1, max_length=128, pattern=r"^[a-zA-Z0-9_.-]+$"
+        default=None, min_length=1, max_length=128, pattern=AWS_NAME_PATTERN
     )
     stream_arn: str | None = Field(default=None, alias="streamARN", max_length=2048)
     region: str | None = _REGION

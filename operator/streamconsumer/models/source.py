@@ -28,6 +28,28 @@ def same(field: str) -> str:
     )
 
 
+# The characters AWS allows in a stream's or a table's name.
+AWS_NAME_PATTERN = r"^[a-zA-Z0-9_.-]+$"
+
+
+def name_field(min_length: int, max_length: int, description: str) -> Any:
+    """The field that names the stream by name (`named_once`'s `name`)."""
+    return Field(
+        default=None,
+        min_length=min_length,
+        max_length=max_length,
+        pattern=AWS_NAME_PATTERN,
+        description=description,
+    )
+
+
+def arn_field(pattern: str, description: str) -> Any:
+    """streamARN, the other way to name the stream (`named_once`)."""
+    return Field(
+        default=None, alias="streamARN", pattern=pattern, max_length=2048, description=description
+    )
+
+
 def named_once(kind: str, name: str) -> ConfigDict:
     """CEL for `source.<kind>`: the stream is named by its `name` field or by streamARN,
     exactly one, and neither that nor its region can change under a consumer (its

@@ -4,7 +4,7 @@ says (`aws_error`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypedDict, Unpack
 
 import boto3
 from botocore.config import Config
@@ -35,18 +35,31 @@ def client_options(
     return {"region_name": region, "endpoint_url": endpoint_url, "config": config}
 
 
+class ClientLimits(TypedDict, total=False):
+    """`client_options`' limits, passed on by a function that takes them too (their
+    defaults are client_options' own)."""
+
+    max_attempts: int
+    read_timeout: float
+
+
+class ReaderOptions(ClientLimits, total=False):
+    """What a stream reader's client takes beyond its region and endpoint."""
+
+    identity: Identity
+
+
 def reader_client(
     service: Literal["kinesis", "dynamodbstreams"],
     region: str | None,
     endpoint_url: str | None,
-    max_attempts: int,
-    read_timeout: float,
-    identity: Identity,
+    identity: Identity = None,
+    **limits: Unpack[ClientLimits],
 ) -> Any:
     """A `service` client whose calls end in seconds (`client_options`), made as
     `identity`, that decodes its GetRecords answers fast (`fast_get_records`). The
     caller names its type (KinesisClient, DynamoDBStreamsClient)."""
-    options = client_options(region, endpoint_url, max_attempts, read_timeout)
+    options = client_options(region, endpoint_url, **limits)
     if identity is None:
         client = boto3.client(service, **options)
     else:

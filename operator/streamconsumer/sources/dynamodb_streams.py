@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
@@ -49,7 +49,7 @@ from botocore.exceptions import ClientError
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error, reader_client
+from streamconsumer.sources.aws import ReaderOptions, aws_error, reader_client
 from streamconsumer.sources.base import Identity, ReadResult
 from streamconsumer.sources.cursor import ShardCursor
 from streamconsumer.sources.kinds.dynamodb_streams import DynamoDBStreamsSpec
@@ -70,17 +70,12 @@ log = logging.getLogger(__name__)
 
 
 def streams_client(
-    region: str | None = None,
-    endpoint_url: str | None = None,
-    max_attempts: int = 5,
-    read_timeout: float = 10.0,
-    identity: Identity = None,
+    region: str | None = None, endpoint_url: str | None = None, **options: Unpack[ReaderOptions]
 ) -> DynamoDBStreamsClient:
     """A client as `reader_client` makes one."""
-    client: DynamoDBStreamsClient = reader_client(
-        "dynamodbstreams", region, endpoint_url, max_attempts, read_timeout, identity
+    return cast(
+        "DynamoDBStreamsClient", reader_client("dynamodbstreams", region, endpoint_url, **options)
     )
-    return client
 
 
 class NoStreamError(RuntimeError):

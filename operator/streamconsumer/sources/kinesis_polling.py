@@ -14,7 +14,7 @@ import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import aws_kinesis_agg
 from aws_kinesis_agg.deaggregator import iter_deaggregate_records
@@ -23,8 +23,8 @@ from botocore.exceptions import ClientError
 from streamconsumer.core.lineage import Shard
 from streamconsumer.models.api import StartPosition, StartPositionType
 from streamconsumer.processor import Record
-from streamconsumer.sources.aws import aws_error, reader_client
-from streamconsumer.sources.base import Identity, ReadResult
+from streamconsumer.sources.aws import ReaderOptions, aws_error, reader_client
+from streamconsumer.sources.base import ReadResult
 from streamconsumer.sources.cursor import ShardCursor
 
 if TYPE_CHECKING:
@@ -36,17 +36,10 @@ EXPIRED = "ExpiredIteratorException"  # an iterator lives 5 minutes
 
 
 def kinesis_client(
-    region: str | None = None,
-    endpoint_url: str | None = None,
-    max_attempts: int = 5,
-    read_timeout: float = 10.0,
-    identity: Identity = None,
+    region: str | None = None, endpoint_url: str | None = None, **options: Unpack[ReaderOptions]
 ) -> KinesisClient:
     """A client as `reader_client` makes one."""
-    client: KinesisClient = reader_client(
-        "kinesis", region, endpoint_url, max_attempts, read_timeout, identity
-    )
-    return client
+    return cast("KinesisClient", reader_client("kinesis", region, endpoint_url, **options))
 
 
 @dataclass(frozen=True)

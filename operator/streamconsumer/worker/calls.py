@@ -22,6 +22,7 @@ import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from streamconsumer import lifecycle
 from streamconsumer.processor import (
     Checkpointer,
     CheckpointError,
@@ -31,8 +32,6 @@ from streamconsumer.processor import (
     Record,
     RecordProcessor,
     ShardInfo,
-    first_failed,
-    refuse_awaitable,
 )
 from streamconsumer.worker import lanes
 from streamconsumer.worker.shard import (
@@ -213,7 +212,7 @@ def _call(
         shard = ShardInfo(
             machine.shard_id, assignment.start.sequence_number, tuple(assignment.parents)
         )
-        refuse_awaitable(processor.initialize(shard), "initialize")  # type: ignore[func-returns-value]
+        lifecycle.initialize(processor, shard)
         return processor
     assert processor is not None, "initialize comes first"
     checkpointer = machine.checkpointer
@@ -224,16 +223,16 @@ def _call(
             call, machine, processor, fanout, parts or MachineParts(machine, lambda: started)
         )
     elif isinstance(call, Deliver):
-        records = call.batch.records  # the user gets a copy: what it does to it is its own
-        done = first_failed(records, processor.process_records(list(records), checkpointer))
+        records = call.batch.records
+        done = lifecycle.process_records(processor, records, checkpointer)
         if done < len(records):
             raise PartlyFailed(records, done)
     elif isinstance(call, EndShard):
-        refuse_awaitable(processor.shard_ended(checkpointer), "shard_ended")  # type: ignore[func-returns-value]
+        lifecycle.shard_ended(processor, checkpointer)
     elif isinstance(call, Shutdown):
-        refuse_awaitable(processor.shutdown_requested(checkpointer), "shutdown_requested")  # type: ignore[func-returns-value]
+        lifecycle.shutdown_requested(processor, checkpointer)
     elif isinstance(call, LoseLease):
-        refuse_awaitable(processor.lease_lost(), "lease_lost")  # type: ignore[func-returns-value]
+        lifecycle.lease_lost(processor)
     else:
         raise TypeError(f"not a processor call: {call!r}")
     return processor
@@ -281,7 +280,7 @@ def _deliver_in_groups(
             part = mine[start : start + size]
             checkpointer = GroupCheckpointer(machine.progress, part)
             try:
-                did = first_failed(part, processor.process_records(list(part), checkpointer))
+                did = lifecycle.process_records(processor, part, checkpointer)
             except Exception as error:
                 if finished:
                     raise Stopped(finished, error) from error

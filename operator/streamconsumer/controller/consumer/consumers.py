@@ -34,9 +34,9 @@ from streamconsumer.controller.leases.lease_group_store import KubeLeaseGroups
 from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
 from streamconsumer.controller.leases.state import durable_from_status
 from streamconsumer.controller.leases.status import (
+    STATUS_ERRORS,
     StatusApi,
     StatusInvalid,
-    StatusUnavailable,
     StatusWriter,
 )
 from streamconsumer.controller.workloads import children
@@ -205,7 +205,7 @@ async def _drop_groups(groups: KubeLeaseGroups, namespace: str, name: str) -> No
     no owner reference for the garbage collector (controller/leases/lease_group_store.py)."""
     try:
         dropped = await executors.run_in(executors.KUBERNETES, groups.drop)
-    except (StatusInvalid, StatusUnavailable) as error:
+    except STATUS_ERRORS as error:
         log.warning("%s/%s: its lease groups were not all deleted: %s", namespace, name, error)
     else:
         if dropped:
@@ -347,7 +347,7 @@ async def _keep(
     except kept.NoLongerLeading as ended:
         log.warning("%s/%s: %s", namespace, name, ended)
         return None
-    except (NotOurs, ApiException, HTTPError, OSError, StatusUnavailable, StatusInvalid) as error:
+    except (NotOurs, ApiException, HTTPError, OSError, *STATUS_ERRORS) as error:
         message = f"the checkpoints could not be kept: {error}"
         _emit(body, Event("Warning", "CheckpointsLost", message))
         log.error("%s/%s: %s", namespace, name, message)

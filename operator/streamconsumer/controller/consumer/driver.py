@@ -32,10 +32,9 @@ from streamconsumer.controller.consumer.loop import ConsumerLoop, Event, LoopSet
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.state import creation_time, durable_from_status
 from streamconsumer.controller.leases.status import (
+    STATUS_ERRORS,
     Deposed,
     StaleState,
-    StatusInvalid,
-    StatusUnavailable,
     StatusWriter,
     Superseded,
 )
@@ -207,7 +206,7 @@ class ConsumerDriver:
             else:
                 self._writer.adopt(stale.current)
                 loop.write_stale(stored, now)
-        except (StatusInvalid, StatusUnavailable, TimeoutError) as error:
+        except (*STATUS_ERRORS, TimeoutError) as error:
             self._write_failed(
                 write, failure(error, "writing status", self._timeouts.status_write), now
             )

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from streamconsumer.controller.leases.status import (
+    STATUS_ERRORS,
     Conflict,
     StatusApi,
     StatusInvalid,
@@ -360,7 +361,7 @@ class GroupedStatusApi:
         for name in names:
             try:
                 self._store.delete(name)
-            except (StatusUnavailable, StatusInvalid) as error:  # the next sweep's
+            except STATUS_ERRORS as error:  # the next sweep's
                 log.debug("%s: lease group %s not deleted: %s", self._consumer, name, error)
 
     def _maybe_sweep(self, landed: Writer, referenced: set[str]) -> None:
@@ -373,7 +374,7 @@ class GroupedStatusApi:
             return
         try:
             listed = self._store.listed()
-        except (StatusUnavailable, StatusInvalid) as error:
+        except STATUS_ERRORS as error:
             log.debug("%s: lease groups not swept: %s", self._consumer, error)
             return
         self._delete([g.name for g in listed if g.name not in referenced and _older(g, landed)])

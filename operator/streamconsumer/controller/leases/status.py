@@ -37,6 +37,11 @@ class StatusUnavailable(Exception):
     have landed."""
 
 
+# What a read or write of the status raises when the apiserver refused it or did not
+# answer: callers that cannot do more than say so and try later catch these.
+STATUS_ERRORS = (StatusInvalid, StatusUnavailable)
+
+
 class Deposed(Exception):
     """A newer term fenced the status: this writer must never write again."""
 

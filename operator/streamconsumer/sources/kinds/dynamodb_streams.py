@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
-from streamconsumer.models.source import ENDPOINT_SETTINGS, AwsStreamSource, named_once
+from streamconsumer.models.source import (
+    ENDPOINT_SETTINGS,
+    AwsStreamSource,
+    arn_field,
+    name_field,
+    named_once,
+)
 from streamconsumer.sources.kind import Access, Identity, ReaderSettings, StreamKind
 
 if TYPE_CHECKING:
@@ -22,21 +26,16 @@ class DynamoDBStreamsSpec(AwsStreamSource):
 
     model_config = named_once("dynamodbStreams", "tableName")
 
-    table_name: str | None = Field(
-        default=None,
-        min_length=3,
-        max_length=255,
-        pattern=r"^[a-zA-Z0-9_.-]+$",
-        description="Name of the table (in `region`); its latest stream is read. The "
-        "table needs a stream (StreamSpecification), NEW_AND_OLD_IMAGES for both images.",
+    table_name: str | None = name_field(
+        3,
+        255,
+        "Name of the table (in `region`); its latest stream is read. The table needs a "
+        "stream (StreamSpecification), NEW_AND_OLD_IMAGES for both images.",
     )
-    stream_arn: str | None = Field(
-        default=None,
-        alias="streamARN",
-        pattern=r"^arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]+"
+    stream_arn: str | None = arn_field(
+        r"^arn:aws[a-z-]*:dynamodb:[a-z0-9-]+:[0-9]{12}:table/[a-zA-Z0-9_.-]+"
         r"/stream/[0-9A-Za-z:._-]+$",
-        max_length=2048,
-        description="ARN of the table's stream (DescribeTable's LatestStreamArn).",
+        "ARN of the table's stream (DescribeTable's LatestStreamArn).",
     )
 
 

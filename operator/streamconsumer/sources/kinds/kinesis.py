@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import Field
 
-from streamconsumer.models.source import ENDPOINT_SETTINGS, AwsStreamSource, named_once
+from streamconsumer.models.source import (
+    ENDPOINT_SETTINGS,
+    AwsStreamSource,
+    arn_field,
+    name_field,
+    named_once,
+)
 from streamconsumer.sources.kind import (
     Access,
     FanOutSupport,
@@ -38,19 +44,10 @@ class KinesisSpec(AwsStreamSource):
 
     model_config = named_once("kinesis", "streamName")
 
-    stream_name: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=128,
-        pattern=r"^[a-zA-Z0-9_.-]+$",
-        description="Name of the stream (in `region`).",
-    )
-    stream_arn: str | None = Field(
-        default=None,
-        alias="streamARN",
-        pattern=r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]+$",
-        max_length=2048,
-        description="ARN of the stream; region and account come from it.",
+    stream_name: str | None = name_field(1, 128, "Name of the stream (in `region`).")
+    stream_arn: str | None = arn_field(
+        r"^arn:aws[a-z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]+$",
+        "ARN of the stream; region and account come from it.",
     )
     consumer: KinesisConsumer = Field(
         default=KinesisConsumer.POLLING,
