@@ -10,34 +10,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lupa import lua51  # Argo CD runs health checks in gopher-lua, a Lua 5.1
 
 from streamconsumer.controller import metrics as operator_metrics
 from streamconsumer.worker import metrics as worker_metrics  # noqa: F401  (registers them)
 from streamconsumer.worker.process_metrics import PROCESS_LABEL, UP
+from testbed.argocd import health
 
 from .test_troubleshooting import condition_reasons, package_trees
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 CASES = yaml.safe_load((DOCS / "argocd" / "health_test.yaml").read_text())["tests"]
-
-
-def health(obj: dict[str, object]) -> dict[str, str]:
-    runtime = lua51.LuaRuntime(unpack_returned_tuples=True)
-    script = (DOCS / "argocd" / "health.lua").read_text()
-    lua_obj = _to_lua(runtime, obj)
-    function = runtime.eval("function(obj) " + script + " end")
-    result = function(lua_obj)
-    return {"status": result["status"], "message": result["message"]}
-
-
-def _to_lua(runtime: lua51.LuaRuntime, value: object) -> object:
-    if isinstance(value, dict):
-        return runtime.table_from({k: _to_lua(runtime, v) for k, v in value.items()})
-    if isinstance(value, list):
-        return runtime.table_from([_to_lua(runtime, v) for v in value])
-    return value
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["inputPath"] for c in CASES])
