@@ -34,7 +34,7 @@ from streamconsumer.controller.leases.lease_groups import (
     StoredGroup,
     Writer,
 )
-from streamconsumer.controller.leases.render import render
+from streamconsumer.controller.leases.render import Generations, render
 from streamconsumer.controller.leases.state import DurableState, durable_from_status
 from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable, StatusWriter
 from streamconsumer.core.leases import ACTIVE, ShardLease
@@ -147,7 +147,7 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
 
     def status() -> dict[str, Any]:
         snapshot = coordinator.snapshot(time.monotonic())
-        return render(NAME, coordinator, snapshot, 1, [], []).wire()
+        return render(NAME, coordinator, snapshot, Generations(1, 1), [], []).wire()
 
     inline = len(json.dumps(status()))
     try:  # what an operator of the previous layout would meet
