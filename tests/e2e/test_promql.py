@@ -46,7 +46,7 @@ def relabel_configs(endpoint: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def dashboard_expressions(namespace: str, consumer: str) -> dict[str, str]:
-    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
+    dashboard = json.loads(charts.DASHBOARD.read_text())
     found: dict[str, str] = {}
     for variable in dashboard["templating"]["list"]:
         if match := re.fullmatch(r"label_values\((.+), *(\w+)\)", variable.get("query", "")):

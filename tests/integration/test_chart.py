@@ -14,7 +14,7 @@ from unit.test_docs import anchors
 from streamconsumer.controller.aws.access import AccessPolicy
 from streamconsumer.controller.election.leadership import LEADER_LABEL
 from streamconsumer.controller.worker_api.listeners import LIVENESS_PATH, READINESS_PATH
-from testbed.charts import KUBE_VERSION
+from testbed.charts import DASHBOARD, KUBE_VERSION
 from testbed.controlplane import ControlPlane
 
 REPO = Path(__file__).resolve().parents[2]
@@ -163,6 +163,21 @@ def test_monitors_are_optional_and_scrape_every_replicas_metrics_port(helm: Path
         "StreamConsumerStatusWritesFailing",
         "StreamConsumerRecordsDeadLettered",
     }
+
+
+def test_the_dashboard_ships_as_a_configmap_for_grafanas_sidecar(helm: Path) -> None:
+    assert not [d for d in rendered_docs(helm) if d["kind"] == "ConfigMap"], "off by default"
+    docs = rendered_docs(
+        helm,
+        *("--set", "grafanaDashboard.enabled=true", "--set", "grafanaDashboard.namespace=mon"),
+        *("--set", "grafanaDashboard.annotations.grafana_folder=Streams"),
+    )
+    found = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert found["metadata"]["namespace"] == "mon", "where the sidecar looks"
+    assert found["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert found["metadata"]["annotations"] == {"grafana_folder": "Streams"}
+    (text,) = found["data"].values()
+    assert json.loads(text) == json.loads(DASHBOARD.read_text()), "the dashboard, whole"
 
 
 def test_every_alert_says_what_it_means_and_links_its_runbook(helm: Path) -> None:

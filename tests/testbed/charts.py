@@ -16,6 +16,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "streamconsumer"
+DASHBOARD = CHART / "dashboards" / "streamconsumer.json"  # also a ConfigMap of the chart's
 PREVIOUS_CHART_COMMIT = "487d2ff79804ec1f1af4aa3015bc54a8a35571e7"  # chart 0.1.0, crds/
 PREVIOUS_CHART_VERSION = "0.1.0"
 # `git archive PREVIOUS_CHART_COMMIT charts/streamconsumer | gzip -n -9`

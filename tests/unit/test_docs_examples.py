@@ -15,6 +15,7 @@ from streamconsumer.controller import metrics as operator_metrics
 from streamconsumer.worker import metrics as worker_metrics  # noqa: F401  (registers them)
 from streamconsumer.worker.process_metrics import PROCESS_LABEL, UP
 from testbed.argocd import health
+from testbed.charts import DASHBOARD
 
 from .test_troubleshooting import condition_reasons, package_trees
 
@@ -76,7 +77,7 @@ def queried_metrics(text: str) -> set[str]:
 
 def test_dashboards_and_scalers_query_metrics_we_export() -> None:
     exported = exported_metric_names()
-    dashboard = json.loads((DOCS / "grafana-dashboard.json").read_text())
+    dashboard = json.loads(DASHBOARD.read_text())
     expressions = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     sources = {
         "grafana": expressions,
