@@ -6,6 +6,7 @@ those fields out; a Git copy that names them puts its own values back at each sy
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -39,40 +40,33 @@ def scaled_by_hpa(api_client: k8s.ApiClient, namespace: str, name: str, replicas
     )  # fmt: skip
 
 
-def paused_by_cli(api_client: k8s.ApiClient, namespace: str, name: str) -> None:
+def paused_by_cli(api_client: k8s.ApiClient, namespace: str, name: str, paused: bool) -> None:
     k8s.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name, {"spec": {"paused": True}}, field_manager=CLI
+        GROUP, VERSION, namespace, PLURAL, name, {"spec": {"paused": paused}}, field_manager=CLI
     )
 
 
-@pytest.mark.parametrize("git_names_replicas", [False, True])
-def test_a_sync_keeps_the_scaled_replicas_only_when_git_leaves_them_out(
-    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, git_names_replicas: bool
-) -> None:
-    git_copy = consumer_manifest()
-    if git_names_replicas:
-        git_copy["spec"]["replicas"] = 2
-    consumers = StreamConsumers(api_client, namespace)
-    sync(control_plane, namespace, git_copy)
-    scaled_by_hpa(api_client, namespace, "clicks", 5)
-    sync(control_plane, namespace, git_copy)
-    replicas = consumers.get("clicks")["spec"]["replicas"]
-    if git_names_replicas:
-        assert replicas == 2, "the sync puts Git's value back: it fights the HPA"
-    else:
-        assert replicas == 5, "the HPA's value stands"
+# (the field, Git's value when Git names it, who changes it between syncs, to what)
+Setter = Callable[[k8s.ApiClient, str, str, Any], None]
+CHANGES: dict[str, tuple[str, Any, Setter, Any]] = {
+    "replicas": ("replicas", 2, scaled_by_hpa, 5),
+    "paused": ("paused", False, paused_by_cli, True),
+}
 
 
-@pytest.mark.parametrize("git_names_paused", [False, True])
-def test_a_pause_survives_a_sync_only_when_git_leaves_paused_out(
-    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, git_names_paused: bool
-) -> None:
+@pytest.mark.parametrize("git_names_it", [False, True])
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_sync_keeps_what_another_set_only_when_git_leaves_the_field_out(
+    api_client: k8s.ApiClient, control_plane: ControlPlane, namespace: str, change: str,
+    git_names_it: bool,
+) -> None:  # fmt: skip
+    field, in_git, changed_by, changed_to = CHANGES[change]
     git_copy = consumer_manifest()
-    if git_names_paused:
-        git_copy["spec"]["paused"] = False
-    consumers = StreamConsumers(api_client, namespace)
+    if git_names_it:
+        git_copy["spec"][field] = in_git
     sync(control_plane, namespace, git_copy)
-    paused_by_cli(api_client, namespace, "clicks")
+    changed_by(api_client, namespace, "clicks", changed_to)
     sync(control_plane, namespace, git_copy)
-    spec = consumers.get("clicks")["spec"]
-    assert spec.get("paused", False) is not git_names_paused, json.dumps(spec)
+    found = StreamConsumers(api_client, namespace).get("clicks")["spec"].get(field)
+    # Named in Git, the sync puts Git's value back (it fights the HPA, undoes the pause).
+    assert found == (in_git if git_names_it else changed_to), json.dumps(found)
