@@ -5,12 +5,14 @@ progress for ever."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from streamconsumer.controller.consumer.loop import ConsumerLoop
+from streamconsumer.controller.consumer.driver import load
+from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
 from streamconsumer.controller.consumer.registry import ManagedConsumer, Registry
+from streamconsumer.controller.leases.status import StatusApi, StatusWriter
 from streamconsumer.controller.workloads.worker_health import (
     DEPLOYMENT_CHECK_SECONDS,
     ROLLOUT_CHECK_SECONDS,
@@ -195,3 +197,22 @@ def test_the_deployment_is_read_often_only_while_a_rollout_is_under_way() -> Non
     assert registry.deployment_read_due("ns", "c", force=True), "right after an apply"
     clock.now += ROLLOUT_CHECK_SECONDS
     assert registry.deployment_read_due("ns", "c")
+
+
+@pytest.mark.parametrize(("stored", "taken"), [(7, 7), ("7", None), (-1, None), (True, None)])
+def test_a_loop_starts_from_the_stored_observed_generation_only_if_it_is_one(
+    stored: object, taken: int | None
+) -> None:
+    body = {
+        "metadata": {
+            "name": "c",
+            "uid": "u",
+            "resourceVersion": "1",
+            "creationTimestamp": "2026-11-29T10:00:00Z",
+        },
+        "spec": make_loop().coordinator.spec.model_dump(by_alias=True, exclude_none=True),
+        "status": {"observedGeneration": stored},
+    }
+    writer = StatusWriter(cast(StatusApi, None), "ns", "c", holder="h")
+    loop = load(body, writer, LoopSettings(), 0.0, lambda: 8)
+    assert loop.observed_generation == taken

@@ -260,8 +260,14 @@ def load(
         generation=generation,
         autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
         paused_by=audit.pause_requester(body) if spec.paused else None,
-        observed_generation=status.get("observedGeneration"),
+        observed_generation=_generation(status.get("observedGeneration")),
     )
+
+
+def _generation(stored: Any) -> int | None:
+    """The stored status's observedGeneration if it is one (a status is only as sound as
+    whoever may write it; a bad one is taken as none, not carried into the next write)."""
+    return stored if type(stored) is int and stored >= 0 else None
 
 
 def list_stream(
