@@ -107,7 +107,7 @@ async def apply_children(
     context.registry.spec_applied(namespace, name, generation(body))
     logger.info("workers: %s replicas of %s", spec.replicas, spec.processor.image)
     # Observed as soon as a read finds the workers running it (a spec the Deployment does
-    # not see: at once); otherwise `check_rollout` reads again until they do.
+    # not see: at once); otherwise the `check_workers` timer reads again until they do.
     await check_workers(context, body, name, namespace, now=True)
 
 
