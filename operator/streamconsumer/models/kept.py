@@ -147,8 +147,27 @@ def stored_form(text: str) -> dict[str, Any]:
     """A table's text as a ConfigMap holds it: `data`, or gzipped in `binaryData`."""
     if len(text.encode()) <= PACK_ABOVE_BYTES:
         return {"data": {TABLE_KEY: text}}
-    packed = base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
-    return {"binaryData": {PACKED_KEY: packed}}
+    return {"binaryData": {PACKED_KEY: pack(text)}}
+
+
+def pack(text: str) -> str:
+    """`text` gzipped, in base64: what `unpack` reads."""
+    return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()
+
+
+def unpack(packed: str | bytes) -> str:
+    """The text `pack` packed; ValueError past UNPACKED_MAX_BYTES (anyone who may write
+    a ConfigMap can make one that inflates to gigabytes) or if it is not one."""
+    try:
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip
+        text = inflate.decompress(base64.b64decode(packed), UNPACKED_MAX_BYTES)
+        tail = inflate.unconsumed_tail
+        decoded = text.decode()
+    except (ValueError, zlib.error) as error:  # binascii.Error is a ValueError
+        raise ValueError(f"not a gzipped table: {error}") from None
+    if tail:
+        raise ValueError(f"a packed table past {UNPACKED_MAX_BYTES // 2**20} MiB")
+    return decoded
 
 
 def kept_data(
@@ -171,13 +190,9 @@ def _unpacked(packed: str | bytes) -> str:
     """The gzipped table; past UNPACKED_MAX_BYTES (anyone may write a ConfigMap that
     inflates to gigabytes), or not gzip at all, a text its reader refuses."""
     try:
-        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # gzip
-        text = inflate.decompress(base64.b64decode(packed), UNPACKED_MAX_BYTES)
-        if inflate.unconsumed_tail:
-            return f"a packed table past {UNPACKED_MAX_BYTES // 2**20} MiB"
-        return text.decode()
-    except (ValueError, zlib.error) as error:  # binascii.Error is a ValueError
-        return f"not a gzipped table: {error}"
+        return unpack(packed)
+    except ValueError as error:
+        return str(error)
 
 
 _NEVER = datetime.datetime.min.replace(tzinfo=datetime.UTC)
