@@ -1,4 +1,4 @@
-"""A lease table kept in lease groups (docs/design.md#lease-groups), on the real
+"""A lease table kept as a lease log (docs/design.md#the-lease-log), on the real
 apiserver with two real operator replicas, real workers and kinesis-local: the operators
 keep tables past 2 entries in 3 ConfigMaps, so these 4 shards' table is in groups from
 the first write. A split, a merge and the leader killed: parents before children,
@@ -10,8 +10,13 @@ from __future__ import annotations
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from streamconsumer.controller.leases.lease_group_store import CONSUMER_UID_LABEL, LEASE_GROUP_APP
-from streamconsumer.controller.leases.lease_groups import refs_of
+from streamconsumer.controller.leases.lease_group_store import (
+    CONSUMER_UID_LABEL,
+    LEASE_GROUP_APP,
+    KubeLeaseGroups,
+)
+from streamconsumer.controller.leases.lease_groups import Stored, names_of, read_stored
+from streamconsumer.controller.leases.lease_log import Chain
 from streamconsumer.controller.names import kept_checkpoints
 from streamconsumer.core.lineage import SHARD_END, expand
 from streamconsumer.models import GROUP, PLURAL, VERSION
@@ -38,8 +43,15 @@ def _config_maps(scenario: Scenario) -> dict[str, str | None]:
     return groups
 
 
+def _stored(scenario: Scenario) -> Stored:
+    """Where the stored status keeps its table, read through the objects it names."""
+    uid = scenario.consumers.get(scenario.name)["metadata"]["uid"]
+    store = KubeLeaseGroups(scenario.api_client, scenario.namespace, scenario.name, uid)
+    return read_stored(scenario.stored_status(), store)[1]
+
+
 def _referenced(scenario: Scenario) -> set[str]:
-    return {ref.name for ref in refs_of(scenario.stored_status()) or []}
+    return names_of(_stored(scenario))
 
 
 def _position(checkpoint: str | None) -> float:
@@ -62,9 +74,10 @@ def _kept(scenario: Scenario) -> KeptTable | None:
 def test_a_table_in_lease_groups_through_a_reshard_and_a_failover(scenario: Scenario) -> None:
     scenario.operator_env = LEASE_GROUPS_PAST_TWO
     start_with_two_operators(scenario)
-    refs = refs_of(scenario.stored_status()) or []
-    assert len(refs) == 3
-    assert sum(ref.leases for ref in refs) == 4
+    log = _stored(scenario)
+    assert isinstance(log, Chain), "a lease log"
+    assert len(log.groups) == 3
+    assert len(log.table.leases) == 4
     assert len(scenario.status()["leases"]) == 4  # read back through the groups
     uid = scenario.consumers.get(scenario.name)["metadata"]["uid"]
     groups = _config_maps(scenario)

@@ -18,7 +18,14 @@ from streamconsumer.controller.leases.lease_group_store import (
     KubeLeaseGroups,
     read_consumer,
 )
-from streamconsumer.controller.leases.lease_groups import GroupedStatusApi, Layout, Writer, refs_of
+from streamconsumer.controller.leases.lease_groups import (
+    GroupedStatusApi,
+    Layout,
+    Writer,
+    names_of,
+    read_stored,
+    refs_of,
+)
 from streamconsumer.controller.leases.status import StaleState, StatusInvalid, StatusWriter
 from streamconsumer.models.resource import CONSUMER_LABEL, NAME_LABEL
 from testbed import releases
@@ -28,7 +35,8 @@ from testbed.kube import StreamConsumers
 from .test_cli import checkpoints, cli
 from .test_control_plane import sample_consumer
 
-LAYOUT = Layout(inline_max_shards=2, groups=3)
+LAYOUT = Layout(inline_max_shards=2, groups=3, log=False)  # lease groups
+LOG = Layout(inline_max_shards=2, groups=3, log_group_shards=2)
 
 
 def leases(owner: str, checkpoint: int, shards: int = 6) -> dict[str, object]:
@@ -52,10 +60,13 @@ def created(api_client: k8s.ApiClient, namespace: str, name: str) -> tuple[Strea
     return consumers, consumers.get(name)["metadata"]["uid"]
 
 
-def grouped(api_client: k8s.ApiClient, namespace: str, name: str, uid: str) -> GroupedStatusApi:
+def grouped(
+    api_client: k8s.ApiClient, namespace: str, name: str, uid: str, layout: Layout = LAYOUT
+) -> GroupedStatusApi:
     """As the operator makes it (controller/consumer/consumers.py)."""
     status = KubeStatusApi(api_client, namespace, name)
-    return GroupedStatusApi(status, KubeLeaseGroups(api_client, namespace, name, uid), name, LAYOUT)
+    store = KubeLeaseGroups(api_client, namespace, name, uid)
+    return GroupedStatusApi(status, store, name, layout)
 
 
 def test_a_grouped_table_is_read_whole_by_the_operator_the_cli_and_an_export(
@@ -133,8 +144,14 @@ def test_a_group_gone_or_not_ours_is_said_and_old_orphans_are_swept(
     assert "Traceback" not in shown.stderr
 
 
+@pytest.mark.parametrize(("layout", "state"), [(LAYOUT, "InLeaseGroups"), (LOG, "InLeaseLog")])
 def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
-    control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str, tmp_path: Path
+    control_plane: ControlPlane,
+    api_client: k8s.ApiClient,
+    namespace: str,
+    tmp_path: Path,
+    layout: Layout,
+    state: str,
 ) -> None:
     """Found by review: a rollback applies the previous CRD, which prunes the fields it
     does not know from every object read. References kept in a field of this release's
@@ -143,27 +160,29 @@ def test_a_rollback_to_the_previous_release_refuses_a_grouped_table(
     only fields the previous CRD knows, and a state it refuses: it keeps them, its
     operator refuses the table, and this release's write of a changed group under it is
     refused by the apiserver, the table left whole."""
-    consumers, uid = created(api_client, namespace, "back")
-    api = grouped(api_client, namespace, "back", uid)
-    writer = StatusWriter(api, namespace, "back", holder="new")
+    name = f"back-{state.lower()}"
+    consumers, uid = created(api_client, namespace, name)
+    api = grouped(api_client, namespace, name, uid, layout)
+    writer = StatusWriter(api, namespace, name, holder="new")
     writer.adopt(api.get())
     writer.write(leases("a", 10))
-    refs = refs_of(consumers.get("back")["status"])
+    entries = consumers.get(name)["status"]["leases"]
+    assert {entry["state"] for entry in entries.values()} == {state}
     try:
         releases.apply_crd(control_plane, releases.PREVIOUS_CRD)
-        as_read = consumers.get("back")["status"]
-        assert refs_of(as_read) == refs, "the previous CRD keeps the groups' names"
+        as_read = consumers.get(name)["status"]
+        assert as_read["leases"] == entries, "the previous CRD keeps what names the table"
         loaded = releases.previous_loads(as_read, tmp_path / "previous")
         assert loaded.returncode == 1, loaded.stdout
-        assert "InLeaseGroups" in loaded.stderr
-        with pytest.raises(StatusInvalid, match="InLeaseGroups"):
+        assert state in loaded.stderr
+        with pytest.raises(StatusInvalid, match=state):
             writer.write(leases("a", 20))
     finally:
         releases.apply_crd(control_plane, releases.CURRENT_CRD)
-    table = read_consumer(api_client, namespace, "back")["status"]["leases"]
+    table = read_consumer(api_client, namespace, name)["status"]["leases"]
     assert {lease["checkpoint"] for lease in table.values()} == {str(10 + n) for n in range(6)}
     writer.write(leases("a", 20))  # under this release's CRD again: it goes on
-    table = read_consumer(api_client, namespace, "back")["status"]["leases"]
+    table = read_consumer(api_client, namespace, name)["status"]["leases"]
     assert {lease["checkpoint"] for lease in table.values()} == {str(20 + n) for n in range(6)}
 
 
@@ -196,3 +215,38 @@ def test_only_the_consumers_own_groups_are_read_or_swept(
     assert {g.name for g in namesake.listed()} == {"again-leases-0-namesake"}
     assert mine.drop() == 3, "a deleted consumer's groups: its own, all of them"
     assert {g.name for g in namesake.listed()} == {"again-leases-0-namesake"}
+
+
+def test_a_table_moves_from_lease_groups_to_a_log_and_back(
+    control_plane: ControlPlane, api_client: k8s.ApiClient, namespace: str
+) -> None:
+    """The upgrade from lease groups (a table an operator before the log wrote) and the
+    way back for a rollback past the log (`STREAMCONSUMER_LEASE_LOG=false`): each move
+    is one write, read back whole by the operator and the CLI, and once it landed only
+    the objects the new layout reads are left."""
+    consumers, uid = created(api_client, namespace, "moving")
+    store = KubeLeaseGroups(api_client, namespace, "moving", uid)
+    checkpoint = 10
+    for layout, state in (
+        (LAYOUT, "InLeaseGroups"),
+        (LOG, "InLeaseLog"),
+        (LAYOUT, "InLeaseGroups"),
+    ):
+        api = grouped(api_client, namespace, "moving", uid, layout)
+        writer = StatusWriter(api, namespace, "moving", holder=state)
+        writer.adopt(api.get())
+        for _ in range(3):  # a move, then writes in the layout moved to
+            checkpoint += 10
+            writer.write(leases("a", checkpoint))
+        stored = consumers.get("moving")["status"]
+        assert {entry["state"] for entry in stored["leases"].values()} == {state}
+        table = read_consumer(api_client, namespace, "moving")["status"]["leases"]
+        assert {lease["checkpoint"] for lease in table.values()} == {
+            str(checkpoint + n) for n in range(6)
+        }
+        _, where = read_stored(stored, store)
+        assert {g.name for g in store.listed()} == names_of(where), "only what it reads"
+        shown = cli(control_plane, "moving", "-n", namespace)
+        assert shown.returncode == 0, shown.stderr
+        assert state not in shown.stdout
+        assert "shardId-000000000005" in shown.stdout

@@ -30,8 +30,8 @@ from streamconsumer.controller.leases.lease_groups import (
     Layout,
     StoredGroup,
     Writer,
-    joined,
-    refs_of,
+    names_of,
+    read_stored,
 )
 from streamconsumer.controller.leases.status import (
     Conflict,
@@ -98,10 +98,8 @@ class SimApiServer:
 
     def logical_status(self) -> dict[str, Any]:
         """The status with its lease table inline, wherever it is kept."""
-        refs = refs_of(self.status)
-        if refs is None:
-            return self.status
-        return joined(self.status, [self.lease_groups.groups[ref.name][0] for ref in refs])
+        logical, _ = read_stored(self.status, self.lease_groups)
+        return self.status if logical is None else logical
 
     def replace_status(self, body: dict[str, Any]) -> dict[str, Any]:
         failing = self.world.now < self.failing_until
@@ -157,9 +155,9 @@ class SimLeaseGroups:
         return {name: content for name, (content, _) in self.groups.items() if name in names}
 
     def delete(self, name: str) -> None:
+        referenced = names_of(read_stored(self.api.status, self)[1])
         if self.groups.pop(name, None) is not None:
             self.deleted.add(name)
-            referenced = {ref.name for ref in refs_of(self.api.status) or []}
             if name in referenced:
                 raise Violation(f"lease group {name} deleted while the status references it")
 

@@ -15,7 +15,7 @@ from streamconsumer.controller.consumer.autoscaler import Autoscaler
 from streamconsumer.controller.consumer.driver import ConsumerDriver
 from streamconsumer.controller.consumer.loop import ConsumerLoop
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
-from streamconsumer.controller.leases.lease_groups import GroupedStatusApi
+from streamconsumer.controller.leases.lease_groups import GroupedStatusApi, names_of
 from streamconsumer.controller.leases.stuck import StuckShards
 from streamconsumer.controller.worker_api import answers
 from streamconsumer.core.leases import RELEASED
@@ -618,13 +618,14 @@ def sigterm_stays_with_the_supervisor(patch: pytest.MonkeyPatch) -> None:
 
 
 def lease_groups_deleted_before_the_commit(patch: pytest.MonkeyPatch) -> None:
-    """29: the groups a write replaces are deleted before its status write lands: the
-    stored status references them still (and keeps them if the write fails)."""
+    """29: the objects of the table a write replaces (lease groups, a lease log's) are
+    deleted before its status write lands: the stored status references them still (and
+    keeps them if the write fails)."""
     replace_status = GroupedStatusApi.replace_status
 
     def early(self: GroupedStatusApi, body: dict[str, Any]) -> dict[str, Any]:
         base = self._layouts.get(body["metadata"].get("resourceVersion"))
-        self._delete([ref.name for ref in base or []])
+        self._delete(sorted(names_of(base)))
         return replace_status(self, body)
 
     patch.setattr(GroupedStatusApi, "replace_status", early)

@@ -342,7 +342,7 @@ class Simulation:
             self._deployment if run.autoscale else None,
             run.operators,
             newer_peers=run.newer_peers,
-            layout=Layout(inline_max_shards=2, groups=run.lease_groups)
+            layout=Layout(inline_max_shards=2, groups=run.lease_groups, log_group_shards=1)
             if run.lease_groups
             else Layout(),
         )

@@ -16,6 +16,7 @@ from streamconsumer.controller.leases.lease_groups import (
     MAX_GROUPS,
     Layout,
 )
+from streamconsumer.controller.leases.lease_log import SHARDS_PER_LOG_GROUP
 from streamconsumer.controller.worker_api.auth import AUDIENCE
 from streamconsumer.core.election import ElectionTiming
 
@@ -93,6 +94,10 @@ class OperatorConfig(BaseSettings):
     # ConfigMaps, the status referencing them (docs/design.md#lease-groups).
     lease_groups_after: int = Field(default=INLINE_MAX_SHARDS, ge=0)
     lease_groups: int = Field(default=GROUP_COUNT, ge=1, le=MAX_GROUPS)
+    # Such a table as a lease log (docs/design.md#the-lease-log); false: every write
+    # rewrites the groups that changed, as before the log (to roll back past it).
+    lease_log: bool = True
+    lease_log_group_shards: int = Field(default=SHARDS_PER_LOG_GROUP, ge=1)
     # Right after a start, heartbeats for consumers not loaded yet get 503, not 404.
     startup_grace_seconds: float = Field(default=30.0, ge=0)
 
@@ -118,7 +123,12 @@ class OperatorConfig(BaseSettings):
         )
 
     def lease_layout(self) -> Layout:
-        return Layout(inline_max_shards=self.lease_groups_after, groups=self.lease_groups)
+        return Layout(
+            self.lease_groups_after,
+            self.lease_groups,
+            log=self.lease_log,
+            log_group_shards=self.lease_log_group_shards,
+        )
 
     def identity(self) -> str:
         """Who holds the Lease: the pod, or this process outside a cluster."""

@@ -441,6 +441,9 @@ class LeaseState(StrEnum):
     # groups (docs/design.md#lease-groups). A value the previous release's models
     # refuse, so that it never reads such a table as empty.
     IN_LEASE_GROUPS = "InLeaseGroups"
+    # Not a lease either: the entry names the newest segment of a table kept as a lease
+    # log (docs/design.md#the-lease-log). Releases before it refuse the value.
+    IN_LEASE_LOG = "InLeaseLog"
 
 
 class ResetPosition(Model):
@@ -555,10 +558,11 @@ class StreamConsumerStatus(Model):
     lag_millis: int | None = Field(default=None, description="Largest MillisBehindLatest.")
     leases: dict[str, Lease] = Field(
         default_factory=dict,
-        description="By shard id; past 1,000 leases and finished shards, by the ConfigMap "
-        "holding each part of the table instead, of state InLeaseGroups (its epoch: how "
-        "many leases it holds; its checkpoint: its content's digest; "
-        "docs/design.md#lease-groups).",
+        description="By shard id; past 100 leases and finished shards, one entry of "
+        "state InLeaseLog instead, naming the ConfigMap of the table's newest log segment "
+        "(its epoch: segments since the last fold; its checkpoint: the segment's digest; "
+        "docs/design.md#the-lease-log); with STREAMCONSUMER_LEASE_LOG=false, one entry "
+        "of state InLeaseGroups for each ConfigMap holding a part of it.",
     )
     last_reset: ResetRecord | None = None
     stream: str | None = Field(
@@ -580,7 +584,11 @@ class StreamConsumerStatus(Model):
         max_length=300,
         description="Who paused it, while paused (docs/security.md#audit).",
     )
-    workers: dict[str, WorkerSummary] = Field(default_factory=dict)
+    workers: dict[str, WorkerSummary] = Field(
+        default_factory=dict,
+        description="Each worker and the shards it holds, up to 50 workers; past that only "
+        "those draining (replicas counts them; `streamconsumer status` shows who owns what).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},

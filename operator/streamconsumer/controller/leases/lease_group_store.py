@@ -22,7 +22,7 @@ from streamconsumer.controller.leases.lease_groups import (
     GroupedStatusApi,
     StoredGroup,
     Writer,
-    refs_of,
+    kept_outside,
 )
 from streamconsumer.controller.leases.status import StatusInvalid, StatusUnavailable
 from streamconsumer.controller.workloads.owned import REFUSALS, api_message
@@ -161,7 +161,7 @@ def read_consumer(api_client: k8s.ApiClient, namespace: str, name: str) -> dict[
             GROUP, VERSION, namespace, PLURAL, name
         ),
     )
-    if refs_of(body.get("status")) is None:
+    if not kept_outside(body.get("status")):
         return body
     groups = KubeLeaseGroups(api_client, namespace, name, body["metadata"].get("uid"))
     status = KubeStatusApi(api_client, namespace, name)

@@ -1,26 +1,28 @@
 """Where the lease table is stored (docs/design.md#lease-groups). Up to `inline_max_shards`
-entries the status holds it, as always. Past that, its leases and finished shards are
-spread by a hash of their shard id over `groups` ConfigMaps, and `status.leases` holds
-only an entry naming each (of state InLeaseGroups, with its content's digest): a
-checkpoint rewrites one group, not every lease, and no object nears etcd's limit at
-10,000 shards. The entries use only fields the previous release's CRD knows, so that no
-CRD prunes them; that release's models refuse their state.
+entries the status holds it, as always. Past that, a lease log (lease_log.py): the
+status holds one entry naming the log's newest segment, each write adds a segment of
+what it changed, and a fold now and then writes the table anew into groups, its shards
+spread by a hash of their id. With `Layout.log` off, the previous layout: lease groups,
+`status.leases` naming each (of state InLeaseGroups, with its content's digest) and a
+write rewriting every group that changed; kept so that a rollback to a release before
+the log can first go back to it. Both are read, whichever is stored; the entries use
+only fields the previous release's CRD knows, and that release's models refuse them.
 
-Groups are copy-on-write: a changed group is a new ConfigMap under a name never used
-before, and the status write that names it is the commit, under the term fence and the
-resourceVersion precondition exactly as before. So a table is always read whole as one
-write left it, however late an old writer acts, and the rest of the operator sees only
-the table as one status (`GroupedStatusApi` is a `StatusApi`).
+Objects are copy-on-write: a new segment or group is a new ConfigMap under a name never
+used before, and the status write that names it is the commit, under the term fence
+and the resourceVersion precondition exactly as before. So a table is always read whole
+as one write left it, however late an old writer acts, and the rest of the operator
+sees only the table as one status (`GroupedStatusApi` is a `StatusApi`).
 
 What is deleted, and why nothing named ever is:
-- a commit's predecessor's groups that it no longer names, once it landed: every later
-  commit lands on it (the precondition) and names its groups or new ones;
-- a group nobody names, written by an older term, or by this daemon before the write
+- the objects a commit's predecessor read its table from that it no longer needs, once
+  it landed: every later commit lands on it (the precondition) and names its own;
+- an object nobody names, written by an older term, or by this daemon before the write
   that landed (an attempt older than a landed one never lands: the precondition again).
   Swept after a term's first write and every `SWEEP_EVERY` writes.
-A group written by another process under the same term number (the loser of a race for
-the fence) is left to the next term's sweep. Only the consumer's own groups are touched:
-labelled with its name and uid (not a deleted namesake's; lease_group_store.py)."""
+An object written by another process under the same term number (the loser of a race
+for the fence) is left to the next term's sweep. Only the consumer's own objects are
+touched: labelled with its name and uid (not a deleted namesake's; lease_group_store.py)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,16 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from streamconsumer.controller.leases import lease_log
+from streamconsumer.controller.leases.lease_log import (
+    SHARDS_PER_LOG_GROUP,
+    Chain,
+    LogObjectGone,
+    Table,
+    digest,
+    group_content,
+    head_of,
+)
 from streamconsumer.controller.leases.status import (
     STATUS_ERRORS,
     Conflict,
@@ -46,10 +58,12 @@ from streamconsumer.models.resource import LeaseState
 
 log = logging.getLogger(__name__)
 
-INLINE_MAX_SHARDS = 1000
-"""Leases and finished shards the status holds itself: about 280 KiB of status."""
+INLINE_MAX_SHARDS = 100
+"""Leases and finished shards the status holds itself: about 30 KiB of status, which
+every status write rewrites whole (with its managedFields) in etcd."""
 GROUP_COUNT = 64
-"""Groups of a table past `INLINE_MAX_SHARDS`: at 10,000 shards about 45 KiB each."""
+"""Lease groups of a table past `INLINE_MAX_SHARDS` (at 10,000 shards about 45 KiB
+each); a lease log's base has at most as many, one per SHARDS_PER_LOG_GROUP."""
 MAX_GROUPS = 1024
 SWEEP_EVERY = 256
 """Writes between two sweeps of groups nobody names (those of writes that failed)."""
@@ -64,10 +78,16 @@ _writes = itertools.count(1)  # numbers every write of this process (itertools: 
 class Layout:
     inline_max_shards: int = INLINE_MAX_SHARDS
     groups: int = GROUP_COUNT
+    log: bool = True  # a lease log (lease_log.py); False: lease groups, for a rollback
+    log_group_shards: int = SHARDS_PER_LOG_GROUP  # of a lease log's base group
 
     def __post_init__(self) -> None:
         if not 1 <= self.groups <= MAX_GROUPS:
             raise ValueError(f"lease groups: 1 to {MAX_GROUPS}, not {self.groups}")
+        if self.log_group_shards < 1:
+            raise ValueError(
+                f"shards of a lease log's group: 1 or more, not {self.log_group_shards}"
+            )
 
 
 @dataclass(frozen=True)
@@ -166,18 +186,6 @@ def refs_of(status: Mapping[str, Any] | None) -> list[GroupRef] | None:
     return [refs[index] for index in range(len(refs))]
 
 
-def _content(leases: Mapping[str, Any], finished: Sequence[str]) -> str:
-    return json.dumps(
-        {"leases": leases, "finishedShards": list(finished)},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-
-
-def _digest(content: str) -> str:
-    return hashlib.sha256(content.encode()).hexdigest()[:16]
-
-
 def _durable(lease: Mapping[str, Any]) -> dict[str, Any]:
     return {k: lease[k] for k in DURABLE_FIELDS if lease.get(k) is not None}
 
@@ -206,29 +214,56 @@ def split(
     """`status` as stored over `base` (the layout of the status it replaces): groups whose
     content did not change keep their object; `name_of(group)` names a new one. A table
     goes back inline only below half the threshold: one near it does not move each write."""
-    finished_ids = expand(status.get("finishedShards") or [])
-    size = len(status.get("leases") or {}) + len(finished_ids)
-    if size <= (layout.inline_max_shards if base is None else layout.inline_max_shards // 2):
+    table = table_of(status)
+    if not grouped(table, base is not None, layout):
         return Split(dict(status), {}, None)
-    leases: list[dict[str, Any]] = [{} for _ in range(layout.groups)]
-    finished: list[list[str]] = [[] for _ in range(layout.groups)]
-    for shard_id, lease in sorted((status.get("leases") or {}).items()):
-        leases[group_of(shard_id, layout.groups)][shard_id] = _durable(lease)
-    for shard_id in sorted(finished_ids):
-        finished[group_of(shard_id, layout.groups)].append(shard_id)
     reusable = base if base is not None and len(base) == layout.groups else None
+    counts = [0] * layout.groups
+    for shard_id in table.leases:
+        counts[group_of(shard_id, layout.groups)] += 1
     refs, fresh = [], {}
-    for index in range(layout.groups):
-        content = _content(leases[index], compact(finished[index]))
-        digest = _digest(content)
-        if reusable is not None and reusable[index].digest == digest:
+    for index, content in enumerate(partition(table, layout.groups)):
+        if reusable is not None and reusable[index].digest == digest(content):
             refs.append(reusable[index])
             continue
         name = name_of(index)
         fresh[name] = content
-        refs.append(GroupRef(name, digest, len(leases[index])))
+        refs.append(GroupRef(name, digest(content), counts[index]))
     stored = {**status, "leases": {r.name: r.wire() for r in refs}, "finishedShards": []}
     return Split(stored, fresh, refs)
+
+
+def table_of(status: Mapping[str, Any]) -> Table:
+    """A status's table as stored: each lease's durable fields, the finished shards."""
+    leases = status.get("leases") or {}
+    return Table(
+        {sid: _durable(lease) for sid, lease in leases.items()},
+        frozenset(expand(status.get("finishedShards") or [])),
+    )
+
+
+def grouped(table: Table, grouped_now: bool, layout: Layout) -> bool:
+    """Whether a table is stored outside the status. It goes back inline only below
+    half the threshold: a table near it does not move at each write."""
+    threshold = layout.inline_max_shards
+    return table.size() > (threshold // 2 if grouped_now else threshold)
+
+
+def log_groups(table: Table, layout: Layout) -> int:
+    """How many groups a lease log's base spreads `table` over: fewer, larger objects
+    than lease groups (they are gzipped), so a fold is a few requests."""
+    return max(1, min(layout.groups, -(-table.size() // layout.log_group_shards)))
+
+
+def partition(table: Table, groups: int) -> list[str]:
+    """The contents of a table's `groups` groups, its shards spread by their id's hash."""
+    leases: list[dict[str, Any]] = [{} for _ in range(groups)]
+    finished: list[list[str]] = [[] for _ in range(groups)]
+    for shard_id, lease in table.leases.items():
+        leases[group_of(shard_id, groups)][shard_id] = lease
+    for shard_id in table.finished:
+        finished[group_of(shard_id, groups)].append(shard_id)
+    return [group_content(leases[n], finished[n]) for n in range(groups)]
 
 
 def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]:
@@ -250,15 +285,64 @@ def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]
     return logical
 
 
+Stored = list[GroupRef] | Chain | None
+"""Where a stored status keeps its table: lease groups, a lease log, or inline (None)."""
+
+
+def kept_outside(status: Mapping[str, Any] | None) -> bool:
+    """Whether a stored status keeps its table in ConfigMaps (read with `read_stored`)."""
+    return head_of(status) is not None or refs_of(status) is not None
+
+
+def names_of(stored: Stored) -> set[str]:
+    """The objects a stored table is read from: none of them may be deleted."""
+    if isinstance(stored, Chain):
+        return stored.names()
+    return {ref.name for ref in stored or []}
+
+
+def read_stored(
+    status: Mapping[str, Any] | None, store: GroupStore
+) -> tuple[dict[str, Any] | None, Stored]:
+    """A stored status with its table inline, and where the table is kept. Raises
+    GroupGone (an object it names was not found), StatusInvalid."""
+    head = head_of(status)
+    if head is not None:
+        try:
+            chain = lease_log.read(head, store.read, store.contents)
+        except LogObjectGone as gone:
+            raise GroupGone(gone.args[0]) from None
+        table = chain.table
+        logical = {
+            **(status or {}),
+            "leases": dict(sorted(table.leases.items())),
+            "finishedShards": compact(table.finished),
+        }
+        return logical, chain
+    refs = refs_of(status)
+    if refs is None:
+        return (dict(status) if status is not None else None), None
+    stored = store.contents({ref.name for ref in refs}) if refs else {}
+    contents = []
+    for ref in refs:
+        content = stored.get(ref.name)
+        if content is None:
+            raise GroupGone(ref.name)
+        if digest(content) != ref.digest:
+            raise StatusInvalid(f"lease group {ref.name} does not match its digest")
+        contents.append(content)
+    return joined(status or {}, contents), refs
+
+
 class GroupGone(Exception):
-    """A group the status references was not found: replaced by a newer write since it
-    was read, or gone."""
+    """An object the status references was not found: replaced by a newer write since
+    it was read, or gone (its name: args[0])."""
 
 
 class GroupedStatusApi:
-    """A StatusApi whose tables past the layout's threshold live in lease groups. Its
-    callers (`StatusWriter`) see every status with its table inline. Writes run on
-    threads that may outlive their job: shared state is touched under a lock."""
+    """A StatusApi whose tables past the layout's threshold live in a lease log (or lease
+    groups). Its callers (`StatusWriter`) see every status with its table inline. Writes
+    run on threads that may outlive their job: shared state is touched under a lock."""
 
     def __init__(
         self,
@@ -273,7 +357,7 @@ class GroupedStatusApi:
         self._consumer = consumer
         self._layout = layout
         self._sweep_every = sweep_every
-        self._layouts: dict[str, list[GroupRef] | None] = {}  # resourceVersion -> layout
+        self._layouts: dict[str, Stored] = {}  # resourceVersion -> where its table is
         self._since_sweep = 0
         self._swept_term: int | None = None
         self._lock = threading.Lock()
@@ -293,13 +377,13 @@ class GroupedStatusApi:
         )
 
     def _gone(self, name: str) -> None:
-        """Raises why the group `name`, which the status still references, was not read
+        """Raises why the object `name`, which the status still references, was not read
         (the store raises if it is there but not ours); returns if it is there now."""
         if self._store.read(name) is not None:
             return
         raise StatusInvalid(
-            f"ConfigMap {name}, a lease group status.leases names, is "
-            "missing: the checkpoints of its shards are gone with it "
+            f"ConfigMap {name}, which status.leases references, is missing: the "
+            "checkpoints of its shards are gone with it "
             "(docs/troubleshooting.md#a-lease-group-is-missing)"
         )
 
@@ -310,51 +394,57 @@ class GroupedStatusApi:
             base = self._layouts.get(version)
         seq = next(_writes)
         if not known:  # not one we read or wrote: read it (a conflict if it moved)
-            stored = self._api.get()
+            stored = self.get()
             if stored["metadata"]["resourceVersion"] != version:
                 raise Conflict("the object has been modified")
-            base = refs_of(stored.get("status"))
+            with self._lock:
+                base = self._layouts.get(version)
         term = (body["status"].get("term") or {}).get("number", 0)
         holder = (body["status"].get("term") or {}).get("holder", "")
         writer = Writer(int(term), seq, str(holder))
         token = hashlib.sha256(writer.annotation().encode()).hexdigest()[:10]
-        stored_split = split(
-            body["status"],
-            base,
-            self._layout,
-            lambda index: f"{self._consumer}-leases-{index}-{token}",
-        )
-        for name, content in stored_split.fresh.items():
+        status, fresh, stored_as = self._stored(body["status"], base, token)
+        for name, content in fresh.items():
             self._store.create(name, content, writer)
-        written = self._api.replace_status({**body, "status": stored_split.status})
-        self._remember(written["metadata"]["resourceVersion"], stored_split.refs)
-        kept = {r.name for r in stored_split.refs or []}
-        self._delete([r.name for r in base or [] if r.name not in kept])
+        written = self._api.replace_status({**body, "status": status})
+        self._remember(written["metadata"]["resourceVersion"], stored_as)
+        kept = names_of(stored_as)
+        self._delete(sorted(names_of(base) - kept))
         self._maybe_sweep(writer, kept)
-        logical = body["status"] if stored_split.refs is None else durable_view(body["status"])
+        logical = body["status"] if stored_as is None else durable_view(body["status"])
         return {**written, "status": logical}
 
-    def _logical(self, body: dict[str, Any]) -> dict[str, Any]:
-        status = body.get("status")
-        refs = refs_of(status)
-        if refs is not None:
-            stored = self._store.contents({ref.name for ref in refs}) if refs else {}
-            contents = []
-            for ref in refs:
-                content = stored.get(ref.name)
-                if content is None:
-                    raise GroupGone(ref.name)
-                if _digest(content) != ref.digest:
-                    raise StatusInvalid(f"lease group {ref.name} does not match its digest")
-                contents.append(content)
-            body = {**body, "status": joined(status or {}, contents)}
-        self._remember(body["metadata"]["resourceVersion"], refs)
-        return body
+    def _stored(
+        self, status: dict[str, Any], base: Stored, token: str
+    ) -> tuple[dict[str, Any], dict[str, str], Stored]:
+        """`status` as stored over `base`: the status to write, the objects to create
+        first, and where its table is then kept."""
+        layout = self._layout
+        if not layout.log:
+            refs = base if isinstance(base, list) else None
+            made = split(status, refs, layout, lambda n: f"{self._consumer}-leases-{n}-{token}")
+            return made.status, made.fresh, made.refs
+        table = table_of(status)
+        if not grouped(table, base is not None, layout):
+            return dict(status), {}, None
+        written = lease_log.write(
+            table,
+            base if isinstance(base, Chain) else None,
+            lambda table: partition(table, log_groups(table, layout)),
+            lambda kind: f"{self._consumer}-leaselog-{kind}-{token}",
+        )
+        chain = written.chain
+        return {**status, "leases": chain.entry(), "finishedShards": []}, written.fresh, chain
 
-    def _remember(self, version: str, refs: list[GroupRef] | None) -> None:
+    def _logical(self, body: dict[str, Any]) -> dict[str, Any]:
+        logical, stored = read_stored(body.get("status"), self._store)
+        self._remember(body["metadata"]["resourceVersion"], stored)
+        return body if logical is None else {**body, "status": logical}
+
+    def _remember(self, version: str, stored: Stored) -> None:
         with self._lock:
-            self._layouts[version] = refs
-            while len(self._layouts) > 8:  # oldest first: dicts keep insertion order
+            self._layouts[version] = stored
+            while len(self._layouts) > 4:  # oldest first: dicts keep insertion order
                 del self._layouts[next(iter(self._layouts))]
 
     def _delete(self, names: Sequence[str]) -> None:

@@ -85,10 +85,8 @@ def durable_from_status(status: Mapping[str, Any] | None) -> DurableState:
             f"the leases name more than {MAX_TABLE_SHARDS:,} shards, or an id longer than "
             f"{MAX_SHARD_ID_CHARS} characters"
         )
-    if any(
-        isinstance(body, Mapping) and body.get("state") == LeaseState.IN_LEASE_GROUPS
-        for body in stored.values()
-    ):
+    outside = (LeaseState.IN_LEASE_GROUPS, LeaseState.IN_LEASE_LOG)
+    if any(isinstance(body, Mapping) and body.get("state") in outside for body in stored.values()):
         raise ValueError("a table kept in lease groups was read without its groups")
     finished = expand(listed, MAX_TABLE_SHARDS - len(stored))
     leases = {}
