@@ -17,6 +17,9 @@ from streamconsumer.models.resource import Condition, StreamConsumerStatus, Work
 
 Reason = tuple[str, str]  # (reason, message)
 
+MAX_LISTED_WORKERS = 50
+"""Workers `status.workers` lists each of; past that, only those draining."""
+
 
 @dataclass(frozen=True)
 class Children:
@@ -142,6 +145,16 @@ def gather(
             for worker, progress in sorted(coordinator.workers.items())
         },
     )
+
+
+def listed_workers(workers: dict[str, WorkerSummary]) -> dict[str, WorkerSummary]:
+    """`status.workers`: every worker up to MAX_LISTED_WORKERS, past that those draining
+    alone. Every status write rewrites the whole object in etcd, and 500 workers' lines
+    (with their managedFields) cost 80 KiB a write; who owns what is in the lease table
+    (`streamconsumer status`)."""
+    if len(workers) <= MAX_LISTED_WORKERS:
+        return workers
+    return {name: summary for name, summary in workers.items() if summary.draining}
 
 
 def _running(seen: Facts) -> str:
@@ -314,7 +327,7 @@ def render(
             "lagMillis": max(lag.values()) if lag else None,
             "leases": coordinator.status_leases(),
             "pausedBy": paused_by if coordinator.spec.paused else None,
-            "workers": facts.workers,
+            "workers": listed_workers(facts.workers),
             "conditions": conditions(facts),
         }
     )
