@@ -146,6 +146,8 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	PYTHONPATH=tests $(BIN)/python -m bench.asynchronous
 	PYTHONPATH=tests $(BIN)/python -m bench.processes
 	PYTHONPATH=tests $(BIN)/python -m bench.lease_groups
+	PYTHONPATH=tests $(BIN)/python -m bench.etcd_cost
+	PYTHONPATH=tests $(BIN)/python -m bench.many_consumers
 	PYTHONPATH=tests $(BIN)/python -m bench.busy
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers

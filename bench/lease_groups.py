@@ -103,8 +103,8 @@ def sequence(rng: random.Random) -> str:
     return str(rng.randrange(10**55, 10**56))  # Kinesis' 56 digits
 
 
-def table(rng: random.Random) -> tuple[DurableState, list[str]]:
-    """10,000 shards, each held by one of 500 workers named as a Deployment's pods are."""
+def table(rng: random.Random, shards: int = SHARDS) -> tuple[DurableState, list[str]]:
+    """`shards` shards, each held by one of 500 workers named as a Deployment's pods are."""
     workers = [
         f"orders-consumer-workers-7d9f8b6c5d-{rng.randrange(36**5):05x}" for _ in range(WORKERS)
     ]
@@ -112,13 +112,16 @@ def table(rng: random.Random) -> tuple[DurableState, list[str]]:
         f"shardId-{n:012d}": ShardLease(
             f"shardId-{n:012d}", workers[n % WORKERS], 3, sequence(rng), ACTIVE
         )
-        for n in range(SHARDS)
+        for n in range(shards)
     }
     return DurableState(leases=leases, promised_lease_seconds=20.0), workers
 
 
-def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
-    rng = random.Random(29)
+def wide_consumer(
+    api: k8s.ApiClient, ns: str, rng: random.Random, shards: int = SHARDS
+) -> tuple[dict[str, Any], LeaseCoordinator]:
+    """A StreamConsumer created on the apiserver, and a coordinator of its `shards`
+    shards' table (`table`), as an operator has once it loaded it."""
     spec = consumer_spec()
     body = {
         "apiVersion": API_VERSION,
@@ -130,10 +133,16 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
         dict[str, Any],
         k8s.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, body),
     )
-    durable, _ = table(rng)
+    durable, _ = table(rng, shards)
     now = time.monotonic()
     coordinator = LeaseCoordinator(spec, durable, now, created=datetime.datetime.now(datetime.UTC))
     coordinator.set_shards([Shard(shard_id) for shard_id in durable.leases])
+    return created, coordinator
+
+
+def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
+    rng = random.Random(29)
+    created, coordinator = wide_consumer(api, ns, rng)
     counted = Counted()
     status_api = KubeStatusApi(api, ns, NAME, timeout=60)
     groups = KubeLeaseGroups(api, ns, NAME, created["metadata"]["uid"], timeout=60)
@@ -161,7 +170,7 @@ def measure(api: k8s.ApiClient, ns: str) -> dict[str, Any]:
     counted.requests.clear()
     counted.written = 0
     cpu = wall = 0.0
-    shard_ids = list(durable.leases)
+    shard_ids = list(coordinator.leases)
     for _ in range(WRITES):
         for shard_id in rng.sample(shard_ids, CHECKPOINTS_PER_WRITE):
             lease = coordinator.leases[shard_id]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
@@ -31,7 +30,7 @@ from kubernetes import watch
 
 from bench.results import record
 from bench.scratch import scratch_plane, with_the_crd
-from streamconsumer.controller.worker_api.auth import AUDIENCE
+from bench.simulated_workers import Calls, cpu_seconds, simulate_worker, worker_tokens
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from testbed.background import BackgroundLoop
 from testbed.controlplane import ControlPlane
@@ -248,11 +247,6 @@ def operator_failover(
             scenario.stop()
 
 
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def control_plane_at_scale(
     plane: ControlPlane, api: k8s.ApiClient, fast: KinesisEmulator, work: Path
 ) -> None:
@@ -264,73 +258,13 @@ def control_plane_at_scale(
     manifest = scenario.manifest(replicas=0, lease_seconds=lease, delay=0)
     scenario.consumers.create(manifest)
     core = k8s.CoreV1Api(api)
-    wait_for(lambda: _exists(core, ns, "scale-worker"), 60, "the worker ServiceAccount")
-    tokens = {}
-    for i in range(workers):
-        name = f"sim-worker-{i:02d}"
-        pod = k8s.V1Pod(
-            metadata=k8s.V1ObjectMeta(name=name),
-            spec=k8s.V1PodSpec(
-                service_account_name="scale-worker",
-                automount_service_account_token=False,
-                containers=[k8s.V1Container(name="w", image="none")],
-            ),
-        )
-        created = core.create_namespaced_pod(ns, pod)
-        assert created.metadata is not None
-        request = k8s.AuthenticationV1TokenRequest(
-            spec=k8s.V1TokenRequestSpec(
-                audiences=[AUDIENCE],
-                bound_object_ref=k8s.V1BoundObjectReference(
-                    kind="Pod", api_version="v1", name=name, uid=created.metadata.uid
-                ),
-            )
-        )
-        issued = core.create_namespaced_service_account_token("scale-worker", ns, request)
-        assert issued.status is not None
-        tokens[name] = issued.status.token
+    wait_for(lambda: exists(core, ns, "scale-worker"), 60, "the worker ServiceAccount")
+    names = [f"sim-worker-{i:02d}" for i in range(workers)]
+    tokens = worker_tokens(core, ns, "scale-worker", names)
     assert scenario.operator is not None
     assert scenario.operator.server is not None
     base = f"{scenario.operator.url}/v1/namespaces/{ns}/streamconsumers/scale"
-    checkpoints = 0
-
-    async def simulate(name: str, deadline: float) -> None:
-        nonlocal checkpoints
-        held: dict[str, int] = {}
-        sequence = 0
-        headers = {"Authorization": f"Bearer {tokens[name]}"}
-        async with httpx.AsyncClient(timeout=30) as http:
-            while time.monotonic() < deadline:
-                beat = {
-                    "worker": name,
-                    "held": [{"shardId": s, "epoch": e} for s, e in held.items()],
-                }
-                response = (await http.post(f"{base}/heartbeat", json=beat, headers=headers)).json()
-                for assignment in response["assignments"]:
-                    held[assignment["shardId"]] = assignment["epoch"]
-                for revocation in response["revocations"]:
-                    held.pop(revocation["shardId"], None)
-                    if revocation["reason"] == "handoff":  # let go, at this epoch
-                        release = {
-                            "worker": name,
-                            "shardId": revocation["shardId"],
-                            "epoch": revocation["epoch"],
-                            "release": True,
-                        }
-                        await http.post(f"{base}/checkpoint", json=release, headers=headers)
-                sequence += 1
-                for shard, epoch in list(held.items()):
-                    body = {
-                        "worker": name,
-                        "shardId": shard,
-                        "epoch": epoch,
-                        "sequenceNumber": str(sequence),
-                    }
-                    if (
-                        await http.post(f"{base}/checkpoint", json=body, headers=headers)
-                    ).status_code == 200:
-                        checkpoints += 1
-                await asyncio.sleep(lease / 3)
+    calls = Calls()
 
     def status_size() -> int:
         obj = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -343,28 +277,33 @@ def control_plane_at_scale(
     async def run() -> tuple[float, float, int, int]:
         warmup = time.monotonic() + 3 * lease / 3 + 5
         total = warmup + window
-        tasks = [asyncio.create_task(simulate(n, total)) for n in tokens]
+        http = httpx.AsyncClient(timeout=30)
+        tasks = [
+            asyncio.create_task(simulate_worker(http, base, n, t, lease / 3, total, calls))
+            for n, t in tokens.items()
+        ]
         await asyncio.sleep(warmup - time.monotonic())
         writes_before = watch.count
         cpu_before, wall_before = cpu_seconds(scenario.operator.server.pid), time.monotonic()  # type: ignore[union-attr]
-        calls_before = checkpoints
+        calls_before = calls.checkpoints
         await asyncio.gather(*tasks)
+        await http.aclose()
         wall = time.monotonic() - wall_before
         cpu = cpu_seconds(scenario.operator.server.pid) - cpu_before  # type: ignore[union-attr]
-        return wall, cpu, watch.count - writes_before, checkpoints - calls_before
+        return wall, cpu, watch.count - writes_before, calls.checkpoints - calls_before
 
     try:
-        wall, cpu, writes, calls = asyncio.run(run())
+        wall, cpu, writes, checkpoints = asyncio.run(run())
         size = status_size()
         owned = sum(scenario.owners().values())
         print(f"control plane, {shards} shards x {workers} simulated workers, {wall:.0f} s window:")
         print(
-            f"  checkpoint calls           {calls / wall:8.1f} /s"
+            f"  checkpoint calls           {checkpoints / wall:8.1f} /s"
             "  (baseline: what a write-through store would write)"
         )
         print(
             f"  status writes              {writes / wall:8.2f} /s"
-            f"  ({writes / max(calls, 1):.4f}x baseline)"
+            f"  ({writes / max(checkpoints, 1):.4f}x baseline)"
         )
         print(f"  status object              {size / 1024:8.1f} KiB  ({owned} shards owned)")
         print(f"  operator CPU               {cpu / wall:8.2f} cores")
@@ -373,7 +312,7 @@ def control_plane_at_scale(
                 "status_writes_per_second": round(writes / wall, 2),
                 "status_object_kib": round(size / 1024, 1),
                 "operator_cpu_cores": round(cpu / wall, 3),
-                "checkpoint_calls_per_second": round(calls / wall, 1),
+                "checkpoint_calls_per_second": round(checkpoints / wall, 1),
             }
         )
     finally:
@@ -381,7 +320,7 @@ def control_plane_at_scale(
         scenario.stop()
 
 
-def _exists(core: k8s.CoreV1Api, ns: str, account: str) -> bool:
+def exists(core: k8s.CoreV1Api, ns: str, account: str) -> bool:
     try:
         core.read_namespaced_service_account(account, ns)
         return True
@@ -390,16 +329,18 @@ def _exists(core: k8s.CoreV1Api, ns: str, account: str) -> bool:
 
 
 class StatusWatch(BackgroundLoop):
-    """Counts the writes that changed an object's status, through a real watch."""
+    """Counts the writes that changed the status of an object (`name`), or of any in the
+    namespace (None), through a real watch."""
 
-    def __init__(self, api: k8s.ApiClient, ns: str, name: str) -> None:
+    def __init__(self, api: k8s.ApiClient, ns: str, name: str | None) -> None:
         self._api, self._ns, self._name = api, ns, name
         self.count = 0
         super().__init__()
 
     def _run(self) -> None:
         objects = k8s.CustomObjectsApi(self._api)
-        last: object = None
+        last: dict[str, object] = {}
+        only = {"field_selector": f"metadata.name={self._name}"} if self._name else {}
         while not self._stopping.is_set():
             stream = watch.Watch()  # type: ignore[no-untyped-call]
             for event in stream.stream(  # type: ignore[no-untyped-call]
@@ -408,13 +349,14 @@ class StatusWatch(BackgroundLoop):
                 VERSION,
                 self._ns,
                 PLURAL,
-                field_selector=f"metadata.name={self._name}",
                 timeout_seconds=2,
+                **only,
             ):
+                name = event["object"]["metadata"]["name"]
                 status = event["object"].get("status")
-                if event["type"] == "MODIFIED" and status != last:
+                if event["type"] == "MODIFIED" and status != last.get(name):
                     self.count += 1
-                last = status
+                last[name] = status
                 if self._stopping.is_set():
                     break
 

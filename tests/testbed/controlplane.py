@@ -48,6 +48,7 @@ class ControlPlane:
     servers: list[Server] = field(default_factory=list)
     apiserver_args: tuple[str, ...] = ()
     real_nodes: bool = False
+    etcd_url: str = ""  # its clients' URL, which serves its /metrics too
 
     @property
     def url(self) -> str:
@@ -101,7 +102,7 @@ class ControlPlane:
 
     def _start_etcd_and_apiserver(self, logs: Path) -> None:
         etcd_port, peer_port = free_port(), free_port()
-        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        etcd_url = self.etcd_url = f"http://127.0.0.1:{etcd_port}"
         peer_url = f"http://127.0.0.1:{peer_port}"
         self._serve(
             "etcd",

@@ -1,0 +1,150 @@
+"""Many consumers on one operator (issue 41): 200 StreamConsumers of 50 shards each on
+kinesalite, one real operator process, two simulated workers a consumer (the worker
+API's heartbeats and a checkpoint of each shard held every 10 s; bench/simulated_workers.py).
+The figures, over a window once every shard is held: the operator's CPU and peak memory,
+status writes a second, and etcd's WAL bytes and db growth a second from its own
+metrics, beside the floor: the bytes of the checkpoints saved (shard ids and sequence
+numbers) a second."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from kubernetes import client as k8s
+
+from bench.etcd_cost import etcd_metric
+from bench.results import record
+from bench.scratch import scratch_plane, with_the_crd
+from bench.simulated_workers import (
+    Calls,
+    cpu_seconds,
+    peak_rss_mib,
+    simulate_worker,
+    worker_tokens,
+)
+from bench.system import StatusWatch, exists, namespace
+from testbed.kinesis import KinesisEmulator, create_stream
+from testbed.scenario import Scenario
+from testbed.waiting import wait_for
+
+CONSUMERS = 200
+SHARDS = 50
+WORKERS = 2  # a consumer's
+LEASE_SECONDS = 30.0
+CYCLE_SECONDS = 10.0  # a heartbeat and a checkpoint of each shard held
+WINDOW_SECONDS = 60.0
+SHARD_ID_AND_SEQUENCE = len("shardId-000000000000") + 56
+
+
+def main() -> None:
+    with contextlib.ExitStack() as cleanup:
+        work, plane = cleanup.enter_context(scratch_plane("streamconsumer-bench-many-"))
+        kinesis = cleanup.enter_context(
+            KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=0)
+        )
+        api = with_the_crd(plane)
+        ns = namespace(api, "bench-many")
+        names = [f"c{i:03d}" for i in range(CONSUMERS)]
+        print(f"{CONSUMERS} consumers x {SHARDS} shards on one operator: creating streams")
+        for name in names:
+            create_stream(kinesis.client, name, SHARDS)
+        scenario = Scenario(plane, api, kinesis, ns, names[0], work / "many", name=names[0])
+        scenario.start_operator()
+        cleanup.callback(scenario.stop)
+        for name in names:
+            manifest = scenario.manifest(replicas=0, lease_seconds=LEASE_SECONDS, delay=0)
+            manifest["metadata"]["name"] = name
+            manifest["spec"]["source"]["kinesis"]["streamName"] = name
+            scenario.consumers.create(manifest)
+        core = k8s.CoreV1Api(api)
+        tokens: dict[str, dict[str, str]] = {}
+        for n, name in enumerate(names):
+            account = f"{name}-worker"
+            wait_for(lambda a=account: exists(core, ns, a), 120, f"{account}")  # type: ignore[misc]
+            workers = [f"{name}-w{k}" for k in range(WORKERS)]
+            tokens[name] = worker_tokens(core, ns, account, workers)
+            if n % 50 == 49:
+                print(f"  {n + 1} consumers created, their workers' tokens issued")
+        assert scenario.operator is not None
+        assert scenario.operator.server is not None
+        pid = scenario.operator.server.pid
+        url = f"{scenario.operator.url}/v1/namespaces/{ns}/streamconsumers"
+        watch = StatusWatch(api, ns, None).start()
+        cleanup.callback(watch.stop)
+        calls = Calls()
+
+        async def run() -> dict[str, float]:
+            warmup = 3 * CYCLE_SECONDS + 10
+            start = time.monotonic()
+            deadline = start + warmup + WINDOW_SECONDS
+            limits = httpx.Limits(max_connections=64)
+            async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+                tasks = [
+                    asyncio.create_task(
+                        simulate_worker(
+                            http, f"{url}/{name}", worker, token, CYCLE_SECONDS, deadline, calls
+                        )
+                    )
+                    for name, workers in tokens.items()
+                    for worker, token in workers.items()
+                ]
+                await asyncio.sleep(warmup)
+                before = {
+                    "cpu": cpu_seconds(pid),
+                    "wall": time.monotonic(),
+                    "writes": watch.count,
+                    "checkpoints": calls.checkpoints,
+                    "wal": etcd_metric(plane, "etcd_disk_wal_write_bytes_total"),
+                    "db": etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes"),
+                }
+                await asyncio.sleep(WINDOW_SECONDS)
+                wall = time.monotonic() - before["wall"]
+                figures = {
+                    "cores": (cpu_seconds(pid) - before["cpu"]) / wall,
+                    "writes": (watch.count - before["writes"]) / wall,
+                    "checkpoints": (calls.checkpoints - before["checkpoints"]) / wall,
+                    "wal": (etcd_metric(plane, "etcd_disk_wal_write_bytes_total") - before["wal"])
+                    / wall,
+                    "db": (etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes") - before["db"])
+                    / wall,
+                    "rss": peak_rss_mib(pid),
+                }
+                await asyncio.gather(*tasks)
+            return figures
+
+        m = asyncio.run(run())
+        owned = sum(len(scenario.consumers.get(n)["status"].get("workers") or {}) for n in names)
+        floor = m["checkpoints"] * SHARD_ID_AND_SEQUENCE
+        print(f"  over {WINDOW_SECONDS:.0f} s ({owned} workers listed as holding shards):")
+        print(
+            f"  checkpoints saved          {m['checkpoints']:8.1f} /s  ({floor / 1024:.1f} KiB/s)"
+        )
+        print(f"  status writes              {m['writes']:8.1f} /s")
+        print(f"  operator CPU               {m['cores']:8.2f} cores")
+        print(f"  operator peak memory       {m['rss']:8.0f} MiB")
+        print(
+            f"  etcd WAL                   {m['wal'] / 1024:8.1f} KiB/s  "
+            f"({m['wal'] / floor:.2f}x the checkpoints' bytes)"
+        )
+        print(f"  etcd db growth             {m['db'] / 1024:8.1f} KiB/s")
+        record(
+            {
+                "many_consumers_operator_cores": round(m["cores"], 3),
+                "many_consumers_operator_peak_mib": round(m["rss"]),
+                "many_consumers_status_writes_per_second": round(m["writes"], 1),
+                "many_consumers_checkpoints_per_second": round(m["checkpoints"], 1),
+                "many_consumers_etcd_wal_kib_per_second": round(m["wal"] / 1024, 1),
+                "many_consumers_etcd_amplification": round(m["wal"] / floor, 2),
+                "many_consumers_etcd_db_growth_kib_per_second": round(m["db"] / 1024, 1),
+            }
+        )
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    main()

@@ -1,0 +1,114 @@
+"""Workers that speak the worker API and nothing else: no stream read, no processor. They
+load an operator as real workers do (a heartbeat, then a checkpoint of each shard held,
+every cycle), so its own cost can be measured at a scale no machine runs pods for."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from kubernetes import client as k8s
+
+from streamconsumer.controller.worker_api.auth import AUDIENCE
+
+
+def worker_tokens(
+    core: k8s.CoreV1Api, ns: str, account: str, names: Iterable[str]
+) -> dict[str, str]:
+    """A pod of each name under `account` (never run: no kubelet needs to) and a token
+    bound to it, as the kubelet would project into a real worker."""
+    tokens = {}
+    for name in names:
+        pod = k8s.V1Pod(
+            metadata=k8s.V1ObjectMeta(name=name),
+            spec=k8s.V1PodSpec(
+                service_account_name=account,
+                automount_service_account_token=False,
+                containers=[k8s.V1Container(name="w", image="none")],
+            ),
+        )
+        created = core.create_namespaced_pod(ns, pod)
+        assert created.metadata is not None
+        request = k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(
+                audiences=[AUDIENCE],
+                bound_object_ref=k8s.V1BoundObjectReference(
+                    kind="Pod", api_version="v1", name=name, uid=created.metadata.uid
+                ),
+            )
+        )
+        issued = core.create_namespaced_service_account_token(account, ns, request)
+        assert issued.status is not None
+        assert issued.status.token is not None
+        tokens[name] = issued.status.token
+    return tokens
+
+
+@dataclass
+class Calls:
+    checkpoints: int = 0
+    heartbeats: int = 0
+
+
+async def simulate_worker(
+    http: httpx.AsyncClient,
+    base: str,
+    name: str,
+    token: str,
+    cycle_seconds: float,
+    deadline: float,
+    calls: Calls,
+) -> None:
+    """Heartbeats to the consumer at `base` (its worker API URL) every `cycle_seconds`
+    until `deadline`, taking what it is granted and handing off what it is asked to,
+    and checkpoints each shard it holds at each cycle."""
+    held: dict[str, int] = {}
+    sequence = 0
+    headers = {"Authorization": f"Bearer {token}"}
+    while time.monotonic() < deadline:
+        beat = {"worker": name, "held": [{"shardId": s, "epoch": e} for s, e in held.items()]}
+        response = (await http.post(f"{base}/heartbeat", json=beat, headers=headers)).json()
+        calls.heartbeats += 1
+        for assignment in response["assignments"]:
+            held[assignment["shardId"]] = assignment["epoch"]
+        for revocation in response["revocations"]:
+            held.pop(revocation["shardId"], None)
+            if revocation["reason"] == "handoff":  # let go, at this epoch
+                release = {
+                    "worker": name,
+                    "shardId": revocation["shardId"],
+                    "epoch": revocation["epoch"],
+                    "release": True,
+                }
+                await http.post(f"{base}/checkpoint", json=release, headers=headers)
+        sequence += 1
+        for shard, epoch in list(held.items()):
+            body = {
+                "worker": name,
+                "shardId": shard,
+                "epoch": epoch,
+                "sequenceNumber": str(10**55 + sequence),  # Kinesis' 56 digits
+            }
+            if (
+                await http.post(f"{base}/checkpoint", json=body, headers=headers)
+            ).status_code == 200:
+                calls.checkpoints += 1
+        await asyncio.sleep(cycle_seconds)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process' peak resident memory (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for {pid}")
