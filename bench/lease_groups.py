@@ -1,8 +1,9 @@
 """10,000 shards per StreamConsumer (issue 29): the lease table of 10,000 shards held by
 500 workers, written to a real apiserver the way the operator writes it (the production
 LeaseCoordinator, `render`, StatusWriter and GroupedStatusApi over KubeStatusApi and
-KubeLeaseGroups), at 1 checkpoint per shard per 10 s: 1,000 checkpoints between two
-status writes. The figures: the largest object written, the requests and bytes a write
+KubeLeaseGroups, in its default layout: a lease log), at 1 checkpoint per shard per
+10 s: 1,000 checkpoints between two status writes. What the writes cost etcd itself is
+bench/etcd_cost.py's. The figures: the largest object written, the requests and bytes a write
 costs, and the operator's CPU per write (one write a second: the cores it keeps busy).
 The baseline, from the same table: the status that held the table inline (refused by
 etcd past about 1.5 MiB)."""
