@@ -73,9 +73,11 @@ class KinesisEmulator(LoopbackService):
         *,
         enter: Callable[[Sequence[str]], list[str]] | None = None,
         host: str = "127.0.0.1",
+        shard_limit: int = 2000,
     ) -> KinesisEmulator:
         """Starts an in-memory emulator. `operation_delay_ms` is how long a stream stays
-        CREATING / UPDATING after a create, split, merge or shard-count change.
+        CREATING / UPDATING after a create, split, merge or shard-count change;
+        `shard_limit`, the open shards of all streams at most (AWS' account limit).
 
         With `enter` (e.g. a real node's namespaces: testbed.netns), it runs through that
         command prefix, listening on every address there, and is reached at `host`."""
@@ -91,7 +93,7 @@ class KinesisEmulator(LoopbackService):
                 "KINESIS_MOCK_TLS_PORT": str(free_port()),
                 "KINESIS_MOCK_CERT_PATH": str(package / "server.json"),
                 "AWS_REGION": REGION,
-                "SHARD_LIMIT": "2000",
+                "SHARD_LIMIT": str(shard_limit),
                 "LOG_LEVEL": "WARN",
                 **{
                     name: delay
@@ -120,7 +122,7 @@ class KinesisEmulator(LoopbackService):
                 f"--createStreamMs={delay}",
                 f"--deleteStreamMs={delay}",
                 f"--updateStreamMs={delay}",
-                "--shardLimit=2000",
+                f"--shardLimit={shard_limit}",
             ]
             server = Server(kind, enter(argv) if enter else argv, workdir, cwd=workdir)
         emulator = cls(kind=kind, port=port, server=server, workdir=workdir, host=host)

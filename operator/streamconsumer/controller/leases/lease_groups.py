@@ -277,7 +277,7 @@ def joined(status: Mapping[str, Any], contents: Sequence[str]) -> dict[str, Any]
             finished.update(expand(group["finishedShards"], MAX_TABLE_SHARDS - len(finished)))
             if len(leases) + len(finished) > MAX_TABLE_SHARDS:
                 raise TableOutOfBounds(f"the groups name more than {MAX_TABLE_SHARDS:,} shards")
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
             raise StatusInvalid(f"a lease group cannot be read: {error!r}"[:300]) from None
     logical = dict(status)
     logical["leases"] = dict(sorted(leases.items()))

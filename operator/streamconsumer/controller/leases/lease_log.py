@@ -25,7 +25,7 @@ from typing import Any
 
 from streamconsumer.controller.leases.status import StatusInvalid
 from streamconsumer.core.lineage import MAX_TABLE_SHARDS, TableOutOfBounds, compact, expand
-from streamconsumer.models.kept import pack, unpack
+from streamconsumer.models.kept import MAX_LEASE_BYTES, pack, unpack
 from streamconsumer.models.resource import LeaseState
 
 MAX_CHAIN = 128
@@ -38,6 +38,20 @@ well below a ConfigMap's 1 MiB."""
 SHARED_DIGITS = 8
 """A checkpoint sharing at least this many leading characters with the one before it
 is written as the rest: consecutive sequence numbers share most of their 56 digits."""
+
+MAX_BASE_GROUPS = 1024
+"""Groups of a base at most: as many as any layout has (lease_groups.MAX_GROUPS)."""
+MAX_LOG_TEXT = 16 * 2**20
+"""Inflated bytes of the segments after the base at most: the writer folds before."""
+MAX_LOG_CHANGES = MAX_TABLE_SHARDS
+"""Shards the segments after the base name at most (set, unset, dropped, finished and
+no longer finished, ranges expanded): the writer folds before."""
+MAX_BASE_TEXT = MAX_TABLE_SHARDS * MAX_LEASE_BYTES
+"""Inflated bytes of a base's groups at most: the largest table of the largest leases."""
+MAX_READ_VALUES = 30 * MAX_TABLE_SHARDS
+"""JSON values one read parses at most (about ten a lease, in the base and the log),
+counted in the text first: a megabyte of `[[],[],...` is a hundred of Python's. So a
+log anyone may forge costs a read a bounded total, not 16 MiB per object per link."""
 
 Leases = dict[str, dict[str, Any]]  # shard id -> the lease's durable fields
 
@@ -74,6 +88,8 @@ class Chain:
     group_bytes: tuple[int, ...]  # the size of each
     segments: tuple[str, ...]  # the base segment first, the head last
     log_bytes: int  # of the segments after the base segment
+    log_text: int = 0  # their bytes inflated (MAX_LOG_TEXT)
+    log_changes: int = 0  # the shards they name (MAX_LOG_CHANGES)
 
     @property
     def base_bytes(self) -> int:
@@ -144,9 +160,22 @@ def write(
         if table == previous.table:
             return Written({}, previous)
         changes = _diff(previous.table, table)
-        content = pack(_dumps({"prev": previous.head.wire(), **changes}))
+        text = _dumps({"prev": previous.head.wire(), **changes})
+        content = pack(text)
         log_bytes = previous.log_bytes + len(content)
-        if len(previous.segments) <= MAX_CHAIN and log_bytes < FOLD_RATIO * previous.base_bytes:
+        log_text = previous.log_text + len(text.encode())
+        try:  # counted as a reader counts them: a log past the reader's bounds folds
+            log_changes = previous.log_changes + _changed(
+                changes, MAX_LOG_CHANGES - previous.log_changes
+            )
+        except TableOutOfBounds:
+            log_changes = MAX_LOG_CHANGES + 1
+        if (
+            len(previous.segments) <= MAX_CHAIN
+            and log_bytes < FOLD_RATIO * previous.base_bytes
+            and log_text <= MAX_LOG_TEXT
+            and log_changes <= MAX_LOG_CHANGES
+        ):
             head = Link(name_of("s"), digest(content))
             chain = Chain(
                 head,
@@ -155,6 +184,8 @@ def write(
                 previous.group_bytes,
                 (*previous.segments, head.name),
                 log_bytes,
+                log_text,
+                log_changes,
             )
             return Written({head.name: content}, chain)
     return _fold(table, previous, partition, name_of)
@@ -196,33 +227,56 @@ def read(
     texts: list[dict[str, Any]] = []
     names: list[str] = []
     link: Link | None = head
-    log_bytes = 0
+    log_bytes = log_text = 0
+    values = [0]  # JSON values parsed so far (MAX_READ_VALUES)
     while link is not None:
         if len(names) > MAX_CHAIN:  # the base segment and MAX_CHAIN after it read
             raise StatusInvalid(f"a lease log longer than {MAX_CHAIN + 1} segments")
         content = _verified(link, segment(link.name))
-        parsed = _loads(content, link.name)
+        parsed, inflated = _loads(content, link.name, values)
         texts.append(parsed)
         names.append(link.name)
         link = _link(parsed.get("prev"), link.name)
         if link is not None:
             log_bytes += len(content)
+            log_text += inflated
+            if log_text > MAX_LOG_TEXT:
+                raise StatusInvalid(f"a lease log of more than {MAX_LOG_TEXT // 2**20} MiB")
     base = texts[-1]
-    base_links = tuple(_link(item, names[-1]) for item in _listed(base.get("groups"), names[-1]))
+    listed = _listed(base.get("groups"), names[-1])
+    if len(listed) > MAX_BASE_GROUPS:
+        raise StatusInvalid(f"a lease log's base of more than {MAX_BASE_GROUPS} groups")
+    base_links = tuple(_link(item, names[-1]) for item in listed)
     stored = groups({link.name for link in base_links if link}) if base_links else {}
     leases: Leases = {}
     finished: set[str] = set()
     group_links, sizes = [], []
+    base_text = 0
     for link in base_links:
         assert link is not None  # _link returns None only for None
         content = _verified(link, stored.get(link.name))
         group_links.append(link)
         sizes.append(len(content))
-        _merge(leases, finished, _loads(content, link.name), link.name)
+        part, inflated = _loads(content, link.name, values)
+        base_text += inflated
+        if base_text > MAX_BASE_TEXT:
+            raise StatusInvalid(f"a lease log's base of more than {MAX_BASE_TEXT // 2**20} MiB")
+        _merge(leases, finished, part, link.name)
     table = Table(leases, frozenset(finished))
+    log_changes = 0
     for changes, name in zip(reversed(texts[:-1]), reversed(names[:-1]), strict=True):
+        log_changes += _changed(changes, MAX_LOG_CHANGES - log_changes, name)
         table = _applied(table, changes, name)
-    return Chain(head, table, tuple(group_links), tuple(sizes), tuple(reversed(names)), log_bytes)
+    return Chain(
+        head,
+        table,
+        tuple(group_links),
+        tuple(sizes),
+        tuple(reversed(names)),
+        log_bytes,
+        log_text,
+        log_changes,
+    )
 
 
 class LogObjectGone(Exception):
@@ -237,14 +291,19 @@ def _verified(link: Link, content: str | None) -> str:
     return content
 
 
-def _loads(content: str, name: str) -> dict[str, Any]:
+def _loads(content: str, name: str, values: list[int]) -> tuple[dict[str, Any], int]:
+    """An object's JSON and its inflated size; `values` counts what a read parsed."""
     try:  # a tenant can write these ConfigMaps: unpack bounds what one inflates to
-        parsed = json.loads(unpack(content))
-    except ValueError as error:
+        text = unpack(content)
+        values[0] += sum(text.count(mark) for mark in ",[{")
+        if values[0] > MAX_READ_VALUES:
+            raise StatusInvalid(f"a lease log of more than {MAX_READ_VALUES:,} JSON values")
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as error:  # RecursionError: nested past the parser
         raise StatusInvalid(f"lease log object {name} cannot be read: {error}"[:300]) from None
     if not isinstance(parsed, dict):
         raise StatusInvalid(f"lease log object {name} is not a JSON object")
-    return parsed
+    return parsed, len(text.encode())
 
 
 def _link(value: Any, where: str) -> Link | None:
@@ -279,6 +338,21 @@ def _merge(leases: Leases, finished: set[str], part: dict[str, Any], name: str) 
         raise TableOutOfBounds(f"a lease log names more than {MAX_TABLE_SHARDS:,} shards")
 
 
+def _changed(changes: Mapping[str, Any], most: int, name: str = "") -> int:
+    """The shards a segment names (ranges expanded, no more than `most` built)."""
+    try:
+        count = len(changes["set"]) + len(changes["unset"]) + len(changes["drop"])
+        for key in ("finished", "unfinished"):
+            count += len(expand(changes[key], max(0, most - count)))
+    except TableOutOfBounds:
+        raise TableOutOfBounds(f"a lease log naming more than {MAX_LOG_CHANGES:,} shards") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise StatusInvalid(f"lease log segment {name} cannot be read: {error!r}"[:300]) from None
+    if count > most:
+        raise TableOutOfBounds(f"a lease log naming more than {MAX_LOG_CHANGES:,} shards")
+    return count
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -295,7 +369,7 @@ def _diff(old: Table, new: Table) -> dict[str, Any]:
             for key, value in lease.items()
             if before.get(key) != value
         }
-        if fields:
+        if fields or shard_id not in old.leases:  # a new lease, even of no fields
             changed[shard_id] = fields
         dropped = sorted(key for key in before if key not in lease)
         if dropped:
