@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 
+from streamconsumer.controller.leases import lease_group_store
 from streamconsumer.controller.leases.kube_status import KubeStatusApi
 from streamconsumer.controller.leases.lease_group_store import (
     CONSUMER_UID_LABEL,
@@ -250,3 +251,19 @@ def test_a_table_moves_from_lease_groups_to_a_log_and_back(
         assert shown.returncode == 0, shown.stderr
         assert state not in shown.stdout
         assert "shardId-000000000005" in shown.stdout
+
+
+def test_groups_read_at_once_are_bounded_in_total(
+    api_client: k8s.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review: a base may name up to 1,024 groups, each a ConfigMap of up to
+    1 MiB, all held before their digests are checked. The read stops at a total (here
+    lowered to below what three groups hold)."""
+    _, uid = created(api_client, namespace, "heavy")
+    api = grouped(api_client, namespace, "heavy", uid)
+    writer = StatusWriter(api, namespace, "heavy", holder="one")
+    writer.adopt(api.get())
+    writer.write(leases("a", 10))
+    monkeypatch.setattr(lease_group_store, "MOST_READ_BYTES", 100)
+    with pytest.raises(StatusInvalid, match="named hold more than 0 MiB"):
+        grouped(api_client, namespace, "heavy", uid).get()

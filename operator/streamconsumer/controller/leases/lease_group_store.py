@@ -40,6 +40,9 @@ CONTENT_KEY = "table.json"
 CONSUMER_UID_LABEL = f"leases.{GROUP}/consumer-uid"
 LIST_PAGE = 16  # ConfigMaps of up to 1 MiB each: 16 MiB read at a time at most
 MOST_LISTED = 2 * MAX_GROUPS  # a table's groups, and those of older writes not swept yet
+MOST_READ_BYTES = 64 * 2**20
+"""Groups read at once hold at most this: 100,000 shards in lease groups are about
+25 MiB of JSON, in a lease log's gzipped base a few."""
 
 
 class KubeLeaseGroups:
@@ -89,11 +92,17 @@ class KubeLeaseGroups:
             self._call(self._api.delete_namespaced_config_map, name, self._namespace)
 
     def contents(self, names: Collection[str]) -> dict[str, str]:
-        return {
-            item.metadata.name: (item.data or {}).get(CONTENT_KEY, "")
-            for item in self._ours()
-            if item.metadata.name in names  # the rest dropped page by page: memory bounded
-        }
+        found, size = {}, 0
+        for item in self._ours():
+            if item.metadata.name in names:  # the rest dropped page by page
+                found[item.metadata.name] = content = (item.data or {}).get(CONTENT_KEY, "")
+                size += len(content)
+                if size > MOST_READ_BYTES:  # anyone may name a thousand 1 MiB ConfigMaps
+                    raise StatusInvalid(
+                        f"the lease groups of {self._consumer} named hold more than "
+                        f"{MOST_READ_BYTES // 2**20} MiB"
+                    )
+        return found
 
     def listed(self) -> list[StoredGroup]:
         return [
