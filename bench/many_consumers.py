@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from bench.simulated_workers import (
     worker_tokens,
 )
 from bench.system import StatusWatch, exists, namespace
+from streamconsumer.controller.config import OperatorConfig
 from testbed.kinesis import KinesisEmulator, create_stream
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
@@ -39,13 +42,27 @@ LEASE_SECONDS = 30.0
 CYCLE_SECONDS = 10.0  # a heartbeat and a checkpoint of each shard held
 WINDOW_SECONDS = 60.0
 SHARD_ID_AND_SEQUENCE = len("shardId-000000000000") + 56
+PRODUCTION_TIMING = {  # not the test bed's brisk ones: an operator as the chart runs it
+    f"STREAMCONSUMER_{setting.upper()}": str(OperatorConfig.model_fields[setting].default)
+    for setting in (
+        "leader_lease_seconds",
+        "leader_renew_deadline_seconds",
+        "leader_retry_seconds",
+        "shard_sync_seconds",
+    )
+}
 
 
 def main() -> None:
     with contextlib.ExitStack() as cleanup:
         work, plane = cleanup.enter_context(scratch_plane("streamconsumer-bench-many-"))
         kinesis = cleanup.enter_context(
-            KinesisEmulator.start("kinesalite", work / "kinesalite", operation_delay_ms=0)
+            KinesisEmulator.start(
+                "kinesalite",
+                work / "kinesalite",
+                operation_delay_ms=0,
+                shard_limit=CONSUMERS * SHARDS,
+            )
         )
         api = with_the_crd(plane)
         ns = namespace(api, "bench-many")
@@ -54,10 +71,13 @@ def main() -> None:
         for name in names:
             create_stream(kinesis.client, name, SHARDS)
         scenario = Scenario(plane, api, kinesis, ns, names[0], work / "many", name=names[0])
+        scenario.operator_env = PRODUCTION_TIMING
         scenario.start_operator()
         cleanup.callback(scenario.stop)
+        kept_log = Path(tempfile.gettempdir()) / "streamconsumer-bench-many-operator.log"
+        cleanup.callback(shutil.copyfile, work / "many" / "operator" / "operator.log", kept_log)
         for name in names:
-            manifest = scenario.manifest(replicas=0, lease_seconds=LEASE_SECONDS, delay=0)
+            manifest = scenario.manifest(replicas=WORKERS, lease_seconds=LEASE_SECONDS, delay=0)
             manifest["metadata"]["name"] = name
             manifest["spec"]["source"]["kinesis"]["streamName"] = name
             scenario.consumers.create(manifest)
@@ -65,9 +85,8 @@ def main() -> None:
         tokens: dict[str, dict[str, str]] = {}
         for n, name in enumerate(names):
             account = f"{name}-worker"
-            wait_for(lambda a=account: exists(core, ns, a), 120, f"{account}")  # type: ignore[misc]
-            workers = [f"{name}-w{k}" for k in range(WORKERS)]
-            tokens[name] = worker_tokens(core, ns, account, workers)
+            wait_for(lambda a=account: exists(core, ns, a), 600, f"{account}")  # type: ignore[misc]
+            tokens[name] = worker_tokens(core, ns, name, account, WORKERS)
             if n % 50 == 49:
                 print(f"  {n + 1} consumers created, their workers' tokens issued")
         assert scenario.operator is not None
@@ -99,6 +118,8 @@ def main() -> None:
                     "wall": time.monotonic(),
                     "writes": watch.count,
                     "checkpoints": calls.checkpoints,
+                    "heartbeats": calls.heartbeats,
+                    "refused": calls.refused,
                     "wal": etcd_metric(plane, "etcd_disk_wal_write_bytes_total"),
                     "db": etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes"),
                 }
@@ -108,6 +129,8 @@ def main() -> None:
                     "cores": (cpu_seconds(pid) - before["cpu"]) / wall,
                     "writes": (watch.count - before["writes"]) / wall,
                     "checkpoints": (calls.checkpoints - before["checkpoints"]) / wall,
+                    "heartbeats": (calls.heartbeats - before["heartbeats"]) / wall,
+                    "refused": calls.refused - before["refused"],
                     "wal": (etcd_metric(plane, "etcd_disk_wal_write_bytes_total") - before["wal"])
                     / wall,
                     "db": (etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes") - before["db"])
@@ -123,6 +146,10 @@ def main() -> None:
         print(f"  over {WINDOW_SECONDS:.0f} s ({owned} workers listed as holding shards):")
         print(
             f"  checkpoints saved          {m['checkpoints']:8.1f} /s  ({floor / 1024:.1f} KiB/s)"
+        )
+        print(
+            f"  heartbeats                 {m['heartbeats']:8.1f} /s  "
+            f"({m['refused']:.0f} refused in the window)"
         )
         print(f"  status writes              {m['writes']:8.1f} /s")
         print(f"  operator CPU               {m['cores']:8.2f} cores")

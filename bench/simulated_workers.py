@@ -7,45 +7,44 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from kubernetes import client as k8s
 
+from streamconsumer.controller.names import label_selector
 from streamconsumer.controller.worker_api.auth import AUDIENCE
+from testbed.waiting import wait_for
 
 
 def worker_tokens(
-    core: k8s.CoreV1Api, ns: str, account: str, names: Iterable[str]
+    core: k8s.CoreV1Api, ns: str, consumer: str, account: str, count: int
 ) -> dict[str, str]:
-    """A pod of each name under `account` (never run: no kubelet needs to) and a token
-    bound to it, as the kubelet would project into a real worker."""
+    """`count` pods of the consumer's Deployment (its spec.replicas; none runs, no
+    kubelet is needed) and a token bound to each, as the kubelet would project into a
+    real worker: the worker API serves a pod of its Deployment alone."""
+
+    def pods() -> list[k8s.V1Pod]:
+        return list(core.list_namespaced_pod(ns, label_selector=label_selector(consumer)).items)
+
+    wait_for(lambda: len(pods()) >= count, 120, f"{count} pods of {consumer}'s workers")
     tokens = {}
-    for name in names:
-        pod = k8s.V1Pod(
-            metadata=k8s.V1ObjectMeta(name=name),
-            spec=k8s.V1PodSpec(
-                service_account_name=account,
-                automount_service_account_token=False,
-                containers=[k8s.V1Container(name="w", image="none")],
-            ),
-        )
-        created = core.create_namespaced_pod(ns, pod)
-        assert created.metadata is not None
+    for pod in pods()[:count]:
+        assert pod.metadata is not None
+        assert pod.metadata.name is not None
         request = k8s.AuthenticationV1TokenRequest(
             spec=k8s.V1TokenRequestSpec(
                 audiences=[AUDIENCE],
                 bound_object_ref=k8s.V1BoundObjectReference(
-                    kind="Pod", api_version="v1", name=name, uid=created.metadata.uid
+                    kind="Pod", api_version="v1", name=pod.metadata.name, uid=pod.metadata.uid
                 ),
             )
         )
         issued = core.create_namespaced_service_account_token(account, ns, request)
         assert issued.status is not None
         assert issued.status.token is not None
-        tokens[name] = issued.status.token
+        tokens[pod.metadata.name] = issued.status.token
     return tokens
 
 
@@ -53,6 +52,7 @@ def worker_tokens(
 class Calls:
     checkpoints: int = 0
     heartbeats: int = 0
+    refused: int = 0  # heartbeats answered other than 200
 
 
 async def simulate_worker(
@@ -72,8 +72,16 @@ async def simulate_worker(
     headers = {"Authorization": f"Bearer {token}"}
     while time.monotonic() < deadline:
         beat = {"worker": name, "held": [{"shardId": s, "epoch": e} for s, e in held.items()]}
-        response = (await http.post(f"{base}/heartbeat", json=beat, headers=headers)).json()
+        try:
+            answer = await http.post(f"{base}/heartbeat", json=beat, headers=headers)
+        except httpx.HTTPError:
+            answer = httpx.Response(599)
         calls.heartbeats += 1
+        if answer.status_code != 200:  # not loaded yet, or overloaded: as a worker, later
+            calls.refused += 1
+            await asyncio.sleep(cycle_seconds)
+            continue
+        response = answer.json()
         for assignment in response["assignments"]:
             held[assignment["shardId"]] = assignment["epoch"]
         for revocation in response["revocations"]:

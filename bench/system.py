@@ -255,12 +255,11 @@ def control_plane_at_scale(
     create_stream(fast.client, "scale", shards)
     scenario = Scenario(plane, api, fast, ns, "scale", work / "scale", name="scale")
     scenario.start_operator()
-    manifest = scenario.manifest(replicas=0, lease_seconds=lease, delay=0)
+    manifest = scenario.manifest(replicas=workers, lease_seconds=lease, delay=0)
     scenario.consumers.create(manifest)
     core = k8s.CoreV1Api(api)
     wait_for(lambda: exists(core, ns, "scale-worker"), 60, "the worker ServiceAccount")
-    names = [f"sim-worker-{i:02d}" for i in range(workers)]
-    tokens = worker_tokens(core, ns, "scale-worker", names)
+    tokens = worker_tokens(core, ns, "scale", "scale-worker", workers)
     assert scenario.operator is not None
     assert scenario.operator.server is not None
     base = f"{scenario.operator.url}/v1/namespaces/{ns}/streamconsumers/scale"
