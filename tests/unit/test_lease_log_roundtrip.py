@@ -5,36 +5,13 @@ each other, SHARD_END, empty and unicode strings, bools beside ints)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamconsumer.controller.leases import lease_log
-from streamconsumer.controller.leases.lease_groups import partition
-from streamconsumer.controller.leases.lease_log import Chain, Link, Table
+from streamconsumer.controller.leases.lease_log import Chain, Table
 
-
-class Objects:
-    def __init__(self) -> None:
-        self.stored: dict[str, str] = {}
-        self.n = 0
-
-    def write(self, table: Table, previous: Chain | None, groups: int = 3) -> Chain:
-        self.n += 1
-        token = self.n
-        written = lease_log.write(
-            table, previous, lambda t: partition(t, groups), lambda k: f"c-{k}-{token}"
-        )
-        assert not written.fresh.keys() & self.stored.keys()
-        self.stored.update(written.fresh)
-        return written.chain
-
-    def read(self, head: Link) -> Chain:
-        return lease_log.read(head, self.stored.get, self.contents)
-
-    def contents(self, names: Collection[str]) -> Mapping[str, str]:
-        return {n: self.stored[n] for n in names if n in self.stored}
+from .test_lease_log import Objects
 
 
 def wire(table: Table) -> str:
