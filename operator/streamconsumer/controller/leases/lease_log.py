@@ -54,6 +54,8 @@ counted in the text first: a megabyte of `[[],[],...` is a hundred of Python's. 
 log anyone may forge costs a read a bounded total, not 16 MiB per object per link."""
 
 Leases = dict[str, dict[str, Any]]  # shard id -> the lease's durable fields
+Partition = Callable[["Table"], list[str]]  # a table -> its base groups' contents
+Namer = Callable[[str], str]  # a kind of object (`g<index>`, `s`) -> a name never used
 
 
 @dataclass(frozen=True)
@@ -147,12 +149,7 @@ def group_content(leases: Mapping[str, Any], finished: Collection[str]) -> str:
     return json.dumps(text, sort_keys=True, separators=(",", ":"))
 
 
-def write(
-    table: Table,
-    previous: Chain | None,
-    partition: Callable[[Table], list[str]],
-    name_of: Callable[[str], str],
-) -> Written:
+def write(table: Table, previous: Chain | None, partition: Partition, name_of: Namer) -> Written:
     """`table` stored over `previous` (None: not a log yet): a segment of what changed,
     or a fold. `partition` splits a table into its groups' contents; `name_of(kind)`
     names a new object (kinds `g<index>` and `s`)."""
@@ -191,12 +188,7 @@ def write(
     return _fold(table, previous, partition, name_of)
 
 
-def _fold(
-    table: Table,
-    previous: Chain | None,
-    partition: Callable[[Table], list[str]],
-    name_of: Callable[[str], str],
-) -> Written:
+def _fold(table: Table, previous: Chain | None, partition: Partition, name_of: Namer) -> Written:
     """A new base: groups whose content did not change keep their object."""
     old = {link.digest: link for link in previous.groups} if previous else {}
     fresh: dict[str, str] = {}
