@@ -5,6 +5,7 @@ thousand, a connection that never finishes its headers, a stream nobody allowed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import itertools
 import json
@@ -20,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client as k8s
-from kubernetes.client.exceptions import ApiException
+from kubernetes.client.exceptions import ApiException, NotFoundException
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamconsumer.controller.config import OperatorConfig
@@ -487,7 +488,8 @@ def test_unrestricted_workers_made_before_the_admins_withdrew_the_namespace_are_
         refused = f"spec.pod.unrestricted is not allowed in namespace {namespace}"
         wait_for(lambda: refused in degraded_message(consumers, "node"), 60, "Degraded says why")
         for name in host_pods():  # a node drained, a pod evicted: the ReplicaSet replaces it
-            core.delete_namespaced_pod(name, namespace)
+            with contextlib.suppress(NotFoundException):  # gone with its Deployment meanwhile
+                core.delete_namespaced_pod(name, namespace)
         time.sleep(5)  # the ReplicaSet controller's resync is well under this
         assert host_pods() == [], "no worker pods are made, says the status"
         with pytest.raises(ApiException) as gone:
