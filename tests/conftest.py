@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ from xdist.remote import Producer
 from testbed.controlplane import ControlPlane
 from testbed.dynamodb import DynamoDBLocal
 from testbed.kinesis import KinesisEmulator
+from testbed.operator_process import OperatorProcess
 from testbed.processes import BRIEF_JVM_OPTIONS
 from testbed.suite import GroupedScheduling, start_rank
 
@@ -54,6 +55,25 @@ def delta_jars() -> Path:
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> GroupedScheduling | None:
     return GroupedScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+# A failing test that ran an operator shows the end of its log: a timeout under a loaded
+# CI says nothing more about what the operator was doing.
+LOG_TAIL_LINES = 80
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        for fixture, value in getattr(item, "funcargs", {}).items():
+            if isinstance(value, OperatorProcess) and value.log_path.exists():
+                lines = value.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+                tail = "\n".join(line[:400] for line in lines)
+                report.sections.append((f"the end of {fixture}'s log ({value.log_path})", tail))
+    return report
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
