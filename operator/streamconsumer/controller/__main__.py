@@ -26,7 +26,7 @@ from kubernetes import client as k8s
 from prometheus_client import start_http_server
 from pydantic import ValidationError
 
-from streamconsumer.controller import executors, handlers, metrics
+from streamconsumer.controller import executors, handlers, loop_lag, metrics
 from streamconsumer.controller.certificates import ca_upkeep
 from streamconsumer.controller.certificates.ca_upkeep import CaBundles
 from streamconsumer.controller.certificates.serving import keep_fresh, publish_ca, serving_for
@@ -78,6 +78,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         # Both: the election's view now, and the process' (an ended term never resumes).
         leading = lambda: lifecycle.leading and elector.leading()  # noqa: E731
     metrics.LEADER.set_function(lambda: float(leading()))
+    lag = asyncio.create_task(loop_lag.sample_lag(metrics.LOOP_LAG.observe))
     scrapes = None
     if config.metrics_port:  # every replica, standbys too: "no leader" is seen from them
         scrapes, _ = start_http_server(
@@ -115,7 +116,8 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
     terminating = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, terminating.set)
-    campaign = asyncio.create_task(elector.run()) if elector is not None else None
+    if elector is not None:
+        elector.start()
     watch: asyncio.Task[None] | None = None
     stepped_down = False
     stop = asyncio.Event()
@@ -177,13 +179,12 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
         )
     finally:
         log.info("%s: kopf stopped", config.identity())
-        for task in (watch, refresh):
+        for task in (watch, refresh, lag):
             if task is not None:
                 task.cancel()
         if elector is not None:
             await step_down()
-            assert campaign is not None
-            campaign.cancel()
+            await elector.stop()
         await listeners.stop()
         if scrapes is not None:
             scrapes.shutdown()
@@ -217,9 +218,23 @@ async def _stop_when(condition: Awaitable[object], stop: asyncio.Event) -> None:
     stop.set()
 
 
+class QuietTimers(logging.Filter):
+    """Drops kopf's line for each timer run that succeeded: two timers a consumer make it
+    most of the log at scale (9,000 of 10,000 lines in 3 minutes at 200 consumers) and
+    say nothing a failure would not. --verbose keeps them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        message = record.getMessage()
+        return not (message.startswith("Timer '") and message.endswith("' succeeded."))
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     kopf.configure(debug=args.debug, verbose=args.verbose, quiet=args.quiet)
+    if not (args.verbose or args.debug):
+        logging.getLogger("kopf.objects").addFilter(QuietTimers())
     try:
         config = OperatorConfig()
     except ValidationError as error:

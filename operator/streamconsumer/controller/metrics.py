@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from streamconsumer.core.leases import Action, CancelHandoff, Expire, Grant, Reclaim, Revoke
 
@@ -100,6 +100,13 @@ STUCK_SHARDS = Gauge(
 LEADER = Gauge(
     "streamconsumer_leader",
     "1 on the replica that leads (reconciles, serves workers), 0 on a standby.",
+    registry=REGISTRY,
+)
+LOOP_LAG = Histogram(
+    "streamconsumer_event_loop_lag_seconds",
+    "How late the operator's event loop ran a wake-up due now (sampled every second). "
+    "Past a second, lease renewals, status writes and worker calls all wait behind it.",
+    buckets=(0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
     registry=REGISTRY,
 )
 _GAUGES = (MAX_SECONDS_BEHIND, WORKERS, OPEN_SHARDS, BLOCKED_SHARDS, STUCK_SHARDS)

@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import math
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol, cast
 
@@ -240,8 +241,12 @@ class ElectionDriver:
 
 
 class Elector:
-    """The production host of an ElectionDriver, on asyncio; its lock calls run on the
-    election's own thread pool, so no other work can delay a renewal."""
+    """The production host of an ElectionDriver, on a thread and asyncio loop of its own:
+    the operator's loop runs every consumer, and at a few hundred of them it can lag
+    seconds behind, which must never let a term lapse (client-go's elector, like KCL's
+    lease renewer, runs apart for the same reason). Its lock calls run on the election's
+    thread pool. The operator's loop reads `leading`/`lost` and awaits `next_change`;
+    the driver's state is only ever touched under one lock."""
 
     def __init__(
         self,
@@ -251,27 +256,82 @@ class Elector:
     ) -> None:
         self._lock = lock
         self._clock = clock
-        self._changed = asyncio.Event()  # for until_leading / next_change
-        self._woken = asyncio.Event()  # for run
+        self._guard = threading.Lock()  # the driver's state: its thread, and the caller's
         self._resigning = False
-        jobs = ThreadJobs(executors.ELECTION, self._notify)
-        timeout = election.timing.retry_seconds + 1.0  # the lock's own timeout, and a margin
-        self.driver = ElectionDriver(lock, election, jobs, clock, self._notify, timeout)
-        self._jobs = jobs
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._woken.set()
+        self._campaign: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the election's own
+        self._woken: asyncio.Event | None = None  # on the election's loop: run() wakes
+        self._caller: asyncio.AbstractEventLoop | None = None  # the operator's
+        self._changed: asyncio.Event | None = None  # on the operator's loop
+        self._timeout = election.timing.retry_seconds + 1.0  # the lock's own, and a margin
+        self._thread_jobs = ThreadJobs(executors.ELECTION, self._notify)
+        jobs = _Guarded(self._thread_jobs, self._guard)
+        self.driver = ElectionDriver(lock, election, jobs, clock, self._notify, self._timeout)
 
     @property
     def identity(self) -> str:
         return self.driver.identity
 
     def leading(self) -> bool:
-        return self.driver.leading()
+        with self._guard:
+            return self.driver.leading()
 
     def lost(self) -> bool:
-        return self.driver.lost()
+        with self._guard:
+            return self.driver.lost()
+
+    def start(self) -> None:
+        """Campaigns, then renews, on the election's thread, until the term is over or
+        `resign`/`stop`. Call from the operator's loop: changes are reported to it."""
+        self._caller = asyncio.get_running_loop()
+        self._changed = asyncio.Event()
+        started = threading.Event()
+        self._campaign = threading.Thread(
+            target=lambda: asyncio.run(self._run(started)), name="election", daemon=True
+        )
+        self._campaign.start()
+        started.wait()
+
+    async def stop(self) -> None:
+        """Ends the campaign (the process is exiting); a term still running just lapses."""
+        self._resigning = True
+        self._wake()
+        if self._campaign is not None:
+            await asyncio.to_thread(self._campaign.join, self._timeout + 1.0)
+
+    async def _run(self, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._woken = asyncio.Event()
+        started.set()
+        try:
+            while not self._resigning and not self.lost():
+                with self._guard:
+                    self.driver.tick()
+                    due = self.driver.until_due()
+                self._woken.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._woken.wait(), due)
+        finally:
+            self._thread_jobs.cancel()
+            self._report()  # wake next_change: the campaign is over
+
+    def _notify(self) -> None:
+        """Something changed (on the election's loop): run again, and tell the caller."""
+        if self._woken is not None:
+            self._woken.set()
+        self._report()
+
+    def _report(self) -> None:
+        caller, changed = self._caller, self._changed
+        if caller is not None and changed is not None:
+            with contextlib.suppress(RuntimeError):  # the operator's loop closed: exiting
+                caller.call_soon_threadsafe(changed.set)
+
+    def _wake(self) -> None:
+        loop, woken = self._loop, self._woken
+        if loop is not None and woken is not None:
+            with contextlib.suppress(RuntimeError):  # its loop is over already
+                loop.call_soon_threadsafe(woken.set)
 
     async def until_leading(self) -> None:
         """Returns once leading, or once the campaign is over (a term won and lost before
@@ -281,28 +341,19 @@ class Elector:
 
     async def next_change(self) -> None:
         """Returns after the next round (or the end of the campaign)."""
+        assert self._changed is not None, "start() first"
         self._changed.clear()
         await self._changed.wait()
-
-    async def run(self) -> None:
-        """Campaigns, then renews, until the term is over, or resigned, or cancelled."""
-        try:
-            while not self._resigning and not self.lost():
-                self.driver.tick()
-                self._woken.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._woken.wait(), self.driver.until_due())
-            self._notify()  # wake next_change
-        finally:
-            self._jobs.cancel()
 
     async def resign(self) -> None:
         """Steps down now (a rolling upgrade): frees the Lease so a standby takes over at
         its next read rather than after a whole lease duration."""
         self._resigning = True
-        if not self.leading():
-            return
-        self.driver.election.resigned()
+        self._wake()
+        with self._guard:
+            if not self.driver.leading():
+                return
+            self.driver.election.resigned()
         try:
             record = await executors.run_in(executors.ELECTION, self._lock.get)
             if record is not None and record.holder == self.identity:
@@ -312,7 +363,24 @@ class Elector:
                 log.info("%s: the lease is free", self.identity)
         except (LockConflict, ApiException, HTTPError, OSError) as error:
             log.info("leader election: could not free the lease: %s", error)
-        self._changed.set()
+        if self._changed is not None:
+            self._changed.set()
+
+
+class _Guarded:
+    """Jobs whose outcomes reach the driver under `guard` (they arrive on the election's
+    loop while the operator's loop may be reading the driver)."""
+
+    def __init__(self, jobs: Jobs, guard: threading.Lock) -> None:
+        self._jobs = jobs
+        self._guard = guard
+
+    def start(self, job: Job[Any]) -> None:
+        def done(outcome: Outcome[Any]) -> None:
+            with self._guard:
+                job.done(outcome)
+
+        self._jobs.start(Job(job.kind, job.call, job.timeout, done))
 
 
 class LeaderLabel:
