@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from kubernetes import client as k8s
@@ -32,6 +33,7 @@ from bench.simulated_workers import (
 from bench.system import StatusWatch, exists, namespace
 from streamconsumer.controller.config import OperatorConfig
 from testbed.kinesis import KinesisEmulator, create_stream
+from testbed.operator_process import OperatorProcess
 from testbed.scenario import Scenario
 from testbed.waiting import wait_for
 
@@ -51,6 +53,18 @@ PRODUCTION_TIMING = {  # not the test bed's brisk ones: an operator as the chart
         "shard_sync_seconds",
     )
 }
+
+
+def loop_lag(operator: OperatorProcess) -> dict[str, float]:
+    """The operator's event loop lag since it started (metrics.LOOP_LAG): the mean, and
+    the share of wake-ups more than a second late."""
+    name = "streamconsumer_event_loop_lag_seconds"
+    count = operator.metric(f"{name}_count") or 0.0
+    within = operator.metric(f"{name}_bucket", le="1.0") or 0.0
+    total = operator.metric(f"{name}_sum") or 0.0
+    if not count:
+        return {"mean": float("nan"), "over_1s": float("nan")}
+    return {"mean": total / count, "over_1s": 1 - within / count}
 
 
 def main() -> None:
@@ -89,15 +103,16 @@ def main() -> None:
             tokens[name] = worker_tokens(core, ns, name, account, WORKERS)
             if n % 50 == 49:
                 print(f"  {n + 1} consumers created, their workers' tokens issued")
-        assert scenario.operator is not None
-        assert scenario.operator.server is not None
-        pid = scenario.operator.server.pid
-        url = f"{scenario.operator.url}/v1/namespaces/{ns}/streamconsumers"
+        operator = scenario.operator
+        assert operator is not None
+        assert operator.server is not None
+        pid = operator.server.pid
+        url = f"{operator.url}/v1/namespaces/{ns}/streamconsumers"
         watch = StatusWatch(api, ns, None).start()
         cleanup.callback(watch.stop)
         calls = Calls()
 
-        async def run() -> dict[str, float]:
+        async def run() -> dict[str, Any]:
             warmup = 3 * CYCLE_SECONDS + 10
             start = time.monotonic()
             deadline = start + warmup + WINDOW_SECONDS
@@ -136,12 +151,17 @@ def main() -> None:
                     "db": (etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes") - before["db"])
                     / wall,
                     "rss": peak_rss_mib(pid),
+                    "lag": loop_lag(operator),
+                    "leading": operator.metric("streamconsumer_leader") == 1.0,
                 }
                 await asyncio.gather(*tasks)
             return figures
 
         m = asyncio.run(run())
-        owned = sum(len(scenario.consumers.get(n)["status"].get("workers") or {}) for n in names)
+        owned = sum(
+            len(scenario.consumers.get(n).get("status", {}).get("workers") or {}) for n in names
+        )
+        led = m["leading"] and operator.exit_code() is None
         floor = m["checkpoints"] * SHARD_ID_AND_SEQUENCE
         print(f"  over {WINDOW_SECONDS:.0f} s ({owned} workers listed as holding shards):")
         print(
@@ -154,6 +174,11 @@ def main() -> None:
         print(f"  status writes              {m['writes']:8.1f} /s")
         print(f"  operator CPU               {m['cores']:8.2f} cores")
         print(f"  operator peak memory       {m['rss']:8.0f} MiB")
+        print(
+            f"  operator event loop late   {m['lag']['mean']:8.2f} s on average, "
+            f"{m['lag']['over_1s']:.0%} of wake-ups over 1 s"
+        )
+        print(f"  operator led throughout    {'yes' if led else 'NO: it lost its Lease'}")
         print(
             f"  etcd WAL                   {m['wal'] / 1024:8.1f} KiB/s  "
             f"({m['wal'] / floor:.2f}x the checkpoints' bytes)"
@@ -168,6 +193,8 @@ def main() -> None:
                 "many_consumers_etcd_wal_kib_per_second": round(m["wal"] / 1024, 1),
                 "many_consumers_etcd_amplification": round(m["wal"] / floor, 2),
                 "many_consumers_etcd_db_growth_kib_per_second": round(m["db"] / 1024, 1),
+                "many_consumers_loop_lag_mean_seconds": round(m["lag"]["mean"], 3),
+                "many_consumers_operator_led_throughout": led,
             }
         )
 

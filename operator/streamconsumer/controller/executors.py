@@ -16,8 +16,16 @@ T = TypeVar("T")
 
 ELECTION = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="election")
 AUTH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="token-review")
-CONSUMER_THREADS = 16  # listings, probes, status writes, scaling of every consumer
+# Every consumer's status writes and scale calls (Kubernetes)...
+CONSUMER_THREADS = 16
 CONSUMERS = concurrent.futures.ThreadPoolExecutor(CONSUMER_THREADS, thread_name_prefix="consumer")
+# ...apart from their shard listings and backlog probes (Kinesis, DynamoDB Streams): at
+# 200 consumers on a slow stream endpoint, probes held every shared thread until each
+# status write's timeout passed before it was taken up, and no consumer ever served.
+STREAM_CALL_THREADS = 16
+STREAM_CALLS = concurrent.futures.ThreadPoolExecutor(
+    STREAM_CALL_THREADS, thread_name_prefix="stream-call"
+)
 KUBERNETES = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubernetes")
 # Describing streams whose checkpoints are resumed or kept: a leader that takes over loads
 # every consumer at once, and an unreachable AWS must not hold the consumers' threads.

@@ -22,7 +22,7 @@ from urllib3.exceptions import HTTPError
 from streamconsumer.controller import executors, metrics, names
 from streamconsumer.controller.apply import AUTOSCALER, apply
 from streamconsumer.controller.aws.access import guarded
-from streamconsumer.controller.consumer.driver import ConsumerDriver, Timeouts, load
+from streamconsumer.controller.consumer.driver import STREAM_JOBS, ConsumerDriver, Timeouts, load
 from streamconsumer.controller.consumer.jobs import ThreadJobs
 from streamconsumer.controller.consumer.loop import ConsumerLoop, Event, LoopSettings
 from streamconsumer.controller.consumer.registry import ManagedConsumer
@@ -90,7 +90,8 @@ async def consume(
             name,
         )
         consumer = ManagedConsumer(namespace, name, loop, owner=body)
-        jobs = ThreadJobs(executors.CONSUMERS, consumer.wake)
+        stream_calls = {kind: executors.STREAM_CALLS for kind in STREAM_JOBS}
+        jobs = ThreadJobs(executors.CONSUMERS, consumer.wake, by_kind=stream_calls)
         driver = ConsumerDriver(
             namespace,
             name,

@@ -47,6 +47,10 @@ from streamconsumer.sources.base import StreamSource
 from streamconsumer.sources.registry import selected
 
 log = logging.getLogger(__name__)
+
+# The kinds of job that call the stream's API (Kinesis, DynamoDB Streams), not Kubernetes.
+LISTING, PROBE = "listing", "probe"
+STREAM_JOBS = (LISTING, PROBE)
 SourceFactory = Callable[[Source], StreamSource]
 EventSink = Callable[[Event], None]
 
@@ -115,13 +119,13 @@ class ConsumerDriver:
             self._source_spec = coordinator.spec.source
             self._source = self._make_source(self._source_spec)
             self._advice = selected(self._source_spec)[0].errors
-        if "listing" not in self._busy and loop.sync_due(now):
+        if LISTING not in self._busy and loop.sync_due(now):
             known = tuple(coordinator.shards)
             listing = functools.partial(list_stream, self._source, loop.sync_started(now), known)
-            self._start(Job("listing", listing, self._timeouts.listing, self._listed))
-        if "probe" not in self._busy and (probes := loop.probes_due(now)):
+            self._start(Job(LISTING, listing, self._timeouts.listing, self._listed))
+        if PROBE not in self._busy and (probes := loop.probes_due(now)):
             call = functools.partial(_measure, self._source, probes)
-            self._start(Job("probe", call, self._timeouts.listing, self._probed))
+            self._start(Job(PROBE, call, self._timeouts.listing, self._probed))
         for action in loop.step(self._clock()):
             metrics.count_action(self.namespace, self.name, action)
         self._gauges.update(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -48,20 +48,28 @@ class Jobs(Protocol):
 
 
 class ThreadJobs:
-    """The driver's Jobs on a thread pool. A job past its timeout is answered
-    TimeoutError at once; its thread runs on until the call's own timeout ends it (every
-    call the driver makes has one) and holds one of the pool's threads meanwhile, so
-    abandoned threads are bounded by the pool's size. A job still queued when its
-    timeout comes never runs."""
+    """The driver's Jobs on thread pools: `executor`, or the one `by_kind` names for the
+    job's kind (so that a slow stream's calls never queue a status write). A job past its
+    timeout is answered TimeoutError at once; its thread runs on until the call's own
+    timeout ends it (every call the driver makes has one) and holds one of the pool's
+    threads meanwhile, so abandoned threads are bounded by the pool's size. A job still
+    queued when its timeout comes never runs."""
 
-    def __init__(self, executor: concurrent.futures.Executor, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        executor: concurrent.futures.Executor,
+        wake: Callable[[], None],
+        by_kind: Mapping[str, concurrent.futures.Executor] | None = None,
+    ) -> None:
         self._executor = executor
+        self._by_kind = dict(by_kind or {})
         self._wake = wake
         self._tasks: set[asyncio.Task[Any]] = set()
         self._cancelled = False
 
     def start(self, job: Job[Any]) -> None:
-        running = asyncio.get_running_loop().run_in_executor(self._executor, job.call)
+        executor = self._by_kind.get(job.kind, self._executor)
+        running = asyncio.get_running_loop().run_in_executor(executor, job.call)
         task = asyncio.create_task(asyncio.wait_for(running, job.timeout), name=f"job-{job.kind}")
         self._tasks.add(task)
 
