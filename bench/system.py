@@ -334,6 +334,7 @@ class StatusWatch(BackgroundLoop):
     def __init__(self, api: k8s.ApiClient, ns: str, name: str | None) -> None:
         self._api, self._ns, self._name = api, ns, name
         self.count = 0
+        self.gaps = 0  # times the watch failed: writes meanwhile went uncounted
         super().__init__()
 
     def _run(self) -> None:
@@ -342,22 +343,28 @@ class StatusWatch(BackgroundLoop):
         only = {"field_selector": f"metadata.name={self._name}"} if self._name else {}
         while not self._stopping.is_set():
             stream = watch.Watch()  # type: ignore[no-untyped-call]
-            for event in stream.stream(  # type: ignore[no-untyped-call]
-                objects.list_namespaced_custom_object,
-                GROUP,
-                VERSION,
-                self._ns,
-                PLURAL,
-                timeout_seconds=2,
-                **only,
-            ):
-                name = event["object"]["metadata"]["name"]
-                status = event["object"].get("status")
-                if event["type"] == "MODIFIED" and status != last.get(name):
-                    self.count += 1
-                last[name] = status
-                if self._stopping.is_set():
-                    break
+            try:
+                for event in stream.stream(  # type: ignore[no-untyped-call]
+                    objects.list_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    self._ns,
+                    PLURAL,
+                    timeout_seconds=2,
+                    **only,
+                ):
+                    name = event["object"]["metadata"]["name"]
+                    status = event["object"].get("status")
+                    if event["type"] == "MODIFIED" and status != last.get(name):
+                        self.count += 1
+                    last[name] = status
+                    if self._stopping.is_set():
+                        break
+            except k8s.exceptions.ApiException as error:
+                # A loaded apiserver's watch cache lags ("Too large resource version",
+                # 504): watch again; the writes in between are not counted.
+                self.gaps += 1
+                print(f"  (status watch: {error.status} {error.reason}; watching again)")
 
 
 def main() -> None:

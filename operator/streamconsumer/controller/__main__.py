@@ -71,7 +71,8 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             api_client,
             config.namespace,
             config.leader_lease_name,
-            timeout=config.leader_retry_seconds,
+            # A call may take up to a leader's whole term (ElectionDriver._call_timeout).
+            timeout=config.leader_renew_deadline_seconds,
         )
         election = Election(config.identity(), config.election_timing(), time.monotonic())
         elector = Elector(lock, election, time.monotonic)

@@ -14,7 +14,9 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-ELECTION = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="election")
+# A Lease call may run a whole renew deadline on a slow apiserver (leadership.py), a
+# round starts every retry period: room for the calls of a deadline, and a resignation.
+ELECTION = concurrent.futures.ThreadPoolExecutor(max_workers=6, thread_name_prefix="election")
 AUTH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="token-review")
 # Every consumer's status writes and scale calls (Kubernetes)...
 CONSUMER_THREADS = 16

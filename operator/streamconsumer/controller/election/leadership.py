@@ -181,13 +181,20 @@ class ElectionDriver:
         if self._busy or self.lost() or self._clock() < self._next_round_at:
             return
         self._busy = True
-        self._jobs.start(Job("lease-read", self._lock.get, self._timeout, self._read))
+        self._jobs.start(Job("lease-read", self._lock.get, self._call_timeout(), self._read))
 
     def until_due(self) -> float:
         """Seconds until `tick` has something to do (a round under way: its timeout)."""
         if self._busy:
-            return self._timeout
+            return self._call_timeout()
         return max(0.0, self._next_round_at - self._clock())
+
+    def _call_timeout(self) -> float:
+        """A leader waits on a slow apiserver for as long as its term has left (as
+        client-go's renewal does): a renewal that lands late still counts from when it
+        was sent, and a call abandoned sooner would end a term the apiserver could
+        still have renewed. A candidate gives up after `timeout`."""
+        return max(self._timeout, self.election.term_left(self._clock()))
 
     def _read(self, outcome: Outcome[LeaseRecord | None]) -> None:
         if self.lost():
@@ -208,7 +215,7 @@ class ElectionDriver:
             self._lock.swap, action, self.identity, self.election.timing.lease_seconds
         )
         swapped = functools.partial(self._swapped, action, sent_at)
-        self._jobs.start(Job("lease-swap", swap, self._timeout, swapped))
+        self._jobs.start(Job("lease-swap", swap, self._call_timeout(), swapped))
 
     def _swapped(self, action: Action, sent_at: float, outcome: Outcome[LeaseRecord]) -> None:
         try:
@@ -224,7 +231,7 @@ class ElectionDriver:
 
     def _failed(self, error: BaseException) -> None:
         if not isinstance(error, LockConflict):
-            log.info("leader election: %s", error or type(error).__name__)
+            log.info("leader election: %s", str(error) or type(error).__name__)
         self.election.swap_failed(Action(Act.WAIT))
         self._done()
 
