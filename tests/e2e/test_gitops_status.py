@@ -78,11 +78,14 @@ def rolled_out(apps: k8s.AppsV1Api, scenario: Scenario) -> bool:
 def rolls_out_unseen(verdicts: Verdicts, apps: k8s.AppsV1Api) -> None:
     """A new spec's rollout: never Current (nor Healthy) while the Deployment still rolls
     out, then Current for that generation. The object is read first: a rollout found
-    unfinished after it was unfinished then."""
+    unfinished after it was unfinished then. Both are read before kstatus runs (a
+    process: on a loaded machine a short rollout ended while it ran)."""
     scenario, seen_rolling, deadline = verdicts.scenario, 0, time.monotonic() + 90
     while time.monotonic() < deadline:
-        said = verdicts.of(body := verdicts.live())
-        if not rolled_out(apps, scenario):
+        body = verdicts.live()
+        rolling = not rolled_out(apps, scenario)
+        said = verdicts.of(body)
+        if rolling:
             seen_rolling += 1
             assert said == ("InProgress", "Progressing"), verdicts.details()
         elif said == ("Current", "Healthy"):
