@@ -61,14 +61,15 @@ def _always() -> bool:
 
 
 async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
-    api_client = handlers.kube_client()
+    api_client = handlers.kube_client(executors.KUBERNETES_CALLERS)
     registry = Registry(time.monotonic, config.startup_grace_seconds)
     elector: Elector | None = None
     lifecycle = Lifecycle()
     leading: Callable[[], bool] = _always
     if config.leader_election:
         lock = KubeLeaseLock(
-            api_client,
+            # A client of its own: a renewal never shares a connection with the rest.
+            handlers.kube_client(executors.ELECTION_THREADS),
             config.namespace,
             config.leader_lease_name,
             # A call may take up to a leader's whole term (ElectionDriver._call_timeout).

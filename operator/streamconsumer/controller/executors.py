@@ -16,8 +16,10 @@ T = TypeVar("T")
 
 # A Lease call may run a whole renew deadline on a slow apiserver (leadership.py), a
 # round starts every retry period: room for the calls of a deadline, and a resignation.
-ELECTION = concurrent.futures.ThreadPoolExecutor(max_workers=6, thread_name_prefix="election")
-AUTH = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="token-review")
+ELECTION_THREADS = 6
+ELECTION = concurrent.futures.ThreadPoolExecutor(ELECTION_THREADS, thread_name_prefix="election")
+AUTH_THREADS = 4
+AUTH = concurrent.futures.ThreadPoolExecutor(AUTH_THREADS, thread_name_prefix="token-review")
 # Every consumer's status writes and scale calls (Kubernetes)...
 CONSUMER_THREADS = 16
 CONSUMERS = concurrent.futures.ThreadPoolExecutor(CONSUMER_THREADS, thread_name_prefix="consumer")
@@ -28,13 +30,22 @@ STREAM_CALL_THREADS = 16
 STREAM_CALLS = concurrent.futures.ThreadPoolExecutor(
     STREAM_CALL_THREADS, thread_name_prefix="stream-call"
 )
-KUBERNETES = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="kubernetes")
+KUBERNETES_THREADS = 4
+KUBERNETES = concurrent.futures.ThreadPoolExecutor(
+    KUBERNETES_THREADS, thread_name_prefix="kubernetes"
+)
 # Describing streams whose checkpoints are resumed or kept: a leader that takes over loads
 # every consumer at once, and an unreachable AWS must not hold the consumers' threads.
 STREAMS = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="describe")
 # Reading and checking lease tables (a status, a kept ConfigMap): CPU and memory bounded
 # per table, and by two tables at once, whatever a takeover or the tenants ask for.
-TABLES = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="tables")
+TABLES_THREADS = 2
+TABLES = concurrent.futures.ThreadPoolExecutor(TABLES_THREADS, thread_name_prefix="tables")
+# The threads that may call the apiserver at once through the operator's client, besides
+# the election's own: its connection pool keeps one connection for each. At 10 (the
+# client's default, 5 a core) a busy operator discarded connections by the hundred and
+# opened new ones, each a TLS handshake for it and the apiserver.
+KUBERNETES_CALLERS = AUTH_THREADS + CONSUMER_THREADS + KUBERNETES_THREADS + TABLES_THREADS
 
 
 async def run_in(executor: concurrent.futures.Executor, call: Callable[[], T]) -> T:

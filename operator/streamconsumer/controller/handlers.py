@@ -41,12 +41,16 @@ CATCH_UP_SECONDS = 5.0  # a spec change kopf took as handled is applied within t
 _T = TypeVar("_T")
 
 
-def kube_client() -> k8s.ApiClient:
+def kube_client(connections: int) -> k8s.ApiClient:
+    """A client of the pod's (or the kubeconfig's) credentials keeping up to
+    `connections` connections to the apiserver: one for each thread that calls it."""
     try:
         k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
     except k8s_config.ConfigException:
         k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
-    return k8s.ApiClient()
+    configuration = k8s.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = connections
+    return k8s.ApiClient(configuration)
 
 
 @kopf.on.startup()
