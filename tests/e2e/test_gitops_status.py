@@ -121,6 +121,10 @@ def test_flux_and_argocd_see_what_really_runs(scenario: Scenario, kstatus: Path)
     finally:
         scenario.operator.resume()
 
+    # New pods take 3 s to be Ready, as containers do on a node: the local kubelet's are
+    # at once, and a rollout then ended before any reading could see it under way.
+    assert scenario.kubelet is not None
+    scenario.kubelet.ready_after_seconds = 3.0
     rolls_out_unseen(verdicts, apps)
 
     scenario.consumers.patch(scenario.name, {"spec": {"replicas": 0}})

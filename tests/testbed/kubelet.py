@@ -72,6 +72,9 @@ class LocalKubelet:
         self.extra_env = extra_env or {}
         self.pod_env = pod_env
         self.pods: dict[str, RunningPod] = {}
+        # A pod started from now on is Ready this long after it runs (a container that
+        # takes time to start): 0, at once. A rollout is then seen under way, as on a node.
+        self.ready_after_seconds = 0.0
         # Pods whose process ended on its own: exit status, and when it was seen (≤0.2 s late).
         self.exits: dict[str, tuple[int, float]] = {}
         self._lock = threading.Lock()
@@ -206,6 +209,17 @@ class LocalKubelet:
             if not pod["spec"].get("nodeName"):
                 self._bind(name)
             self.pods[name] = self._launch(pod)
+            delay = self.ready_after_seconds
+        self._set_phase(name, "Running", ready=not delay)
+        if delay:
+            timer = threading.Timer(delay, self._ready, (name, self.pods[name]))
+            timer.daemon = True
+            timer.start()
+
+    def _ready(self, name: str, started: RunningPod) -> None:
+        with self._lock:
+            if self._stopped.is_set() or self.pods.get(name) is not started:
+                return  # stopped or deleted meanwhile
         self._set_phase(name, "Running", ready=True)
 
     def _deleted(self, pod: Pod) -> None:
