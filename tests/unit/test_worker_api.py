@@ -674,3 +674,42 @@ def test_a_call_whose_term_ends_while_its_token_is_reviewed_changes_nothing() ->
     assert status == 503, f"a replica that no longer leads answered {answer}"
     assert answer["error"] == "unavailable"
     assert (coordinator.leases["s0"], coordinator.version) == before
+
+
+def test_a_caller_gone_mid_body_is_logged_as_such_not_as_a_failure(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker (or a proxy) that gives up while sending its body leaves an INFO line,
+    not an ERROR with a stack trace: at 200 consumers those buried the real failures."""
+    from streamconsumer.controller.consumer.loop import ConsumerLoop, LoopSettings
+
+    from .moments import CREATED
+
+    clock = Clock()
+    registry = Registry(clock, startup_grace=0.0)
+    registry.leading()
+    coordinator = LeaseCoordinator(consumer_spec(), DurableState(), clock(), created=CREATED)
+    loop = ConsumerLoop("c", coordinator, LoopSettings(), lambda: 1)
+    fence = loop.write_due(clock())
+    assert fence is not None
+    loop.write_succeeded(fence, clock())
+
+    async def call() -> None:
+        registry.add(ManagedConsumer("n", "c", loop))
+        api = WorkerApi(registry, Accepting(), clock)
+        async with TestServer(api.app()) as server:
+            _, writer = await asyncio.open_connection(server.host, server.port)
+            writer.write(
+                b"POST /v1/namespaces/n/streamconsumers/c/heartbeat HTTP/1.1\r\n"
+                b"Host: x\r\nAuthorization: Bearer t\r\nContent-Type: application/json\r\n"
+                b'Content-Length: 1000\r\n\r\n{"worker"'
+            )
+            await writer.drain()
+            await asyncio.sleep(0.2)
+            writer.close()  # gone before the other 990 bytes
+            await asyncio.sleep(0.3)
+
+    with caplog.at_level("INFO"):
+        asyncio.run(call())
+    assert "the caller went away" in caplog.text
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text

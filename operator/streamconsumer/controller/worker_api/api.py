@@ -72,6 +72,9 @@ async def _wire(
         if raised.status < 400 or raised.status >= 500:
             raise
         return _response(answers.error(raised.status, raised.reason))
+    except ConnectionResetError:  # the caller gave up mid-request: the answer goes nowhere
+        log.info("%s %s: the caller went away", request.method, request.path)
+        return _response(answers.error(500, "the caller went away", "internal"))
     except Exception:
         log.exception("%s %s failed", request.method, request.path)
         return _response(answers.error(500, "the operator failed to answer; retry", "internal"))
