@@ -135,6 +135,7 @@ def main() -> None:
                     "checkpoints": calls.checkpoints,
                     "heartbeats": calls.heartbeats,
                     "refused": calls.refused,
+                    "failed": calls.failed_checkpoints,
                     "wal": etcd_metric(plane, "etcd_disk_wal_write_bytes_total"),
                     "db": etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes"),
                 }
@@ -146,6 +147,8 @@ def main() -> None:
                     "checkpoints": (calls.checkpoints - before["checkpoints"]) / wall,
                     "heartbeats": (calls.heartbeats - before["heartbeats"]) / wall,
                     "refused": calls.refused - before["refused"],
+                    "failed": calls.failed_checkpoints - before["failed"],
+                    "slowest": calls.slowest,
                     "wal": (etcd_metric(plane, "etcd_disk_wal_write_bytes_total") - before["wal"])
                     / wall,
                     "db": (etcd_metric(plane, "etcd_mvcc_db_total_size_in_bytes") - before["db"])
@@ -163,6 +166,7 @@ def main() -> None:
         )
         led = m["leading"] and operator.exit_code() is None
         floor = m["checkpoints"] * SHARD_ID_AND_SEQUENCE
+        ratio = m["wal"] / floor if floor else float("nan")  # none saved: no ratio
         print(f"  over {WINDOW_SECONDS:.0f} s ({owned} workers listed as holding shards):")
         print(
             f"  checkpoints saved          {m['checkpoints']:8.1f} /s  ({floor / 1024:.1f} KiB/s)"
@@ -170,6 +174,10 @@ def main() -> None:
         print(
             f"  heartbeats                 {m['heartbeats']:8.1f} /s  "
             f"({m['refused']:.0f} refused in the window)"
+        )
+        print(
+            f"  checkpoints failed         {m['failed']:8.0f}     "
+            f"(slowest call {m['slowest']:.1f} s, of the whole run)"
         )
         print(f"  status writes              {m['writes']:8.1f} /s")
         print(f"  operator CPU               {m['cores']:8.2f} cores")
@@ -181,7 +189,7 @@ def main() -> None:
         print(f"  operator led throughout    {'yes' if led else 'NO: it lost its Lease'}")
         print(
             f"  etcd WAL                   {m['wal'] / 1024:8.1f} KiB/s  "
-            f"({m['wal'] / floor:.2f}x the checkpoints' bytes)"
+            f"({ratio:.2f}x the checkpoints' bytes)"
         )
         print(f"  etcd db growth             {m['db'] / 1024:8.1f} KiB/s")
         record(
@@ -191,7 +199,7 @@ def main() -> None:
                 "many_consumers_status_writes_per_second": round(m["writes"], 1),
                 "many_consumers_checkpoints_per_second": round(m["checkpoints"], 1),
                 "many_consumers_etcd_wal_kib_per_second": round(m["wal"] / 1024, 1),
-                "many_consumers_etcd_amplification": round(m["wal"] / floor, 2),
+                "many_consumers_etcd_amplification": round(ratio, 2),
                 "many_consumers_etcd_db_growth_kib_per_second": round(m["db"] / 1024, 1),
                 "many_consumers_loop_lag_mean_seconds": round(m["lag"]["mean"], 3),
                 "many_consumers_operator_led_throughout": led,

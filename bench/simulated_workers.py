@@ -9,6 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from kubernetes import client as k8s
@@ -53,6 +54,19 @@ class Calls:
     checkpoints: int = 0
     heartbeats: int = 0
     refused: int = 0  # heartbeats answered other than 200
+    failed_checkpoints: int = 0  # answered other than 200, or not at all
+    slowest: float = 0.0  # seconds, the slowest call answered or given up on
+
+
+async def _post(http: httpx.AsyncClient, url: str, body: Any, token: str, calls: Calls) -> Any:
+    """The call's answer; 599 when none came (a worker retries the next cycle)."""
+    started = time.monotonic()
+    try:
+        return await http.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError:
+        return httpx.Response(599)
+    finally:
+        calls.slowest = max(calls.slowest, time.monotonic() - started)
 
 
 async def simulate_worker(
@@ -69,13 +83,9 @@ async def simulate_worker(
     and checkpoints each shard it holds at each cycle."""
     held: dict[str, int] = {}
     sequence = 0
-    headers = {"Authorization": f"Bearer {token}"}
     while time.monotonic() < deadline:
         beat = {"worker": name, "held": [{"shardId": s, "epoch": e} for s, e in held.items()]}
-        try:
-            answer = await http.post(f"{base}/heartbeat", json=beat, headers=headers)
-        except httpx.HTTPError:
-            answer = httpx.Response(599)
+        answer = await _post(http, f"{base}/heartbeat", beat, token, calls)
         calls.heartbeats += 1
         if answer.status_code != 200:  # not loaded yet, or overloaded: as a worker, later
             calls.refused += 1
@@ -93,7 +103,7 @@ async def simulate_worker(
                     "epoch": revocation["epoch"],
                     "release": True,
                 }
-                await http.post(f"{base}/checkpoint", json=release, headers=headers)
+                await _post(http, f"{base}/checkpoint", release, token, calls)
         sequence += 1
         for shard, epoch in list(held.items()):
             body = {
@@ -102,10 +112,10 @@ async def simulate_worker(
                 "epoch": epoch,
                 "sequenceNumber": str(10**55 + sequence),  # Kinesis' 56 digits
             }
-            if (
-                await http.post(f"{base}/checkpoint", json=body, headers=headers)
-            ).status_code == 200:
+            if (await _post(http, f"{base}/checkpoint", body, token, calls)).status_code == 200:
                 calls.checkpoints += 1
+            else:
+                calls.failed_checkpoints += 1
         await asyncio.sleep(cycle_seconds)
 
 
