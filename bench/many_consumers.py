@@ -179,7 +179,10 @@ def main() -> None:
             f"  checkpoints failed         {m['failed']:8.0f}     "
             f"(slowest call {m['slowest']:.1f} s, of the whole run)"
         )
-        print(f"  status writes              {m['writes']:8.1f} /s")
+        print(
+            f"  status writes              {m['writes']:8.1f} /s"
+            + (f"  (undercounted: the watch broke {watch.gaps} times)" if watch.gaps else "")
+        )
         print(f"  operator CPU               {m['cores']:8.2f} cores")
         print(f"  operator peak memory       {m['rss']:8.0f} MiB")
         print(
