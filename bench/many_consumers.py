@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 from kubernetes import client as k8s
 
 from bench.etcd_cost import etcd_metric
@@ -27,6 +26,7 @@ from bench.simulated_workers import (
     Calls,
     cpu_seconds,
     peak_rss_mib,
+    pod_client,
     simulate_worker,
     worker_tokens,
 )
@@ -116,16 +116,25 @@ def main() -> None:
             warmup = 3 * CYCLE_SECONDS + 10
             start = time.monotonic()
             deadline = start + warmup + WINDOW_SECONDS
-            limits = httpx.Limits(max_connections=64)
-            async with httpx.AsyncClient(timeout=60, limits=limits) as http:
+            workers = [
+                (name, worker, token)
+                for name, named in tokens.items()
+                for worker, token in named.items()
+            ]
+            async with contextlib.AsyncExitStack() as clients:
                 tasks = [
                     asyncio.create_task(
                         simulate_worker(
-                            http, f"{url}/{name}", worker, token, CYCLE_SECONDS, deadline, calls
+                            await clients.enter_async_context(pod_client(index)),
+                            f"{url}/{name}",
+                            worker,
+                            token,
+                            CYCLE_SECONDS,
+                            deadline,
+                            calls,
                         )
                     )
-                    for name, workers in tokens.items()
-                    for worker, token in workers.items()
+                    for index, (name, worker, token) in enumerate(workers)
                 ]
                 await asyncio.sleep(warmup)
                 before = {

@@ -58,6 +58,17 @@ class Calls:
     slowest: float = 0.0  # seconds, the slowest call answered or given up on
 
 
+def pod_client(index: int, timeout: float = 60) -> httpx.AsyncClient:
+    """A client whose calls come from a loopback address of its own (127.0.x.y), as each
+    pod's come from its own IP: the operator budgets TokenReviews per source address,
+    and hundreds of workers behind one address would be one noisy neighbour instead."""
+    if not 0 <= index < 250 * 250:
+        raise ValueError(f"no loopback address for worker {index}")
+    address = f"127.0.{1 + index // 250}.{1 + index % 250}"
+    transport = httpx.AsyncHTTPTransport(local_address=address)
+    return httpx.AsyncClient(timeout=timeout, transport=transport)
+
+
 async def _post(http: httpx.AsyncClient, url: str, body: Any, token: str, calls: Calls) -> Any:
     """The call's answer; 599 when none came (a worker retries the next cycle)."""
     started = time.monotonic()

@@ -30,7 +30,13 @@ from kubernetes import watch
 
 from bench.results import record
 from bench.scratch import scratch_plane, with_the_crd
-from bench.simulated_workers import Calls, cpu_seconds, simulate_worker, worker_tokens
+from bench.simulated_workers import (
+    Calls,
+    cpu_seconds,
+    pod_client,
+    simulate_worker,
+    worker_tokens,
+)
 from streamconsumer.models import GROUP, PLURAL, VERSION
 from testbed.background import BackgroundLoop
 from testbed.controlplane import ControlPlane
@@ -276,17 +282,18 @@ def control_plane_at_scale(
     async def run() -> tuple[float, float, int, int]:
         warmup = time.monotonic() + 3 * lease / 3 + 5
         total = warmup + window
-        http = httpx.AsyncClient(timeout=30)
+        clients = [pod_client(index, timeout=30) for index in range(len(tokens))]
         tasks = [
             asyncio.create_task(simulate_worker(http, base, n, t, lease / 3, total, calls))
-            for n, t in tokens.items()
+            for http, (n, t) in zip(clients, tokens.items(), strict=True)
         ]
         await asyncio.sleep(warmup - time.monotonic())
         writes_before = watch.count
         cpu_before, wall_before = cpu_seconds(scenario.operator.server.pid), time.monotonic()  # type: ignore[union-attr]
         calls_before = calls.checkpoints
         await asyncio.gather(*tasks)
-        await http.aclose()
+        for http in clients:
+            await http.aclose()
         wall = time.monotonic() - wall_before
         cpu = cpu_seconds(scenario.operator.server.pid) - cpu_before  # type: ignore[union-attr]
         return wall, cpu, watch.count - writes_before, calls.checkpoints - calls_before
