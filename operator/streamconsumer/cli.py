@@ -5,7 +5,8 @@ leases and conditions, read from its status with your kubeconfig (install
 `streamconsumer reset NAME --to trim-horizon|latest|timestamp T [--shard ID] [--dry-run]`:
 move checkpoints, safely while workers run (owners hand off first).
 `streamconsumer checkpoints export NAME` / `import FILE [--name NAME]`: a lease table as
-JSON, out of a consumer and into the one a new consumer resumes from (docs/checkpoints.md)."""
+JSON, out of a consumer and into the one a new consumer resumes from (docs/checkpoints.md);
+`import --from-kcl-table TABLE --for MANIFEST`: a KCL application's, for the switch."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from rich.live import Live
 from rich.table import Table
 from urllib3.exceptions import HTTPError
 
-from streamconsumer import __version__, cli_checkpoints
+from streamconsumer import __version__, cli_checkpoints, cli_kcl
 from streamconsumer.controller import apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.leases.status import STATUS_ERRORS
@@ -209,10 +210,17 @@ def _seconds(value: str) -> float:
     except ValueError:
         seconds = 0.0
     if not seconds > 0:
-        raise argparse.ArgumentTypeError(
-            f"--timeout takes a number of seconds above 0, not {value!r}"
-        )
+        raise argparse.ArgumentTypeError(f"takes a number of seconds above 0, not {value!r}")
     return seconds
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        position = parse_position(["timestamp", value], datetime.now(UTC))
+    except ResetError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    assert position.timestamp is not None
+    return position.timestamp
 
 
 class _Position(argparse.Action):
@@ -283,11 +291,35 @@ def parser() -> argparse.ArgumentParser:
         parents=[cluster],
         help="keep an exported table for a new StreamConsumer to resume from",
     )
-    imported.add_argument("file", help="an exported table (- for standard input)")
+    imported.add_argument("file", nargs="?", help="an exported table (- for standard input)")
     imported.add_argument(
         "--name", default=None, type=name, help="for this consumer (default: the table's)"
     )
     imported.add_argument("--days", type=_days, default=7, help="how long it may be resumed from")
+    kcl = imported.add_argument_group(
+        "from KCL", "a KCL application's lease table in DynamoDB (docs/checkpoints.md#from-kcl)"
+    )
+    kcl.add_argument("--from-kcl-table", metavar="TABLE", help="the KCL application's table")
+    kcl.add_argument(
+        "--for",
+        dest="manifest",
+        metavar="MANIFEST",
+        help="the StreamConsumer (YAML) that goes on where KCL stopped",
+    )
+    kcl.add_argument(
+        "--at-timestamp",
+        type=_timestamp,
+        default=None,
+        help="for leases KCL started AT_TIMESTAMP: the time it was configured with",
+    )
+    kcl.add_argument(
+        "--watch",
+        type=_seconds,
+        default=cli_kcl.WATCH_SECONDS,
+        metavar="SECONDS",
+        help="how long to watch for a KCL worker renewing its leases (default "
+        f"{cli_kcl.WATCH_SECONDS:.0f}: KCL renews every third of failoverTimeMillis)",
+    )
     return top
 
 
@@ -296,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     args = arguments.parse_args(argv)
     # Every argument is checked before the kubeconfig is read (reset's --to too, by
     # `_Position`): a typo is a usage error on any machine.
+    if args.command == "checkpoints" and args.action == "import":
+        _check_import(arguments, args)
     console = Console()
     namespace = connect(args.kubeconfig, args.context, args.namespace)
     api = k8s.CustomObjectsApi()
@@ -334,6 +368,20 @@ def main(argv: list[str] | None = None) -> None:
         pass
 
 
+def _check_import(arguments: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An exported file, or a KCL table with the manifest of the consumer: not both."""
+    if args.from_kcl_table is None:
+        if args.file is None:
+            arguments.error("checkpoints import takes FILE, or --from-kcl-table and --for")
+        if args.manifest is not None or args.at_timestamp is not None:
+            arguments.error("--for and --at-timestamp go with --from-kcl-table")
+        return
+    if args.file is not None or args.name is not None:
+        arguments.error("--from-kcl-table takes no FILE nor --name: the manifest names both")
+    if args.manifest is None:
+        arguments.error("--from-kcl-table needs --for MANIFEST, the StreamConsumer to start")
+
+
 def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -> None:
     errors = Console(stderr=True)
     try:
@@ -342,11 +390,18 @@ def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -
             sys.stdout.write(text + "\n")
             errors.print(note)
             return
+        path = args.manifest if args.from_kcl_table else args.file
         try:
-            text = _bounded(sys.stdin) if args.file == "-" else _read(Path(args.file))
+            text = _bounded(sys.stdin) if path == "-" else _read(Path(path))
         except OSError as error:
-            sys.exit(f"streamconsumer: cannot read {args.file}: {error.strerror}")
-        console.print(cli_checkpoints.import_(text, namespace, args.name, args.days))
+            sys.exit(f"streamconsumer: cannot read {path}: {error.strerror}")
+        name = args.name
+        if args.from_kcl_table:
+            say = Console(stderr=True).print
+            text, name = cli_kcl.kcl_table(
+                args.from_kcl_table, text, namespace, args.days, args.at_timestamp, args.watch, say
+            )
+        console.print(cli_checkpoints.import_(text, namespace, name, args.days))
     except cli_checkpoints.CheckpointsError as error:
         sys.exit(f"streamconsumer: {error}")
 

@@ -35,6 +35,7 @@ from testbed.kinesis import (
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import PutRecordOutputTypeDef
 
 TRIM_HORIZON = StartPosition(type=StartPositionType.TRIM_HORIZON)
 
@@ -143,14 +144,19 @@ def test_reader_reaches_shard_end_with_children(kinesis: KinesisEmulator, stream
         assert records, "both parents got some of the 30 records"
 
 
-def test_kpl_aggregated_records_are_unpacked(kinesis: KinesisEmulator, stream_name: str) -> None:
-    client = kinesis.new_stream(stream_name, shards=1)
+def put_aggregate(client: KinesisClient, stream_name: str, parts: int) -> PutRecordOutputTypeDef:
+    """A KPL aggregate of `parts` user records (`user-<i>`, `payload-<i>`), put whole."""
     aggregator = RecordAggregator()
-    for i in range(5):
+    for i in range(parts):
         aggregator.add_user_record(f"user-{i}", b"payload-%d" % i)
     partition_key, _explicit_hash_key, data = aggregator.clear_and_get().get_contents()
+    return client.put_record(StreamName=stream_name, PartitionKey=partition_key, Data=data)
+
+
+def test_kpl_aggregated_records_are_unpacked(kinesis: KinesisEmulator, stream_name: str) -> None:
+    client = kinesis.new_stream(stream_name, shards=1)
     put_records(client, stream_name, [("plain", b"before")])
-    client.put_record(StreamName=stream_name, PartitionKey=partition_key, Data=data)
+    put_aggregate(client, stream_name, 5)
     put_records(client, stream_name, [("plain", b"after")])
 
     source = KinesisSource(client, StreamRef(name=stream_name))
@@ -166,6 +172,26 @@ def test_kpl_aggregated_records_are_unpacked(kinesis: KinesisEmulator, stream_na
     # part may store the aggregate's own sequence number.
     assert [r.checkpoint_sequence for r in parts[:-1]] == [records[0].sequence_number] * 4
     assert parts[-1].checkpoint_sequence == parts[-1].sequence_number
+
+
+def test_a_kcl_checkpoint_inside_an_aggregate_is_told_from_one_at_its_end(
+    kinesis: KinesisEmulator, stream_name: str
+) -> None:
+    """`aggregate_at` reads the record a KCL checkpoint names: how many user records it
+    holds (KCL's sub-sequence number counts them) and when it arrived."""
+    client = kinesis.new_stream(stream_name, shards=1)
+    put_records(client, stream_name, [("plain", b"before")])
+    aggregate = put_aggregate(client, stream_name, 5)
+    source = KinesisSource(client, StreamRef(name=stream_name))
+    shard = source.list_shards()[0].id
+    plain = drain(source.open_reader(shard, TRIM_HORIZON))[0][0]
+
+    parts, arrived = source.aggregate_at(shard, aggregate["SequenceNumber"])
+    assert parts == 5
+    assert abs((arrived - datetime.datetime.now(datetime.UTC)).total_seconds()) < 60
+    assert source.aggregate_at(shard, plain.sequence_number)[0] == 1
+    with pytest.raises(LookupError, match="holds no record"):
+        source.aggregate_at(shard, str(int(aggregate["SequenceNumber"]) + 1))
 
 
 def test_a_timestamp_ahead_of_the_stream_clock_reads_from_the_tip(

@@ -32,6 +32,15 @@ def no_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         (["pause", "clicks", "-n", "Team.A"], "not a Kubernetes namespace"),
         (["checkpoints", "import", "t.json", "--days", "0"], "1 to 365"),
         (["status"], "the following arguments are required: name"),
+        (["checkpoints", "import"], "FILE, or --from-kcl-table and --for"),
+        (["checkpoints", "import", "--from-kcl-table", "app"], "needs --for MANIFEST"),
+        (["checkpoints", "import", "t.json", "--for", "c.yaml"], "go with --from-kcl-table"),
+        (["checkpoints", "import", "t.json", "--from-kcl-table", "app"], "takes no FILE"),
+        (
+            ["checkpoints", "import", "--from-kcl-table", "a", "--for", "c", "--watch", "0"],
+            "above 0",
+        ),
+        (["checkpoints", "import", "--from-kcl-table", "a", "--at-timestamp", "x"], "ISO 8601"),
     ],
 )
 def test_a_bad_argument_is_a_usage_error_before_any_kubeconfig(

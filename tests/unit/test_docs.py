@@ -255,6 +255,7 @@ def test_the_name_check_can_fail() -> None:
         "streamconsumer.core.autoscale",
         "streamconsumer.core.backoff",
         "streamconsumer.core.election",
+        "streamconsumer.core.kcl_leases",
         "streamconsumer.core.log_limit",
         "streamconsumer.core.watchdog",
     ]

@@ -13,7 +13,7 @@ import base64
 import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Unpack, cast
 
 import aws_kinesis_agg
@@ -208,6 +208,28 @@ class KinesisSource:
         when = described["StreamCreationTimestamp"].astimezone(UTC)
         created = when.isoformat(timespec="milliseconds")
         return f"{described['StreamARN']} created {created}"
+
+    def aggregate_at(self, shard_id: str, sequence: str) -> tuple[int, datetime]:
+        """How many user records the record at `sequence` holds (1 unless a KPL
+        aggregate), and when it arrived: where a KCL checkpoint inside it resumes."""
+        params: dict[str, Any] = {
+            **self.stream.params(),
+            "ShardId": shard_id,
+            "ShardIteratorType": "AT_SEQUENCE_NUMBER",
+            "StartingSequenceNumber": sequence,
+        }
+        gone = f"shard {shard_id} holds no record {sequence} (past retention?)"
+        try:
+            iterator = self.client.get_shard_iterator(**params)["ShardIterator"]
+        except ClientError as error:
+            code, message = aws_error(error)
+            if code in ("ResourceNotFoundException", "InvalidArgumentException"):
+                raise LookupError(f"{gone}: {message}") from None
+            raise
+        records = self.client.get_records(ShardIterator=iterator, Limit=1)["Records"]
+        if not records or records[0]["SequenceNumber"] != sequence:
+            raise LookupError(gone)
+        return len(list(user_records(records, None))), records[0]["ApproximateArrivalTimestamp"]
 
     def backlog(self, shard_id: str, start: StartPosition) -> int | None:
         """How far behind the tip a reader starting at `start` would be (milliseconds),
