@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import cast
 
-from streamconsumer import awaiting
+from streamconsumer import awaiting, kclpy
 from streamconsumer.processor import LIFECYCLE, FunctionProcessor, ProcessorFactory
 
 
@@ -15,7 +15,8 @@ def load_processor(entrypoint: str) -> ProcessorFactory:
     """Resolves "package.module:Name" to a factory of per-shard processors.
 
     `Name` may be a processor class (one instance per shard) or a plain function, either
-    of them async (`streamconsumer.awaiting`)."""
+    of them async (`streamconsumer.awaiting`), or a class written for kclpy
+    (`streamconsumer.kclpy`)."""
     module_name, sep, attribute = entrypoint.partition(":")
     if not sep or not module_name or not attribute:
         raise ValueError(f'entrypoint {entrypoint!r} must look like "package.module:Name"')
@@ -28,6 +29,8 @@ def load_processor(entrypoint: str) -> ProcessorFactory:
     target = getattr(module, attribute, None)
     if target is None:
         raise ValueError(f"entrypoint {entrypoint!r}: {module_name} has no {attribute}")
+    if isinstance(target, type) and kclpy.is_kclpy_processor(target):
+        return kclpy.adapted(target)  # written for KCL's MultiLangDaemon, run as it stands
     if isinstance(target, type):
         missing = [m for m in LIFECYCLE if not callable(getattr(target, m, None))]
         if missing:
