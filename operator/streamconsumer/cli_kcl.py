@@ -86,10 +86,10 @@ def kcl_table(
     consumer starts from, and its name; raises CheckpointsError with what to do."""
     name, spec = consumer_of(manifest)
     region = getattr(selected(spec.source)[1], "region", None)
-    dynamodb = boto3.client("dynamodb", region_name=region)
-    stream = make_source(spec.source)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     try:
+        dynamodb = boto3.client("dynamodb", region_name=region)
+        stream = make_source(spec.source)
         before = _leases(dynamodb, table, spec)
         say(
             f"{len(before)} leases of {stream_name(spec)} in {table}; watching them "
