@@ -297,7 +297,7 @@ def parser() -> argparse.ArgumentParser:
     )
     imported.add_argument("--days", type=_days, default=7, help="how long it may be resumed from")
     kcl = imported.add_argument_group(
-        "from KCL", "a KCL application's lease table in DynamoDB (docs/checkpoints.md#from-kcl)"
+        "from KCL", "a KCL application's lease table in DynamoDB (docs/migrating-from-kcl.md)"
     )
     kcl.add_argument("--from-kcl-table", metavar="TABLE", help="the KCL application's table")
     kcl.add_argument(

@@ -1,6 +1,6 @@
 """`streamconsumer checkpoints import --from-kcl-table TABLE --for consumer.yaml`: a KCL
 application's lease table (DynamoDB) kept as the checkpoints the StreamConsumer of that
-manifest starts from (docs/checkpoints.md#from-kcl). The table is read twice, some
+manifest starts from (docs/migrating-from-kcl.md). The table is read twice, some
 seconds apart: a lease whose counter moved is held by a KCL worker still running.
 
 Reads with your own AWS credentials and configuration (the DynamoDB endpoint too:

@@ -1,5 +1,5 @@
 """A processor written for kclpy (`amazon_kclpy.v3.processor.RecordProcessorBase`) runs on
-the worker as it stands, without a JVM or the MultiLangDaemon (docs/checkpoints.md#from-kcl):
+the worker as it stands, without a JVM or the MultiLangDaemon (docs/migrating-from-kcl.md):
 `processor.entrypoint` names the class as it names any other, and the worker drives it
 through this adapter. It hands the class kclpy's own input messages (built by kclpy, so
 they behave as under the daemon) and a checkpointer with kclpy's semantics: `checkpoint()`

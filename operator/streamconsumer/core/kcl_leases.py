@@ -1,4 +1,4 @@
-"""A KCL lease table read as this consumer's starting checkpoints (docs/checkpoints.md#from-kcl):
+"""A KCL lease table read as this consumer's starting checkpoints (docs/migrating-from-kcl.md):
 the switch from KCL (Java, or Python through kclpy's MultiLangDaemon) without replaying
 or skipping the stream. Pure: the items come in as DynamoDB holds them (deserialized),
 the stream's shards as it lists them; what needs a record read (a checkpoint inside a
