@@ -32,6 +32,7 @@ from streamconsumer.controller.leases.status import (
 )
 from streamconsumer.core.leases import Expire
 from streamconsumer.core.lineage import SHARD_END, Shard
+from streamconsumer.core.token_bucket import TokenBucket
 from streamconsumer.models import (
     CheckpointRequest,
     HeartbeatRequest,
@@ -156,6 +157,29 @@ def test_a_consumer_at_zero_scales_up_when_records_wait() -> None:
     assert [shard for shard, _ in probes] == ["s0", "s1"]
     loop.probes_done({"s0": 25_000, "s1": None}, 0.0)
     assert loop.autoscale(1.0) == (0, 2, 25.0), "3 for the lag, capped at 2 shards"
+
+
+def test_probes_stay_within_what_the_operators_budget_allows() -> None:
+    """Every consumer of a process draws its backlog probes from one budget: 200
+    consumers' 32 each per listing took 40% of the operator's CPU (bench-many)."""
+    loop = make_loop(replicas=0)
+    loop.sync_started(0.0)
+    loop.sync_succeeded([Shard(f"s{i}") for i in range(10)], 0.0)
+    assert loop.probes_due(0.0, allowed=0) == [], "none left: none now, and asked again later"
+    assert len(loop.probes_due(0.0, allowed=3)) == 3
+    assert loop.probes_due(1.0, allowed=3) == [], "once per listing period, as before"
+    assert [s for s, _ in loop.probes_due(20.0, allowed=None)][:1] == ["s3"], "round robin"
+
+
+def test_a_token_bucket_gives_its_burst_then_its_rate() -> None:
+    bucket = TokenBucket(rate=2.0, burst=5.0)
+    assert bucket.available(100.0) == 5
+    bucket.take(5, 100.0)
+    assert bucket.available(100.0) == 0
+    assert bucket.available(101.0) == 2
+    bucket.take(2, 101.0)
+    assert bucket.available(50.0) == 0, "a clock that steps back gives nothing"
+    assert bucket.available(1_000.0) == 5, "never more than the burst"
 
 
 def test_a_new_term_decides_from_the_deployment_as_read_not_the_saved_count() -> None:

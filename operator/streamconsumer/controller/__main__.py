@@ -31,6 +31,7 @@ from streamconsumer.controller.certificates import ca_upkeep
 from streamconsumer.controller.certificates.ca_upkeep import CaBundles
 from streamconsumer.controller.certificates.serving import keep_fresh, publish_ca, serving_for
 from streamconsumer.controller.config import OperatorConfig
+from streamconsumer.controller.consumer.loop import PROBE_BURST
 from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.context import OperatorContext, memo_for
 from streamconsumer.controller.election.leadership import Elector, KubeLeaseLock, LeaderLabel
@@ -40,6 +41,7 @@ from streamconsumer.controller.worker_api.auth import KubePodOwners, ReviewBudge
 from streamconsumer.controller.worker_api.listeners import listen
 from streamconsumer.controller.workloads.owned import apply_owned
 from streamconsumer.core.election import Election
+from streamconsumer.core.token_bucket import TokenBucket
 
 log = logging.getLogger("streamconsumer.operator")
 
@@ -171,6 +173,7 @@ async def serve(args: argparse.Namespace, config: OperatorConfig) -> int:
             deposed=deposed,
             stop_serving=listeners.stop,
             step_down=step_down,
+            probes=TokenBucket(config.backlog_probes_per_second, PROBE_BURST),
         )
         await kopf.operator(
             clusterwide=args.all_namespaces,

@@ -86,6 +86,10 @@ class OperatorConfig(BaseSettings):
     # (hostPath, root, ...), as a JSON list: an admin's choice, never a tenant's.
     unrestricted_pod_namespaces: frozenset[str] = frozenset()
     shard_sync_seconds: float = Field(default=10.0, gt=0)
+    # Backlog probes (a GetShardIterator and a GetRecords each, for shards no worker
+    # holds and for quiet ones the stuck-shard watchdog looks at) of all consumers
+    # together: about 4 ms of CPU each (docs/sizing.md#many-consumers-on-one-operator).
+    backlog_probes_per_second: float = Field(default=20.0, gt=0)
     # A listing that takes longer is abandoned (the loop keeps the last one meanwhile).
     shard_sync_timeout_seconds: float = Field(default=30.0, gt=0)
     status_interval_seconds: float = Field(default=1.0, gt=0)

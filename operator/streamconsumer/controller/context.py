@@ -15,6 +15,7 @@ from streamconsumer.controller.certificates.serving import Serving
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.consumer.registry import Registry
 from streamconsumer.controller.worker_api.auth import TokenReviewer
+from streamconsumer.core.token_bucket import TokenBucket
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class OperatorContext:
     stop_serving: Callable[[], Awaitable[None]]
     # Frees the Lease once no consumer loop can write any more (a rolling upgrade).
     step_down: Callable[[], Awaitable[None]]
+    # Backlog probes of every consumer together (config.backlog_probes_per_second).
+    probes: TokenBucket
 
 
 def context_of(memo: Any) -> OperatorContext:

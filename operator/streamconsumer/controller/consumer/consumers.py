@@ -108,6 +108,7 @@ async def consume(
             ),
             scale=functools.partial(_scale, context.api_client, namespace, name, body.metadata.uid),
             saved=lambda: consumer.notify_persisted(),
+            probes=context.probes,
         )
         registry.add(consumer)
         # A spec change handled while the loop loaded found no loop to tell: kopf keeps a

@@ -45,6 +45,10 @@ class Event(NamedTuple):
     message: str
 
 
+PROBES_PER_ROUND = 32  # a consumer's backlog probes per listing period, at most
+PROBE_BURST = 2 * PROBES_PER_ROUND  # the operator's probe budget at once: two full rounds
+
+
 @dataclass(frozen=True)
 class LoopSettings:
     shard_sync_seconds: float = 10.0
@@ -55,7 +59,7 @@ class LoopSettings:
     write_backoff_seconds: float = 1.0
     write_backoff_cap_seconds: float = 30.0
     # Unowned shards whose backlog is measured per listing (round robin).
-    probe_limit: int = 32
+    probe_limit: int = PROBES_PER_ROUND
 
 
 @dataclass(frozen=True)
@@ -294,12 +298,13 @@ class ConsumerLoop:
 
     # --- backlog of unowned shards ----------------------------------------------------
 
-    def probes_due(self, now: float) -> list[tuple[str, StartPosition]]:
-        """Unowned shards to measure the backlog of (so lag shows with no worker)."""
-        if now - self._last_probe < self.settings.shard_sync_seconds:
+    def probes_due(self, now: float, allowed: int | None = None) -> list[tuple[str, StartPosition]]:
+        """Unowned shards to measure the backlog of (so lag shows with no worker), no
+        more than `allowed` (what the operator's probe budget has left; None: no cap)."""
+        if now - self._last_probe < self.settings.shard_sync_seconds or allowed == 0:
             return []
         self._last_probe = now
-        limit = self.settings.probe_limit
+        limit = min(self.settings.probe_limit, allowed or self.settings.probe_limit)
         # Owned shards that have not moved for a sync period: do records wait there?
         # (The stuck-shard watchdog; none while it is off.)
         watched = self.coordinator.watch_probes(now, self.settings.shard_sync_seconds, limit)
@@ -307,8 +312,9 @@ class ConsumerLoop:
         if not unowned:
             self.coordinator.set_backlog({}, now)
             return watched
+        room = limit if allowed is None else max(0, limit - len(watched))
         start = self._probe_offset % len(unowned)
-        chosen = (unowned[start:] + unowned[:start])[:limit]
+        chosen = (unowned[start:] + unowned[:start])[:room]
         self._probe_offset = start + len(chosen)
         return [(shard_id, self.coordinator.start_of(shard_id)) for shard_id in chosen] + watched
 
