@@ -192,6 +192,10 @@ def main() -> None:
             f"  status writes              {m['writes']:8.1f} /s"
             + (f"  (undercounted: the watch broke {watch.gaps} times)" if watch.gaps else "")
         )
+        answers = ", ".join(f"{code}: {n}" for code, n in sorted(calls.answers.items()))
+        print(f"  answers (whole run)        {answers}  (599: none came)")
+        for reason, count in calls.reasons.most_common(5):
+            print(f"    {count:6d}  {reason}")
         print(f"  operator CPU               {m['cores']:8.2f} cores")
         print(f"  operator peak memory       {m['rss']:8.0f} MiB")
         print(

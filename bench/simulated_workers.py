@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,9 @@ class Calls:
     checkpoints: int = 0
     heartbeats: int = 0
     refused: int = 0  # heartbeats answered other than 200
+    answers: Counter[int] = field(default_factory=Counter)  # every call's HTTP status (599: none)
+    # Why calls were not served: the answer's message, its names and numbers left out.
+    reasons: Counter[str] = field(default_factory=Counter)
     failed_checkpoints: int = 0  # answered other than 200, or not at all
     slowest: float = 0.0  # seconds, the slowest call answered or given up on
 
@@ -73,11 +78,20 @@ async def _post(http: httpx.AsyncClient, url: str, body: Any, token: str, calls:
     """The call's answer; 599 when none came (a worker retries the next cycle)."""
     started = time.monotonic()
     try:
-        return await http.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
+        answer = await http.post(url, json=body, headers={"Authorization": f"Bearer {token}"})
     except httpx.HTTPError:
-        return httpx.Response(599)
-    finally:
-        calls.slowest = max(calls.slowest, time.monotonic() - started)
+        answer = httpx.Response(599)
+    calls.slowest = max(calls.slowest, time.monotonic() - started)
+    calls.answers[answer.status_code] += 1
+    if answer.status_code not in (200, 599):
+        try:
+            said = str(answer.json().get("message", ""))
+        except ValueError:  # not our JSON (a proxy's page, an empty body)
+            said = answer.text
+        calls.reasons[
+            f"{answer.status_code} " + re.sub(r"[\w.-]*[/\d][\w./-]*", "_", said)[:70]
+        ] += 1
+    return answer
 
 
 async def simulate_worker(
