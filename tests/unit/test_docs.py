@@ -257,5 +257,6 @@ def test_the_name_check_can_fail() -> None:
         "streamconsumer.core.election",
         "streamconsumer.core.kcl_leases",
         "streamconsumer.core.log_limit",
+        "streamconsumer.core.token_bucket",
         "streamconsumer.core.watchdog",
     ]

@@ -18,6 +18,7 @@ import base64
 import binascii
 import hashlib
 import json
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -37,6 +38,7 @@ AUDIENCE = "streamconsumer.io"
 _POD_NAME = "authentication.kubernetes.io/pod-name"
 _POD_UID = "authentication.kubernetes.io/pod-uid"
 MAX_TOKEN_CHARS = 16 * 1024  # projected tokens are about 1 KiB
+ACCEPTANCE_TTL_SECONDS = 120.0  # how long an accepted token is taken without a review
 REFUSAL_TTL_SECONDS = 2.0  # short: a pod's token may be refused while the pod is created
 CLOCK_SKEW_SECONDS = 60.0  # our clock may lag the apiserver's that issued the token
 
@@ -52,6 +54,12 @@ def _claims(token: str) -> dict[str, Any] | None:
     except (binascii.Error, ValueError, RecursionError):
         return None
     return claims if isinstance(claims, dict) else None
+
+
+def expiry(token: str) -> float:
+    """When the token expires (epoch seconds, its `exp`, unverified; -inf if it says none)."""
+    exp = (_claims(token) or {}).get("exp")
+    return float(exp) if isinstance(exp, int | float) else -math.inf
 
 
 def plausible(token: str, audience: str, now: float) -> bool:
@@ -221,12 +229,16 @@ class TokenReviewer:
     api: k8s.AuthenticationV1Api
     owners: PodOwners
     audience: str = AUDIENCE
-    ttl: float = 30.0
+    # As the apiserver's own webhook token cache (--authentication-token-webhook-cache-ttl,
+    # 2 minutes): at 30 s, 400 workers needed 13 reviews a second, more than an apiserver
+    # on 2 loaded cores answered (bench-many). Never past the pod's deletion nor the
+    # token's expiry.
+    ttl: float = ACCEPTANCE_TTL_SECONDS
     timeout: float = 5.0
     refusal_ttl: float = REFUSAL_TTL_SECONDS
     budget: ReviewBudget = field(default_factory=ReviewBudget)
     # All sources together: many addresses must not add up to a flood either. A worker
-    # pod costs about one review per `ttl`: 100 a second is 3,000 pods.
+    # pod costs about one review per `ttl`: 100 a second is 12,000 pods.
     overall: ReviewBudget = field(default_factory=lambda: ReviewBudget(rate=100.0, burst=200.0))
     max_pending: int = MAX_PENDING_REVIEWS
     max_refusals: int = 10_000
@@ -234,7 +246,7 @@ class TokenReviewer:
     wall_clock: Callable[[], float] = time.time
     # By the token's digest (a token may be 16 KiB): accepted ones, and refused ones
     # apart, so refusals never push an acceptance out.
-    _accepted: dict[bytes, tuple[float, Caller]] = field(default_factory=dict, init=False)
+    _accepted: dict[bytes, tuple[float, Caller, float]] = field(default_factory=dict, init=False)
     _refused: OrderedDict[bytes, float] = field(default_factory=OrderedDict, init=False)
     _deleted: dict[str, float] = field(default_factory=dict, init=False)  # pod uid -> when
     _pending: int = field(default=0, init=False)
@@ -245,7 +257,8 @@ class TokenReviewer:
         now = self.clock()
         key = hashlib.sha256(token.encode()).digest()
         accepted = self._accepted.get(key)
-        if accepted is not None and now - accepted[0] < self.ttl:
+        fresh = accepted is not None and now - accepted[0] < self.ttl
+        if accepted is not None and fresh and self.wall_clock() < accepted[2]:
             return accepted[1]
         refused_at = self._refused.get(key)
         if refused_at is not None and now - refused_at < self.refusal_ttl:
@@ -273,7 +286,7 @@ class TokenReviewer:
             while len(self._refused) > self.max_refusals:
                 self._refused.popitem(last=False)
         else:
-            self._accepted[key] = (now, caller)
+            self._accepted[key] = (now, caller, expiry(token))
         return caller
 
     def forget_pod(self, pod_uid: str) -> None:
