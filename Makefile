@@ -152,7 +152,7 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers
 
 .PHONY: bench-many
-bench-many: venv emulators controlplane  ## 200 consumers of 50 shards on one operator (not in `bench` yet: no steady state on 2 cores, issue 41)
+bench-many: venv emulators controlplane  ## 200 consumers of 50 shards on one operator (not in `bench`: no steady state on 2 cores shared with the apiserver)
 	PYTHONPATH=tests $(BIN)/python -m bench.many_consumers
 
 .PHONY: peers-deps bench-peers
