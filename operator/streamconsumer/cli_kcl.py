@@ -105,7 +105,9 @@ def kcl_table(
                 f"({', '.join(owners[:3])}): stop the KCL application first"
             )
         shards = stream.list_shards()
-        aggregate_at = getattr(stream, "aggregate_at", _no_aggregates)
+        aggregate_at = getattr(stream, "aggregate_at", None)  # Kinesis: KPL aggregates
+        if aggregate_at is not None:
+            say(f"reading the record at each of {len(after)} checkpoints (KPL aggregates)")
         status = kcl_leases.durable_status(after, shards, now, aggregate_at, at_timestamp)
         incarnation = stream.incarnation()
     except KclTableRefused as error:
@@ -129,10 +131,6 @@ def kcl_table(
 
 def _leases(client: Any, table: str, spec: StreamConsumerSpec) -> Mapping[str, KclLease]:
     return kcl_leases.of_stream(scanned(client, table), stream_name(spec))
-
-
-def _no_aggregates(shard_id: str, sequence: str) -> tuple[int, datetime.datetime]:
-    raise KclTableRefused(f"shard {shard_id}: a sub-sequence number, but this stream has no KPL")
 
 
 def _said(error: Exception) -> str:

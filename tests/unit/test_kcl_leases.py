@@ -44,13 +44,14 @@ def item(key: str, checkpoint: str, **more: Any) -> dict[str, Any]:
     }
 
 
-def no_aggregates(shard_id: str, sequence: str) -> tuple[int, datetime]:
-    raise AssertionError(f"no record read was needed ({shard_id} at {sequence})")
+def whole_records(shard_id: str, sequence: str) -> tuple[int, datetime]:
+    """Every record a plain one (no KPL aggregate)."""
+    return 1, NOW - timedelta(hours=1)
 
 
 def status_of(items: list[dict[str, Any]], **options: Any) -> dict[str, Any]:
     leases = of_stream(items, "clicks")
-    aggregates = options.pop("aggregate_parts", no_aggregates)
+    aggregates = options.pop("aggregate_parts", whole_records)
     return durable_status(leases, SHARDS, NOW, aggregates, **options)
 
 
@@ -100,7 +101,25 @@ def test_a_checkpoint_inside_a_kpl_aggregate_replays_the_aggregate_never_skips_i
     assert "checkpoint" not in inside["leases"][OTHER], "after 450 would skip parts 3 and 4"
     whole = status_of([item(OTHER, "450", sub=4)], aggregate_parts=five_parts)
     assert whole["leases"][OTHER]["checkpoint"] == "450", "its last part: the whole is done"
-    assert reads == [(OTHER, "450"), (OTHER, "450")]
+    first = status_of([item(OTHER, "450", sub=0)], aggregate_parts=five_parts)
+    assert "checkpoint" not in first["leases"][OTHER], "sub-sequence 0 of an aggregate: a part"
+    assert reads == [(OTHER, "450")] * 3
+
+
+def test_a_checkpoint_past_the_streams_retention_is_refused() -> None:
+    def trimmed(shard_id: str, sequence: str) -> tuple[int, datetime]:
+        raise LookupError(f"shard {shard_id} holds no record {sequence}")
+
+    with pytest.raises(KclTableRefused, match="past the stream's retention"):
+        status_of([item(OTHER, "450")], aggregate_parts=trimmed)
+
+
+def test_a_stream_of_no_aggregates_reads_no_record() -> None:
+    leases = of_stream([item(OTHER, "450")], "clicks")
+    assert durable_status(leases, SHARDS, NOW, None)["leases"][OTHER]["checkpoint"] == "450"
+    leases = of_stream([item(OTHER, "450", sub=2)], "clicks")
+    with pytest.raises(KclTableRefused, match="sub-sequence number"):
+        durable_status(leases, SHARDS, NOW, None)
 
 
 def test_a_multi_stream_table_gives_the_leases_of_this_stream_alone() -> None:
@@ -153,3 +172,5 @@ def test_a_lease_whose_counter_moved_is_held_by_a_running_kcl_worker() -> None:
     after = of_stream([item(OTHER, "430", counter=8), item(LEFT, "210", counter=3)], "clicks")
     assert [lease.shard_id for lease in held(before, after)] == [OTHER]
     assert held(after, after) == []
+    grown = of_stream([item(OTHER, "430", counter=8), item(RIGHT, "TRIM_HORIZON")], "clicks")
+    assert RIGHT in [lease.shard_id for lease in held(after, grown)], "a lease KCL created"

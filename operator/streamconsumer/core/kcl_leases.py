@@ -1,8 +1,8 @@
 """A KCL lease table read as this consumer's starting checkpoints (docs/migrating-from-kcl.md):
 the switch from KCL (Java, or Python through kclpy's MultiLangDaemon) without replaying
 or skipping the stream. Pure: the items come in as DynamoDB holds them (deserialized),
-the stream's shards as it lists them; what needs a record read (a checkpoint inside a
-KPL aggregate) is asked of `aggregate_parts`.
+the stream's shards as it lists them; what needs a record read (is a checkpoint's record a
+KPL aggregate, and is it still in the stream?) is asked of `aggregate_parts`.
 
 KCL keeps one item per lease: `leaseKey` (the shard id, or `account:stream:epoch:shardId`
 in multi-stream mode), `checkpoint` (a sequence number or a sentinel), and
@@ -97,31 +97,33 @@ def of_stream(items: Iterable[Mapping[str, Any]], stream: str) -> dict[str, KclL
 
 
 def held(before: Mapping[str, KclLease], after: Mapping[str, KclLease]) -> list[KclLease]:
-    """The leases a KCL worker renewed between two reads: it still runs."""
+    """The leases a KCL worker renewed or created between two reads: it still runs."""
     return [
         lease
         for shard_id, lease in after.items()
-        if shard_id in before and before[shard_id].counter != lease.counter
+        if shard_id not in before or before[shard_id].counter != lease.counter
     ]
 
 
 AggregateParts = Callable[[str, str], tuple[int, datetime]]
 """(shard id, sequence number) -> how many user records the record there holds, and when
-it arrived: a checkpoint inside a KPL aggregate needs the record read."""
+it arrived; LookupError if the stream no longer holds it. KCL writes sub-sequence 0 both
+for a whole record and for an aggregate's first part: only the record tells them apart."""
 
 
 def durable_status(
     leases: Mapping[str, KclLease],
     shards: Sequence[Shard],
     now: datetime,
-    aggregate_parts: AggregateParts,
+    aggregate_parts: AggregateParts | None,
     at_timestamp: datetime | None = None,
 ) -> dict[str, Any]:
     """The status a new consumer resumes from (what `models.kept.ownerless` keeps of ours):
     each lease's position, SHARD_END as a finished shard, parents as the stream lists them.
     Refuses a table of another stream, a lease of a shard past the stream's retention
     that KCL had not finished (its records are gone), and AT_TIMESTAMP leases without
-    `at_timestamp` (KCL does not keep the time)."""
+    `at_timestamp` (KCL does not keep the time). `aggregate_parts` None: a stream of no
+    KPL aggregates (DynamoDB Streams), whose records are not read."""
     listed = {shard.id: shard for shard in shards}
     if leases and listed and not set(leases) & set(listed):
         raise KclTableRefused(
@@ -150,7 +152,7 @@ def _position(
     lease: KclLease,
     shard: Shard | None,
     now: datetime,
-    aggregate_parts: AggregateParts,
+    aggregate_parts: AggregateParts | None,
     at_timestamp: datetime | None,
 ) -> dict[str, Any]:
     """Where the lease's shard goes on: its checkpoint, or where it starts."""
@@ -177,8 +179,19 @@ def _position(
                 f"shard {lease.shard_id}: checkpoint {said} is outside the shard's sequence "
                 "numbers: the table of another stream, or of one deleted and created again?"
             )
-    if lease.sub_sequence > 0:  # inside a KPL aggregate, unless at its last user record
+    if aggregate_parts is None:
+        if lease.sub_sequence > 0:
+            raise KclTableRefused(
+                f"shard {lease.shard_id}: a sub-sequence number, on a stream of no KPL"
+            )
+        return {"checkpoint": said}
+    try:
         parts, arrived = aggregate_parts(lease.shard_id, said)
-        if lease.sub_sequence < parts - 1:
-            return {"start": {"timestamp": (arrived - AGGREGATE_REPLAY).isoformat()}}
+    except LookupError:
+        raise KclTableRefused(
+            f"shard {lease.shard_id}: the record KCL checkpointed ({said}) is past the "
+            "stream's retention: records after it may be gone too"
+        ) from None
+    if lease.sub_sequence < parts - 1:  # inside a KPL aggregate: its rest is not done
+        return {"start": {"timestamp": (arrived - AGGREGATE_REPLAY).isoformat()}}
     return {"checkpoint": said}
