@@ -64,7 +64,7 @@ def a_retried_batch_is_buffered_again(patch: pytest.MonkeyPatch) -> None:
 
 def unowned_shards_show_no_lag(patch: pytest.MonkeyPatch) -> None:
     """11.4: nobody measures the backlog of shards without a worker."""
-    patch.setattr(ConsumerLoop, "probes_due", lambda self, now: [])
+    patch.setattr(ConsumerLoop, "probes_due", lambda self, now, allowed=None: [])
 
 
 def grants_visible_before_saved(patch: pytest.MonkeyPatch) -> None:
