@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -21,7 +21,8 @@ from pydantic import ValidationError
 
 from streamconsumer.cli_checkpoints import CheckpointsError
 from streamconsumer.core import kcl_leases
-from streamconsumer.core.kcl_leases import KclLease, KclTableRefused
+from streamconsumer.core.kcl_leases import KclTableRefused
+from streamconsumer.models.base import first_error
 from streamconsumer.models.kept import STREAM, KeptTable
 from streamconsumer.models.resource import StreamConsumerSpec
 from streamconsumer.sources.aws import aws_error
@@ -48,9 +49,7 @@ def consumer_of(text: str) -> tuple[str, StreamConsumerSpec]:
     try:
         return name, StreamConsumerSpec.model_validate(body.get("spec") or {})
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise CheckpointsError(f"the manifest's spec.{where}: {first['msg']}") from None
+        raise CheckpointsError(f"the manifest's spec.{first_error(error)}") from None
 
 
 def scanned(client: Any, table: str) -> Iterator[dict[str, Any]]:
@@ -85,18 +84,19 @@ def kcl_table(
     """The kept table (exported JSON, as `checkpoints import` takes it) the manifest's
     consumer starts from, and its name; raises CheckpointsError with what to do."""
     name, spec = consumer_of(manifest)
+    named = stream_name(spec)
     region = getattr(selected(spec.source)[1], "region", None)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     try:
         dynamodb = boto3.client("dynamodb", region_name=region)
         stream = make_source(spec.source)
-        before = _leases(dynamodb, table, spec)
+        before = kcl_leases.of_stream(scanned(dynamodb, table), named)
         say(
-            f"{len(before)} leases of {stream_name(spec)} in {table}; watching them "
+            f"{len(before)} leases of {named} in {table}; watching them "
             f"{watch_seconds:.0f} s for a KCL worker still renewing them"
         )
         time.sleep(watch_seconds)
-        after = _leases(dynamodb, table, spec)
+        after = kcl_leases.of_stream(scanned(dynamodb, table), named)
         renewed = kcl_leases.held(before, after)
         if renewed:
             owners = sorted({lease.owner or "?" for lease in renewed})
@@ -127,10 +127,6 @@ def kcl_table(
         status=status,
     )
     return kept.model_dump_json(by_alias=True), name
-
-
-def _leases(client: Any, table: str, spec: StreamConsumerSpec) -> Mapping[str, KclLease]:
-    return kcl_leases.of_stream(scanned(client, table), stream_name(spec))
 
 
 def _said(error: Exception) -> str:

@@ -11,7 +11,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-KCLPY_VERSION = "3.1.3"  # as bench/peers/install.py runs under the real KCL
+from bench.peers.install import KCLPY_VERSION  # the one the real KCL runs with
+
 ROOT = Path(__file__).resolve().parents[2]
 KCLPY = ROOT / "build" / "kclpy" / KCLPY_VERSION  # holds amazon_kclpy/
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 class TokenBucket:
     rate: float
     burst: float
-    _tokens: float = field(default=math.nan, init=False)
-    _at: float = field(default=-math.inf, init=False)
+    _tokens: float = field(default=0.0, init=False)
+    _at: float = field(default=-math.inf, init=False)  # never: full at its first use
 
     def available(self, now: float) -> int:
         """How many may be taken at `now`."""
@@ -24,8 +24,6 @@ class TokenBucket:
         self._tokens = max(0.0, self._tokens - count)
 
     def _refill(self, now: float) -> None:
-        if math.isnan(self._tokens):
-            self._tokens, self._at = self.burst, now
         elapsed = max(0.0, now - self._at)
         self._tokens = min(self.burst, self._tokens + elapsed * self.rate)
         self._at = max(self._at, now)

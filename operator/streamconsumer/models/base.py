@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 
@@ -62,3 +62,9 @@ def added_since(release: str) -> dict[str, Any]:
     the workers' settings it is left out of the pod template while at its default
     (worker/config.py)."""
     return {ADDED_SINCE: release}
+
+
+def first_error(error: ValidationError) -> str:
+    """Where the first of pydantic's errors is, and what it says: `a.b: the message`."""
+    first = error.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc'])}: {first['msg']}"

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, Field, ValidationError
 
-from streamconsumer.models.base import Model
+from streamconsumer.models.base import Model, first_error
 from streamconsumer.models.resource import GROUP, LeaseState, Source, StreamConsumerSpec
 
 KEPT_FORMAT = 1
@@ -242,9 +242,7 @@ def parsed(text: str) -> KeptTable:
     try:
         kept = KeptTable.model_validate_json(text)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise KeptTableInvalid(f"unreadable: {where}: {first['msg']}"[:300]) from None
+        raise KeptTableInvalid(f"unreadable: {first_error(error)}"[:300]) from None
     return kept.model_copy(update={"status": as_resumed(kept.status)})
 
 

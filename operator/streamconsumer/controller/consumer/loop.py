@@ -304,7 +304,9 @@ class ConsumerLoop:
         if now - self._last_probe < self.settings.shard_sync_seconds or allowed == 0:
             return []
         self._last_probe = now
-        limit = min(self.settings.probe_limit, allowed or self.settings.probe_limit)
+        limit = self.settings.probe_limit
+        if allowed is not None:
+            limit = min(limit, allowed)
         # Owned shards that have not moved for a sync period: do records wait there?
         # (The stuck-shard watchdog; none while it is off.)
         watched = self.coordinator.watch_probes(now, self.settings.shard_sync_seconds, limit)
@@ -312,7 +314,8 @@ class ConsumerLoop:
         if not unowned:
             self.coordinator.set_backlog({}, now)
             return watched
-        room = limit if allowed is None else max(0, limit - len(watched))
+        # Within the budget, the watched ones come first (they are at most `limit`).
+        room = limit if allowed is None else limit - len(watched)
         start = self._probe_offset % len(unowned)
         chosen = (unowned[start:] + unowned[:start])[:room]
         self._probe_offset = start + len(chosen)

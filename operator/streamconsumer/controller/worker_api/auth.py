@@ -257,9 +257,10 @@ class TokenReviewer:
         now = self.clock()
         key = hashlib.sha256(token.encode()).digest()
         accepted = self._accepted.get(key)
-        fresh = accepted is not None and now - accepted[0] < self.ttl
-        if accepted is not None and fresh and self.wall_clock() < accepted[2]:
-            return accepted[1]
+        if accepted is not None:
+            taken_at, known, expires = accepted
+            if now - taken_at < self.ttl and self.wall_clock() < expires:
+                return known
         refused_at = self._refused.get(key)
         if refused_at is not None and now - refused_at < self.refusal_ttl:
             return None
