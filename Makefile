@@ -149,6 +149,7 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	PYTHONPATH=tests $(BIN)/python -m bench.etcd_cost
 	PYTHONPATH=tests $(BIN)/python -m bench.busy
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
+	PYTHONPATH=tests:examples $(BIN)/python -m bench.cdc_merge
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers
 
 .PHONY: bench-many

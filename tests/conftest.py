@@ -21,6 +21,7 @@ from testbed.dynamodb import DynamoDBLocal
 from testbed.kinesis import KinesisEmulator
 from testbed.operator_process import OperatorProcess
 from testbed.processes import BRIEF_JVM_OPTIONS
+from testbed.spark_cluster import SparkCluster
 from testbed.suite import GroupedScheduling, start_rank
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,6 +51,19 @@ def delta_jars() -> Path:
     from streamconsumer.spark import jars  # the Spark package, only for tests that ask
 
     return jars.cached()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(
+    tmp_path_factory: pytest.TempPathFactory, delta_jars: Path
+) -> Iterator[SparkCluster]:
+    """A standalone Spark cluster (a master, two workers) and a Spark Connect server on it
+    with Delta Lake, as a team would run beside its consumers."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STREAMCONSUMER_SPARK_JARS", str(delta_jars))
+        cluster = SparkCluster.start(tmp_path_factory.mktemp("spark-cluster"))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without it

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from streamconsumer.spark import BatchInfo, DeltaMergeSink, SparkBatchProcessor
+from streamconsumer.spark import BatchInfo, DeltaChangesSink, DeltaMergeSink, SparkBatchProcessor
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,6 +61,21 @@ class MirrorToDelta(SparkBatchProcessor):
             DeltaMergeSink(
                 os.environ.get("CDC_OUTPUT", "/data/mirror"), key="key", order="sequence"
             ),
+            max_records=int(os.environ.get("CDC_BATCH_RECORDS", "10000")),
+            max_wait=float(os.environ.get("CDC_BATCH_SECONDS", "5")),
+        )
+
+
+class LandChanges(SparkBatchProcessor):
+    """For a table with many shards: the changes go to a change log (CDC_CHANGES) and
+    the apply job keeps the mirror, alone:
+        python -m streamconsumer.spark.apply_changes --changes "$CDC_CHANGES" \\
+            --mirror /data/mirror --checkpoint /data/checkpoints/mirror"""
+
+    def __init__(self) -> None:
+        super().__init__(
+            changes,
+            DeltaChangesSink(os.environ.get("CDC_CHANGES", "/data/changes")),
             max_records=int(os.environ.get("CDC_BATCH_RECORDS", "10000")),
             max_wait=float(os.environ.get("CDC_BATCH_SECONDS", "5")),
         )

@@ -495,11 +495,12 @@ def test_readme_example_applies(control_plane: ControlPlane, namespace: str) -> 
 
 
 def test_spark_examples_apply(control_plane: ControlPlane, namespace: str) -> None:
-    """The clickstream Spark manifests (both StreamConsumers and the bronze CronJob) are
-    accepted by the real apiserver: schema, CEL rules and the CronJob's own validation."""
+    """The clickstream Spark manifests (the StreamConsumers, the bronze CronJob, the Spark
+    Connect server) are accepted by the real apiserver: schema, CEL rules and the
+    workloads' own validation."""
     examples = Path(__file__).resolve().parents[2] / "examples" / "clickstream" / "spark"
     manifests = sorted(examples.glob("*.yaml"))
-    assert len(manifests) == 3
+    assert len(manifests) == 5
     for manifest in manifests:
         result = control_plane.kubectl(
             "apply", "--dry-run=server", "-n", namespace, "-f", str(manifest)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
+from cdc.pipeline import delta_files
 from clickstream.events import expected_page_views, make_events
 from clickstream.pipeline import read_page_views
 
@@ -24,6 +25,8 @@ EXAMPLES_DIR = TESTS_DIR.parent / "examples"
 ENTRYPOINTS = {
     "spark": "clickstream.pipeline:PageViewsOnSpark",
     "bronze": "clickstream.pipeline:LandInBronze",
+    # Thin workers into Delta through Spark Connect, one of them dying once after a commit.
+    "cluster": "testbed.spark_cluster_app:PageViewsDyingOnce",
 }
 PYTHONPATH = f"{TESTS_DIR}{os.pathsep}{EXAMPLES_DIR}"
 
@@ -40,7 +43,9 @@ class ClickstreamRun:
         self.events: list[bytes] = []
         self._seeds = itertools.count(1)
 
-    def start(self, shards: int, replicas: int, lease_seconds: float) -> None:
+    def start(
+        self, shards: int, replicas: int, lease_seconds: float, env: dict[str, str] | None = None
+    ) -> None:
         self.scenario.start(
             shards=shards,
             replicas=replicas,
@@ -52,6 +57,7 @@ class ClickstreamRun:
                 "CLICKSTREAM_BRONZE": str(self.bronze),
                 "CLICKSTREAM_BATCH_SECONDS": "2",
                 "SPARK_DRIVER_MEMORY": "512m",
+                **(env or {}),
             },
         )
 
@@ -71,6 +77,8 @@ class ClickstreamRun:
         """The page views so far; None while a batch directory is being replaced (plain
         Parquet has no snapshot isolation: a reader may catch a replay mid-way)."""
         try:
+            if self.mode == "cluster":
+                return read_delta_page_views(self.output)
             return read_page_views(str(self.output))
         except (FileNotFoundError, pa.ArrowInvalid):
             return None
@@ -121,3 +129,15 @@ class ClickstreamRun:
             timeout=300,
             check=False,
         )
+
+
+def read_delta_page_views(table: Path) -> Counter[tuple[str, str]]:
+    """The page views in a Delta table's latest version, read from its log without a JVM."""
+    views: Counter[tuple[str, str]] = Counter()
+    if not (table / "_delta_log").is_dir():
+        return views
+    for file in delta_files(str(table)):
+        rows = pq.read_table(file, columns=["minute", "page", "views"]).to_pylist()
+        for row in rows:
+            views[(row["minute"], row["page"])] += row["views"]
+    return views

@@ -91,7 +91,8 @@ RESERVED_ENV_NAMES = ("POD_NAME",)
 A tenant who could set them could send the worker's token in clear or elsewhere."""
 LOG_LEVEL_ENV = "STREAMCONSUMER_LOG_LEVEL"
 SPARK_JARS_ENV = "STREAMCONSUMER_SPARK_JARS"  # a directory of jars in the worker image
-TENANT_ENV_NAMES = (LOG_LEVEL_ENV, SPARK_JARS_ENV)
+SPARK_CONF_ENV = "STREAMCONSUMER_SPARK_CONF"  # the pipeline's Spark settings
+TENANT_ENV_NAMES = (LOG_LEVEL_ENV, SPARK_JARS_ENV, SPARK_CONF_ENV)
 """Under the reserved prefix, the worker's knobs a tenant may set (the operator never
 does): they point nothing at another party."""
 

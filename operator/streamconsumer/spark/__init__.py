@@ -6,6 +6,7 @@ from streamconsumer.spark.batching import BatchInfo, BatchingProcessor
 from streamconsumer.spark.bronze import BronzeProcessor
 from streamconsumer.spark.processor import SparkBatchProcessor, Transform
 from streamconsumer.spark.sinks import (
+    DeltaChangesSink,
     DeltaMergeSink,
     DeltaSink,
     ForeachBatchSink,
@@ -17,6 +18,7 @@ __all__ = [
     "BatchInfo",
     "BatchingProcessor",
     "BronzeProcessor",
+    "DeltaChangesSink",
     "DeltaMergeSink",
     "DeltaSink",
     "ForeachBatchSink",

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from streamconsumer.spark.session import spark_session
+from streamconsumer.spark.session import ship_by_value, spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,6 +55,7 @@ def start(
     interval: str = "30 seconds",
 ) -> StreamingQuery:
     """Starts the job; with `once`, it processes what is landed now and stops."""
+    ship_by_value(spark, __name__, transform.__module__)
 
     def write(df: DataFrame, batch_id: int) -> None:
         transform(df).write.mode("overwrite").parquet(f"{output.rstrip('/')}/batch_id={batch_id}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from streamconsumer.processor import Record, ShardInfo
@@ -37,12 +37,15 @@ class SparkBatchProcessor(BatchingProcessor):
         max_records: int = 100_000,
         max_wait: float = 5.0,
         session: Callable[[], SparkSession] | None = None,
+        spark_conf: Mapping[str, str] | None = None,
     ) -> None:
+        """`spark_conf`: the pipeline's Spark settings (see session.py for the order in
+        which they apply); `session` replaces how the session is made (tests)."""
         super().__init__(stream, max_records, max_wait)
         self.transform = transform
         self.sink = sink
         self._session = session or functools.partial(
-            spark_session, getattr(sink, "spark_conf", None)
+            spark_session, getattr(sink, "spark_conf", None), spark_conf
         )
 
     def warm_up(self) -> None:

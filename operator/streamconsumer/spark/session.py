@@ -1,22 +1,42 @@
-"""The SparkSession a worker uses: in-process `local[N]` sized for a small pod, or Spark
-Connect when SPARK_REMOTE is set (then the worker needs no JVM)."""
+"""The SparkSession a worker uses: in-process `local[N]` sized for a small pod, a driver on
+a Spark cluster (`SPARK_MASTER=spark://…`), or Spark Connect when SPARK_REMOTE is set
+(then the worker needs no JVM).
+
+Settings, later ones winning: the small-pod defaults, what the sink needs (Delta), the
+processor's `spark_conf`, then `STREAMCONSUMER_SPARK_CONF` (spark-defaults.conf lines, set
+at deploy time). A Spark Connect server is configured on its side: of these, only the
+settings Spark lets a session change (spark.sql.*) are sent to it."""
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streamconsumer.models.pod_policy import SPARK_JARS_ENV
+from streamconsumer.models.pod_policy import SPARK_CONF_ENV, SPARK_JARS_ENV
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+log = logging.getLogger(__name__)
+
+SparkConf = Mapping[str, str] | Callable[[], Mapping[str, str]]
+"""Settings, or a function giving them: a sink's needs (Delta's jars) are only resolved
+when this process starts a JVM of its own, never for a Spark Connect client."""
+
 # A directory of jars fetched ahead of time (`python -m streamconsumer.spark.jars DIR`, as
 # the Spark worker image does): pods then need neither Maven Central nor a writable cache.
 JARS_DIR_ENV = SPARK_JARS_ENV  # the tenant may set it (models/pod_policy.py)
+CONF_ENV = SPARK_CONF_ENV  # the tenant may set it too
+MAX_CONF_LINES = 256
+
+CLUSTER_CORES = "2"
+"""`spark.cores.max` of a worker that drives a standalone cluster, unless set: Spark's
+default gives the first application every core, and the next pod's waits forever."""
 
 
 def delta_conf() -> dict[str, str]:
@@ -54,23 +74,57 @@ def small_pod_conf() -> dict[str, str]:
     }
 
 
+def deployed_conf() -> dict[str, str]:
+    """STREAMCONSUMER_SPARK_CONF: lines of `spark.key value` (or `spark.key=value`), as
+    in spark-defaults.conf; `#` starts a comment. Raises ValueError naming the bad line."""
+    text = os.environ.get(CONF_ENV, "")
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    if len(lines) > MAX_CONF_LINES:
+        raise ValueError(f"{CONF_ENV} has {len(lines)} settings; at most {MAX_CONF_LINES}")
+    settings = {}
+    for number, line in enumerate(lines, 1):
+        key, value = _setting(line)
+        if not key.startswith("spark.") or not value:
+            raise ValueError(
+                f"{CONF_ENV}, setting {number} ({line[:80]!r}): expected "
+                "'spark.<name> <value>' or 'spark.<name>=<value>'"
+            )
+        settings[key] = value
+    return settings
+
+
+def _setting(line: str) -> tuple[str, str]:
+    equals, space = line.find("="), len(line.split(maxsplit=1)[0])
+    split = equals if 0 <= equals < space else space
+    return line[:split].strip(), line[split + 1 :].strip()
+
+
 # The in-process Spark Connect server has one client, in the same process: it listens on
 # loopback, not on every interface of the pod. (Its port stays pyspark's 15002: outside
 # pyspark's own tests the client of a "local" remote knows no other.)
 LOCAL_CONNECT_SERVER = {"spark.connect.grpc.binding.address": "127.0.0.1"}
 
 
-def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
-    """Spark Connect when SPARK_REMOTE is set, otherwise `local[N]` (SPARK_MASTER, default
-    local[2]). `conf` adds what a sink needs (e.g. delta_conf()). A remote `sc://` server is
-    configured on its side, so static settings are not sent to it."""
+def spark_session(
+    needs: SparkConf | None = None, conf: Mapping[str, str] | None = None
+) -> SparkSession:
+    """Spark Connect when SPARK_REMOTE is `sc://…`; otherwise a JVM in this process, on
+    SPARK_MASTER (default local[2]), or a local Connect server when SPARK_REMOTE is
+    `local[N]`. `needs` is what the sink needs (e.g. delta_conf), `conf` the processor's
+    settings; STREAMCONSUMER_SPARK_CONF overrides both."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("streamconsumer")
     remote = os.environ.get("SPARK_REMOTE")
     if remote and remote.startswith("sc://"):
-        return builder.remote(remote).getOrCreate()
-    settings = {**small_pod_conf(), **(conf or {})}
+        return _connected(builder.remote(remote).getOrCreate(), {**(conf or {}), **deployed_conf()})
+    master = os.environ.get("SPARK_MASTER", "local[2]")
+    settings = small_pod_conf()
+    if master.startswith("spark://"):
+        settings["spark.cores.max"] = CLUSTER_CORES
+    settings |= dict(needs() if callable(needs) else needs or {})
+    settings |= {**(conf or {}), **deployed_conf()}
     if remote:  # "local[N]": pyspark starts a Spark Connect server in this process's JVM
         settings |= LOCAL_CONNECT_SERVER
     for key, value in settings.items():
@@ -81,4 +135,40 @@ def spark_session(conf: Mapping[str, str] | None = None) -> SparkSession:
             # session settings only produces CANNOT_MODIFY_(STATIC_)CONFIG warnings.
             warnings.filterwarnings("ignore", message=r".*\[CANNOT_MODIFY_(STATIC_)?CONFIG\]")
             return builder.remote(remote).getOrCreate()
-    return builder.master(os.environ.get("SPARK_MASTER", "local[2]")).getOrCreate()
+    return builder.master(master).getOrCreate()
+
+
+def _connected(session: SparkSession, settings: Mapping[str, str]) -> SparkSession:
+    """Sends a Connect session the settings a session may change; the rest (cores,
+    memory, jars) belong to the server's own configuration, and are said to be ignored."""
+    if partitions := os.environ.get("SPARK_SHUFFLE_PARTITIONS"):
+        settings = {"spark.sql.shuffle.partitions": partitions, **settings}
+    ignored = []
+    for key, value in settings.items():
+        if session.conf.isModifiable(key):
+            session.conf.set(key, value)
+        else:
+            ignored.append(key)
+    if ignored:
+        log.warning(
+            "spark connect: %s are the server's settings, not a session's: ignored",
+            ", ".join(sorted(ignored)),
+        )
+    return session
+
+
+def is_connect(session: SparkSession) -> bool:
+    return "connect" in type(session).__module__
+
+
+def ship_by_value(session: SparkSession, *module_names: str) -> None:
+    """On Spark Connect, foreachBatch functions run in the server's Python: the packages
+    of these modules travel with the function (pickled by value) instead of being
+    imported there, so the server needs neither the transform's package nor ours."""
+    if not is_connect(session):
+        return
+    from pyspark import cloudpickle
+
+    for name in module_names:
+        package = sys.modules[name.partition(".")[0]]
+        cloudpickle.register_pickle_by_value(package)  # type: ignore[no-untyped-call]

@@ -1,0 +1,120 @@
+"""Spark settings and Delta's commit races, without a JVM: a thin worker (Spark Connect, no
+Java) builds every sink; deploy-time settings parse as spark-defaults.conf lines, and a bad
+one is named; a commit that lost a race runs again and nothing else does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamconsumer.spark import (
+    DeltaChangesSink,
+    DeltaMergeSink,
+    DeltaSink,
+    Sink,
+    SparkBatchProcessor,
+)
+from streamconsumer.spark import jars as delta_jars
+from streamconsumer.spark.delta_tables import MAX_DELAY_SECONDS, is_conflict, until_committed
+from streamconsumer.spark.session import CONF_ENV, MAX_CONF_LINES, deployed_conf
+
+
+def test_thin_workers_build_every_sink_without_java_or_jars(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def no_fetch() -> Path:
+        raise AssertionError("a Spark Connect client fetched Delta's jars")
+
+    monkeypatch.setattr(delta_jars, "cached", no_fetch)
+    monkeypatch.setenv("SPARK_REMOTE", "sc://spark-connect.data:15002")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "none"))
+    monkeypatch.delenv("STREAMCONSUMER_SPARK_JARS", raising=False)
+    sinks: list[Sink] = [DeltaSink("/t"), DeltaMergeSink("/t"), DeltaChangesSink("/t")]
+    for sink in sinks:
+        SparkBatchProcessor(lambda df, batch: df, sink, "stream")
+
+
+def test_deploy_time_settings_read_as_spark_defaults_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        CONF_ENV,
+        "# shares the cluster\n"
+        "spark.cores.max 2\n"
+        "  spark.executor.memory=1g\n"
+        "spark.driver.extraJavaOptions  -Da=b -Dc=d\n"
+        "spark.sql.shuffle.partitions=8 \n\n",
+    )
+    assert deployed_conf() == {
+        "spark.cores.max": "2",
+        "spark.executor.memory": "1g",
+        "spark.driver.extraJavaOptions": "-Da=b -Dc=d",
+        "spark.sql.shuffle.partitions": "8",
+    }
+
+
+@pytest.mark.parametrize("line", ["cores.max 2", "spark.cores.max", "spark.x="])
+def test_a_bad_setting_is_named(monkeypatch: pytest.MonkeyPatch, line: str) -> None:
+    monkeypatch.setenv(CONF_ENV, f"spark.ok 1\n{line}\n")
+    with pytest.raises(ValueError, match=rf"{CONF_ENV}, setting 2 \({line!r}\)"):
+        deployed_conf()
+
+
+def test_settings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CONF_ENV, "\n".join(f"spark.x{n} 1" for n in range(MAX_CONF_LINES + 1)))
+    with pytest.raises(ValueError, match=f"at most {MAX_CONF_LINES}"):
+        deployed_conf()
+
+
+# As Delta 4.4 words them, through Spark Connect and through py4j.
+CONFLICTS = [
+    "[DELTA_CONCURRENT_APPEND.WITHOUT_HINT] ConcurrentAppendException: Files were added to "
+    "the root of the table by a concurrent update. Please try the operation again.",
+    "io.delta.exceptions.ConcurrentDeleteReadException: This transaction attempted to read "
+    "one or more files that were deleted",
+    "[DELTA_PROTOCOL_CHANGED] ProtocolChangedException: The protocol version of the Delta "
+    "table has been changed by a concurrent update.",
+    "[DELTA_METADATA_CHANGED] MetadataChangedException: The metadata of the Delta table "
+    "has been changed by a concurrent update.",
+]
+
+
+@pytest.mark.parametrize("message", CONFLICTS)
+def test_a_lost_commit_race_runs_again(message: str) -> None:
+    assert is_conflict(RuntimeError(message))
+    attempts: list[int] = []
+    pauses: list[float] = []
+
+    def write() -> str:
+        attempts.append(1)
+        if len(attempts) < 12:
+            raise RuntimeError(message)
+        return "committed"
+
+    result = until_committed(write, "t", sleep=pauses.append, jitter=lambda: 1.0)
+    assert result == ("committed", 11)
+    assert pauses[0] < pauses[1] < pauses[2]
+    assert max(pauses) == MAX_DELAY_SECONDS
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "[DELTA_MISSING_DELTA_TABLE] `/t` is not a Delta table.",
+        "[PATH_NOT_FOUND] Path does not exist: file:/t.",
+        "java.io.IOException: No space left on device",
+    ],
+)
+def test_any_other_error_is_raised_at_once(message: str) -> None:
+    calls: list[int] = []
+
+    def write() -> None:
+        calls.append(1)
+        raise RuntimeError(message)
+
+    with pytest.raises(RuntimeError) as raised:
+        until_committed(write, "t", sleep=lambda _: None)
+    assert str(raised.value) == message
+    assert calls == [1]
