@@ -3,7 +3,8 @@ its Spark Connect server (what thin workers use), each writer one shard's worker
 Connect session of its own, batches of 1,000 changes over 10,000 keys:
 
 1. the change log (DeltaChangesSink, one blind append per batch) with the apply job
-   running beside the writers: batches a second until the mirror is exact, 4 writers
+   running beside the writers: batches a second until the mirror holds them all (the
+   job has processed all that landed; the mirror is then compared, row for row), 4 writers
    against 1 in the same run (`cdc_merge_throughput_4_vs_1_writers`), and the commit
    races any writer lost (none reach the failure policy either way: they run again
    inside the sink);
@@ -18,7 +19,6 @@ import json
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +34,8 @@ from testbed.spark_cluster import SparkCluster
 
 KEYS = 10_000
 BATCH = 1_000
-BATCHES_PER_WRITER = 12
+BATCHES_PER_WRITER = 16
+APPLY_INTERVAL = "5 seconds"  # the job's default is 10: each MERGE takes what has landed
 MERGE_BATCHES_PER_WRITER = 4  # the direct MERGE is slow under races: a few batches tell
 HEALTH_BATCHES = 150
 
@@ -71,14 +72,6 @@ def write_all(
     return [batch for batches in shards for batch in batches]
 
 
-def until(condition: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("the mirror did not catch up")
-        time.sleep(0.5)
-
-
 def change_log_run(cluster: SparkCluster, work: Path, writers: int) -> Run:
     changes, mirror = str(work / f"changes-{writers}"), str(work / f"mirror-{writers}")
     clients = sessions(cluster, writers + 1)
@@ -94,14 +87,14 @@ def change_log_run(cluster: SparkCluster, work: Path, writers: int) -> Run:
             Merge(mirror),
             str(work / f"job-{writers}"),
             once=False,
-            interval="1 second",
+            interval=APPLY_INTERVAL,
         )
         started = time.perf_counter()
         landed = write_all(writing, sinks, BATCHES_PER_WRITER)
-        expected = expected_mirror(first + landed)
-        until(lambda: _mirror(mirror) == expected, 600)
+        job.processAllAvailable()  # the mirror has every landed change
         seconds = time.perf_counter() - started
         job.stop()
+        assert read_mirror(mirror) == expected_mirror(first + landed), "the mirror diverged"
     finally:
         for client in clients:
             client.stop()
@@ -118,18 +111,11 @@ def merge_run(cluster: SparkCluster, work: Path, writers: int) -> Run:
         started = time.perf_counter()
         landed = write_all(clients, sinks, MERGE_BATCHES_PER_WRITER)
         seconds = time.perf_counter() - started
-        assert _mirror(mirror) == expected_mirror(first + landed), "the direct MERGE diverged"
+        assert read_mirror(mirror) == expected_mirror(first + landed), "the direct MERGE diverged"
     finally:
         for client in clients:
             client.stop()
     return Run(writers, len(landed), seconds, sum(sink.lost_races for sink in sinks))
-
-
-def _mirror(path: str) -> dict[str, dict[str, object]] | None:
-    try:
-        return read_mirror(path)
-    except (FileNotFoundError, ValueError):  # a commit being written
-        return None
 
 
 @dataclass

@@ -21,8 +21,8 @@ from streamconsumer.spark.session import delta_conf
 from testbed.processes import BRIEF_JVM_OPTIONS, Server, free_port, stopped_on_failure
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
-WORKER_CORES = 2  # task slots, not CPUs: the Connect server takes CONNECT_CORES of them
-CONNECT_CORES = 2
+WORKER_CORES = 3  # task slots, not CPUs: the Connect server takes CONNECT_CORES of them
+CONNECT_CORES = 4
 CONNECT_MEMORY = "1g"
 START_SECONDS = 120.0
 
@@ -131,6 +131,8 @@ class SparkCluster:
             "spark.driver.host": "127.0.0.1",
             "spark.executor.memory": "768m",
             "spark.cores.max": str(CONNECT_CORES),
+            # Its clients' jobs share the executors instead of queueing behind each other.
+            "spark.scheduler.mode": "FAIR",
             "spark.sql.shuffle.partitions": "4",
             "spark.ui.enabled": "false",
             "spark.executor.extraJavaOptions": " ".join(BRIEF_JVM_OPTIONS),

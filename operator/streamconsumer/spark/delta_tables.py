@@ -17,8 +17,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 HEALTHY_TABLE = {
-    # One file per partition and write instead of one per Spark partition.
-    "delta.autoOptimize.optimizeWrite": "true",
     # After a commit, the partition's small files are compacted (OPTIMIZE) in the
     # background of the same writer: a shard's 35,000 batches a day stay a few files.
     "delta.autoOptimize.autoCompact": "true",
@@ -26,8 +24,17 @@ HEALTHY_TABLE = {
     # the first 32 shared) would all look alike, and a read of one batch touch every file.
     "delta.dataSkippingStringPrefixLength": "64",
 }
-"""Set on every table our sinks create (as DataFrameWriter options, which Delta stores as
+"""Set on the tables our sinks create (as DataFrameWriter options, which Delta stores as
 the table's properties)."""
+
+CHANGE_LOG_TABLE = {
+    # Many writers commit to one change log: compaction after each commit, and a log
+    # checkpoint every 10 commits, made every writer's commit pay for them (measured
+    # together on a Connect server: 4 writers landed 1.6 batches/s with them, 2.9 to 3.4
+    # without). The log is read once, by the apply job, and trimmed by its retention.
+    "delta.checkpointInterval": "100",
+    "delta.dataSkippingStringPrefixLength": "64",
+}
 
 # Delta's error classes (Spark Connect, and Delta 4's messages) and its exception names
 # (py4j): a commit refused because another commit won the race; the write may run again.

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from streamconsumer.spark.delta_tables import HEALTHY_TABLE, until_committed
+from streamconsumer.spark.delta_tables import CHANGE_LOG_TABLE, HEALTHY_TABLE, until_committed
 from streamconsumer.spark.session import SparkConf, delta_conf
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class DeltaChangesSink:
         writer = (
             keyed.coalesce(1)
             .write.format("delta")
-            .options(**HEALTHY_TABLE)
+            .options(**CHANGE_LOG_TABLE)
             .mode("append")
             .partitionBy("shard_id")
         )
