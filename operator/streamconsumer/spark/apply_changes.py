@@ -1,5 +1,7 @@
-"""The apply job: MERGEs a change log (landed by DeltaChangesSink from every shard) into
-the mirror table, as the only writer of the mirror, so no commit of it races another.
+"""The apply job: MERGEs a change log into its mirror table, as the mirror's only writer.
+
+The log is what DeltaChangesSink lands from every shard; with one writer, no commit of
+the mirror races another.
 
 A Structured Streaming job over the change log's Delta table: each micro-batch is MERGEd
 with Merge (per key, the change with the highest order wins), and Spark's checkpoint
@@ -13,20 +15,20 @@ once after landing (`--once`) or continuously; on Spark Connect, or as a cluster
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 from typing import TYPE_CHECKING
 
 from streamconsumer.spark.session import delta_conf, ship_by_value, spark_session
-from streamconsumer.spark.sinks import Merge
+from streamconsumer.spark.sinks import BATCH_COLUMNS, Merge
+from streamconsumer.spark.streaming_job import (
+    add_trigger_arguments,
+    basic_logging,
+    run_to_end,
+    triggered,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-
-log = logging.getLogger(__name__)
-
-LANDING_COLUMNS = ("shard_id", "batch")  # DeltaChangesSink's, not the mirror's
 
 
 def start(
@@ -44,7 +46,7 @@ def start(
 
     def apply(df: DataFrame, batch_id: int) -> None:
         nonlocal created
-        landed = df.drop(*LANDING_COLUMNS)
+        landed = df.drop(*BATCH_COLUMNS)  # DeltaChangesSink's, not the mirror's
         if not created:  # the mirror, with the changes' schema, once per run
             merge.create(landed)
             created = True
@@ -54,8 +56,7 @@ def start(
     # DELETE of changes already applied, never one to apply.
     stream = spark.readStream.format("delta").option("skipChangeCommits", "true").load(changes)
     writer = stream.writeStream.foreachBatch(apply).option("checkpointLocation", checkpoint)
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=interval)
-    return writer.start()
+    return triggered(writer, once, interval).start()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -67,20 +68,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--order", default="sequence", help="the column ordering its changes (default: sequence)"
     )
-    parser.add_argument("--once", action="store_true", help="apply what is landed, then stop")
-    parser.add_argument("--interval", default="10 seconds")
+    add_trigger_arguments(parser, interval="10 seconds")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s level=%(levelname)s %(message)s")
+    basic_logging()
     try:
         merge = Merge(args.mirror, args.key, args.order)
     except ValueError as error:
         parser.error(str(error))
     session = spark_session(delta_conf)
     query = start(session, args.changes, merge, args.checkpoint, args.once, args.interval)
-    query.awaitTermination()
-    progress = query.lastProgress
-    log.info("stopped; last batch applied %s changes", progress["numInputRows"] if progress else 0)
-    sys.exit(0)
+    run_to_end(query)
 
 
 if __name__ == "__main__":

@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from streamconsumer.spark.session import ship_by_value, spark_session
+from streamconsumer.spark.streaming_job import (
+    add_trigger_arguments,
+    basic_logging,
+    run_to_end,
+    triggered,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
-
-log = logging.getLogger(__name__)
 
 # Spark's view of the Arrow schema in schema.py.
 BRONZE_SCHEMA = (
@@ -62,8 +64,7 @@ def start(
 
     writer = read_bronze(spark, bronze).writeStream.foreachBatch(write)
     writer = writer.option("checkpointLocation", checkpoint)
-    writer = writer.trigger(availableNow=True) if once else writer.trigger(processingTime=interval)
-    return writer.start()
+    return triggered(writer, once, interval).start()
 
 
 def load_transform(reference: str) -> BatchTransform:
@@ -85,10 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--transform", required=True, help='"module:function", DataFrame -> DataFrame'
     )
-    parser.add_argument("--once", action="store_true", help="process what is landed, then stop")
-    parser.add_argument("--interval", default="30 seconds")
+    add_trigger_arguments(parser, interval="30 seconds")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s level=%(levelname)s %(message)s")
+    basic_logging()
     transform = load_transform(args.transform)
     query = start(
         spark_session(),
@@ -99,10 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         args.once,
         args.interval,
     )
-    query.awaitTermination()
-    progress = query.lastProgress
-    log.info("stopped; last batch read %s rows", progress["numInputRows"] if progress else 0)
-    sys.exit(0)
+    run_to_end(query)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,19 @@ class ParquetSink:
         df.write.mode("overwrite").parquet(self.batch_path(batch))
 
 
+BATCH_COLUMNS = ("shard_id", "batch")
+
+
+def keyed(df: DataFrame, batch: BatchInfo) -> DataFrame:
+    """The batch's rows with BATCH_COLUMNS: its shard and its first sequence number."""
+    from pyspark.sql import functions as F
+
+    shard, first = BATCH_COLUMNS
+    return df.withColumn(shard, F.lit(batch.shard_id)).withColumn(
+        first, F.lit(batch.first_sequence)
+    )
+
+
 @dataclass
 class DeltaSink:
     """A Delta table partitioned by shard. Workers writing different shards never conflict:
@@ -68,15 +81,11 @@ class DeltaSink:
     lost_races: int = field(default=0, init=False)
 
     def write(self, df: DataFrame, batch: BatchInfo) -> None:
-        from pyspark.sql import functions as F
-
-        keyed = df.withColumn("shard_id", F.lit(batch.shard_id)).withColumn(
-            "batch", F.lit(batch.first_sequence)
-        )
         # Shard ids and sequence numbers are [A-Za-z0-9_-] and digits: safe to inline.
         replace = f"shard_id = '{batch.shard_id}' AND batch = '{batch.first_sequence}'"
         writer = (
-            keyed.coalesce(1)  # a batch is one file
+            keyed(df, batch)
+            .coalesce(1)  # a batch is one file
             .write.format("delta")
             .options(**HEALTHY_TABLE)
             .mode("overwrite")
@@ -100,13 +109,9 @@ class DeltaChangesSink:
     lost_races: int = field(default=0, init=False)
 
     def write(self, df: DataFrame, batch: BatchInfo) -> None:
-        from pyspark.sql import functions as F
-
-        keyed = df.withColumn("shard_id", F.lit(batch.shard_id)).withColumn(
-            "batch", F.lit(batch.first_sequence)
-        )
         writer = (
-            keyed.coalesce(1)
+            keyed(df, batch)
+            .coalesce(1)
             .write.format("delta")
             .options(**CHANGE_LOG_TABLE)
             .mode("append")
