@@ -36,18 +36,63 @@ CHANGE_LOG_TABLE = {
     "delta.dataSkippingStringPrefixLength": "64",
 }
 
-# Delta's error classes (Spark Connect, and Delta 4's messages) and its exception names
-# (py4j): a commit refused because another commit won the race; the write may run again.
-CONFLICT = re.compile(
-    r"DELTA_CONCURRENT_[A-Z_]+|DELTA_METADATA_CHANGED|DELTA_PROTOCOL_CHANGED"
-    r"|Concurrent[A-Za-z]*Exception|MetadataChangedException|ProtocolChangedException"
+RACES = frozenset(
+    {
+        "DELTA_CONCURRENT_APPEND",
+        "DELTA_CONCURRENT_DELETE_DELETE",
+        "DELTA_CONCURRENT_DELETE_READ",
+        "DELTA_CONCURRENT_TRANSACTION",
+        "DELTA_CONCURRENT_WRITE",
+        "DELTA_METADATA_CHANGED",
+        "DELTA_PROTOCOL_CHANGED",
+        "DELTA_MAX_COMMIT_RETRIES_EXCEEDED",  # Delta's own retries of a race ran out
+    }
 )
+"""Delta's error classes for a commit refused because another commit won the race (its
+delta-error-classes.json): the write may run again. Nothing else may: an error that only
+mentions one of these (a record's value in a cast error, a cause's text) is not a race."""
+# Where the error carries no condition: only its first line, as Spark and py4j begin it.
+RACE_LINE = re.compile(
+    r"^(?:\[(?P<condition>[A-Z_]+)(?:\.[A-Z_]+)?\]"
+    r"|io\.delta\.exceptions\.(?P<exception>[A-Za-z]+)Exception\b)"
+)
+PY4J_HEADER = "An error occurred while calling"
+RACE_EXCEPTIONS = {
+    "ConcurrentAppend": "DELTA_CONCURRENT_APPEND",
+    "ConcurrentDeleteDelete": "DELTA_CONCURRENT_DELETE_DELETE",
+    "ConcurrentDeleteRead": "DELTA_CONCURRENT_DELETE_READ",
+    "ConcurrentTransaction": "DELTA_CONCURRENT_TRANSACTION",
+    "ConcurrentWrite": "DELTA_CONCURRENT_WRITE",
+    "MetadataChanged": "DELTA_METADATA_CHANGED",
+    "ProtocolChanged": "DELTA_PROTOCOL_CHANGED",
+}
 FIRST_DELAY_SECONDS = 0.2
 MAX_DELAY_SECONDS = 5.0
+MAX_LOST_RACES = 100
+"""A backstop, some 8 minutes of lost races: past it the error is the processor's."""
 
 
 def is_conflict(error: BaseException) -> bool:
-    return CONFLICT.search(str(error)) is not None
+    return _condition(error) in RACES
+
+
+def _condition(error: BaseException) -> str | None:
+    """The error's class (pyspark's `getCondition`, without its sub-class), or what the
+    first line of its message names; None when there is neither, or reading it fails (a
+    py4j error asks a JVM that may be gone)."""
+    try:
+        condition = error.getCondition() if hasattr(error, "getCondition") else None
+        if isinstance(condition, str) and condition:
+            return condition.partition(".")[0]
+        text = str(error).lstrip()
+        if text.startswith(PY4J_HEADER):  # the Java exception starts the second line
+            text = text.partition("\n")[2].removeprefix(": ")
+        match = RACE_LINE.match(text)
+    except Exception:
+        return None
+    if match is None:
+        return None
+    return match["condition"] or RACE_EXCEPTIONS.get(match["exception"] or "")
 
 
 def until_committed(
@@ -57,20 +102,20 @@ def until_committed(
     jitter: Callable[[], float] = random.random,
 ) -> tuple[T, int]:
     """Runs `write` until Delta accepts its commit; returns its result and how many of
-    its commits lost a race. Any other error is raised at once. A conflict does not
-    outlast its winner, so this never gives up: a write that lost a race has committed
-    nothing, and running it again is what Delta asks for (each sink's write is one atomic
-    commit that a repeat makes harmless)."""
+    its commits lost a race. Any other error is raised at once, and a race lost
+    MAX_LOST_RACES times too. A write that lost a race has committed nothing, and running
+    it again is what Delta asks for (each sink's write is one atomic commit that a repeat
+    makes harmless)."""
     delay, lost = FIRST_DELAY_SECONDS, 0
     while True:
         try:
             return write(), lost
         except Exception as error:
-            if not is_conflict(error):
+            if not is_conflict(error) or lost + 1 >= MAX_LOST_RACES:
                 raise
             lost += 1
             # Jittered: writers that collided must not collide again in step.
-            pause = delay * (0.5 + jitter() / 2)
+            pause = min(delay * (0.5 + jitter() / 2), MAX_DELAY_SECONDS)
             log.info("delta: %s lost a commit race (%d so far); again in %.1fs", what, lost, pause)
             sleep(pause)
             delay = min(delay * 2, MAX_DELAY_SECONDS)

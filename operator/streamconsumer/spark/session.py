@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Mapping
@@ -74,30 +75,39 @@ def small_pod_conf() -> dict[str, str]:
     }
 
 
+SETTING = re.compile(r"(?P<key>spark\.[A-Za-z0-9_.-]*[A-Za-z0-9_-])\s*[=:\s]\s*(?P<value>\S.*)")
+"""A line of spark-defaults.conf as java.util.Properties reads it: the key ends at the
+first whitespace, `=` or `:`, and one separator (with whitespace around it) is dropped."""
+
+
 def deployed_conf() -> dict[str, str]:
     """STREAMCONSUMER_SPARK_CONF: lines of `spark.key value` (or `spark.key=value`), as
     in spark-defaults.conf; `#` starts a comment. Raises ValueError naming the bad line."""
-    text = os.environ.get(CONF_ENV, "")
-    lines = [line.strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not line.startswith("#")]
+    lines = [
+        (number, line.strip())
+        for number, line in enumerate(os.environ.get(CONF_ENV, "").split("\n"), 1)
+        if line.strip() and not line.strip().startswith("#")
+    ]
     if len(lines) > MAX_CONF_LINES:
         raise ValueError(f"{CONF_ENV} has {len(lines)} settings; at most {MAX_CONF_LINES}")
     settings = {}
-    for number, line in enumerate(lines, 1):
-        key, value = _setting(line)
-        if not key.startswith("spark.") or not value:
+    for number, line in lines:
+        setting = SETTING.fullmatch(line)
+        if setting is None or not _encodable(line):
             raise ValueError(
-                f"{CONF_ENV}, setting {number} ({line[:80]!r}): expected "
-                "'spark.<name> <value>' or 'spark.<name>=<value>'"
+                f"{CONF_ENV}, line {number} ({line[:80]!r}): expected "
+                "'spark.<name> <value>' or 'spark.<name>=<value>', in UTF-8"
             )
-        settings[key] = value
+        settings[setting["key"]] = setting["value"].strip()
     return settings
 
 
-def _setting(line: str) -> tuple[str, str]:
-    equals, space = line.find("="), len(line.split(maxsplit=1)[0])
-    split = equals if 0 <= equals < space else space
-    return line[:split].strip(), line[split + 1 :].strip()
+def _encodable(line: str) -> bool:
+    try:
+        line.encode()
+    except UnicodeEncodeError:  # bytes the environment held that are not UTF-8
+        return False
+    return True
 
 
 # The in-process Spark Connect server has one client, in the same process: it listens on
