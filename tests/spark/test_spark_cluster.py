@@ -6,6 +6,8 @@ server cannot import, and Spark settings that let several pods share the cluster
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,20 +22,27 @@ from pyspark.sql import SparkSession
 
 from streamconsumer.processor import Record
 from streamconsumer.spark import BronzeProcessor, DeltaChangesSink, apply_changes, bronze_job
-from streamconsumer.spark.session import CONF_ENV, spark_session
+from streamconsumer.spark.session import CONF_ENV
 from streamconsumer.spark.sinks import Merge
 from streamconsumer.testing import ProcessorHarness
 from testbed.cdc_changes import ChangeBatch, change_batches, expected_mirror
 from testbed.processes import Server
-from testbed.spark_cluster import SparkCluster, daemon_env
+from testbed.spark_cluster import SparkCluster, clean_argv, daemon_env
 
 pytestmark = pytest.mark.spark
 
 
+def cluster_session(cluster: SparkCluster) -> SparkSession:
+    """A Spark Connect session of its own on the cluster's server, as a thin worker's,
+    whatever SPARK_REMOTE the `spark` fixture has set in this process."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("SPARK_REMOTE", raising=False)
+        return SparkSession.builder.remote(cluster.connect_url).create()
+
+
 @pytest.fixture
 def connect(spark_cluster: SparkCluster) -> Iterator[SparkSession]:
-    """A Spark Connect session of its own on the cluster's server, as a thin worker's."""
-    session = SparkSession.builder.remote(spark_cluster.connect_url).create()
+    session = cluster_session(spark_cluster)
     yield session
     session.stop()
 
@@ -49,7 +58,7 @@ def test_four_shards_land_changes_and_one_job_applies_them_exactly(
     changes, mirror, job = (str(tmp_path / name) for name in ("changes", "mirror", "job"))
     shards = [change_batches(shard, 4, batches=3, size=100, keys=1000) for shard in range(4)]
     sinks = [DeltaChangesSink(changes) for _ in shards]
-    sessions = [SparkSession.builder.remote(spark_cluster.connect_url).create() for _ in shards]
+    sessions = [cluster_session(spark_cluster) for _ in shards]
     try:
         land(sessions[0], sinks[0], shards[0][:1])  # the log exists (its first batch made it)
         with ThreadPoolExecutor(len(shards)) as writers:  # four workers, one shard each
@@ -99,19 +108,33 @@ def test_the_bronze_job_runs_through_spark_connect_with_a_transform_the_server_l
     assert read_page_views(str(output)) == expected_page_views(events)
 
 
+SETTINGS = """
+import logging
+from streamconsumer.spark.session import spark_session
+logging.basicConfig(level=logging.WARNING)
+session = spark_session()
+for key in ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone"):
+    print(session.conf.get(key))
+"""
+
+
 def test_a_connect_session_takes_the_settings_a_session_may_change(
-    spark_cluster: SparkCluster, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    spark_cluster: SparkCluster, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("SPARK_REMOTE", spark_cluster.connect_url)
-    monkeypatch.setenv("SPARK_SHUFFLE_PARTITIONS", "3")
-    monkeypatch.setenv(CONF_ENV, "spark.cores.max 1\nspark.sql.session.timeZone America/Lima")
-    session = spark_session()
-    try:
-        assert session.conf.get("spark.sql.shuffle.partitions") == "3"
-        assert session.conf.get("spark.sql.session.timeZone") == "America/Lima"
-    finally:
-        session.stop()
-    assert "spark.cores.max are the server's settings" in caplog.text
+    """In a process of its own, as a worker's: this one's default Connect session may
+    be another server's."""
+    env = {
+        "SPARK_REMOTE": spark_cluster.connect_url,
+        "SPARK_SHUFFLE_PARTITIONS": "3",
+        CONF_ENV: "spark.cores.max 1\nspark.sql.session.timeZone America/Lima",
+    }
+    argv = ["env", "-u", "SPARK_CONNECT_MODE_ENABLED", sys.executable, "-c", SETTINGS]  # its own
+    ran = subprocess.run(
+        argv, env={**os.environ, **env}, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert ran.stdout.split() == ["3", "America/Lima"]
+    assert "spark.cores.max are the server's settings" in ran.stderr
 
 
 DRIVER = """
@@ -140,16 +163,7 @@ def test_pods_driving_the_cluster_share_its_cores(
         # Not Spark Connect, whatever this process has set (a Connect session sets the mode).
         Server(
             f"driver-{n}",
-            [
-                "env",
-                "-u",
-                "SPARK_REMOTE",
-                "-u",
-                "SPARK_CONNECT_MODE_ENABLED",
-                sys.executable,
-                "-c",
-                DRIVER,
-            ],
+            clean_argv([sys.executable, "-c", DRIVER]),
             tmp_path,
             env,
         )

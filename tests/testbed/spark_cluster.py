@@ -27,6 +27,17 @@ CONNECT_MEMORY = "1g"
 START_SECONDS = 120.0
 
 
+# What a Spark Connect session in this process leaves in its environment: a process of
+# the cluster (or a driver) that inherited them would take itself for a Connect client.
+CONNECT_CLIENT_ENV = ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")
+
+
+def clean_argv(argv: list[str]) -> list[str]:
+    """`argv` run without this process' Spark Connect settings (env -u)."""
+    unset = [arg for name in CONNECT_CLIENT_ENV for arg in ("-u", name)]
+    return ["env", *unset, *argv]
+
+
 def spark_home() -> Path:
     from pyspark.find_spark_home import _find_spark_home
 
@@ -68,16 +79,18 @@ class SparkCluster:
         with stopped_on_failure(cluster.stop):
             master = Server(
                 "spark-master",
-                [
-                    spark_class,
-                    "org.apache.spark.deploy.master.Master",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(master_port),
-                    "--webui-port",
-                    str(ui_port),
-                ],
+                clean_argv(
+                    [
+                        spark_class,
+                        "org.apache.spark.deploy.master.Master",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(master_port),
+                        "--webui-port",
+                        str(ui_port),
+                    ]
+                ),
                 workdir,
                 env,
             )
@@ -87,21 +100,23 @@ class SparkCluster:
                 cluster.servers.append(
                     Server(
                         f"spark-worker-{index}",
-                        [
-                            spark_class,
-                            "org.apache.spark.deploy.worker.Worker",
-                            cluster.master_url,
-                            "--host",
-                            "127.0.0.1",
-                            "--cores",
-                            str(WORKER_CORES),
-                            "--memory",
-                            "2g",
-                            "--webui-port",
-                            str(free_port()),
-                            "--work-dir",
-                            str(workdir / f"worker-{index}"),
-                        ],
+                        clean_argv(
+                            [
+                                spark_class,
+                                "org.apache.spark.deploy.worker.Worker",
+                                cluster.master_url,
+                                "--host",
+                                "127.0.0.1",
+                                "--cores",
+                                str(WORKER_CORES),
+                                "--memory",
+                                "2g",
+                                "--webui-port",
+                                str(free_port()),
+                                "--work-dir",
+                                str(workdir / f"worker-{index}"),
+                            ]
+                        ),
                         workdir,
                         env,
                     )
@@ -113,7 +128,7 @@ class SparkCluster:
             # whatever spark.driver.memory says.
             connect = Server(
                 "spark-connect",
-                cluster.connect_server_argv(connect_port),
+                clean_argv(cluster.connect_server_argv(connect_port)),
                 workdir,
                 env | {"SPARK_DAEMON_MEMORY": CONNECT_MEMORY},
             )

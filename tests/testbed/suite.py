@@ -19,7 +19,13 @@ import pytest
 from xdist.scheduler import LoadScopeScheduling
 
 GROUP_OF_FOLDER = {"realnode": "realnode", "spark": "spark"}
-GROUP_OF_FILE = {"test_cdc.py": "spark", "test_spark_pods.py": "spark"}
+GROUP_OF_FILE = {
+    "test_cdc.py": "spark",
+    "test_spark_pods.py": "spark",
+    # Its own worker: a `spark` fixture's Connect session in the same process made the
+    # cluster's Connect sessions hang there.
+    "test_spark_cluster.py": "spark-cluster",
+}
 GROUPED_BY_FILE = {"integration"}
 
 # The run's longest chains start first (`make test` keeps xdist to the collection's order,
@@ -32,10 +38,10 @@ def group(nodeid: str) -> str:
     """The group of the test with this id (`tests/<folder>/.../<file>.py::<name>`)."""
     path = PurePosixPath(nodeid.split("::", 1)[0])
     folder = path.parts[1] if len(path.parts) > 2 else ""
-    if folder in GROUP_OF_FOLDER:
-        return GROUP_OF_FOLDER[folder]
     if path.name in GROUP_OF_FILE:
         return GROUP_OF_FILE[path.name]
+    if folder in GROUP_OF_FOLDER:
+        return GROUP_OF_FOLDER[folder]
     return str(path) if folder in GROUPED_BY_FILE else nodeid
 
 
