@@ -31,13 +31,16 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 
+INTERVAL = "10 seconds"  # between micro-batches, unless --once
+
+
 def start(
     spark: SparkSession,
     changes: str,
     merge: Merge,
     checkpoint: str,
     once: bool = True,
-    interval: str = "10 seconds",
+    interval: str = INTERVAL,
 ) -> StreamingQuery:
     """Starts the job; with `once`, it applies what is landed now and stops."""
     ship_by_value(spark, __name__)
@@ -68,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--order", default="sequence", help="the column ordering its changes (default: sequence)"
     )
-    add_trigger_arguments(parser, interval="10 seconds")
+    add_trigger_arguments(parser, interval=INTERVAL)
     args = parser.parse_args(argv)
     basic_logging()
     try:

@@ -47,6 +47,9 @@ def read_bronze(spark: SparkSession, bronze: str, max_files_per_trigger: int = 1
     )
 
 
+INTERVAL = "30 seconds"  # between micro-batches, unless --once
+
+
 def start(
     spark: SparkSession,
     bronze: str,
@@ -54,7 +57,7 @@ def start(
     checkpoint: str,
     transform: BatchTransform,
     once: bool = True,
-    interval: str = "30 seconds",
+    interval: str = INTERVAL,
 ) -> StreamingQuery:
     """Starts the job; with `once`, it processes what is landed now and stops."""
     ship_by_value(spark, __name__, transform.__module__)
@@ -86,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--transform", required=True, help='"module:function", DataFrame -> DataFrame'
     )
-    add_trigger_arguments(parser, interval="30 seconds")
+    add_trigger_arguments(parser, interval=INTERVAL)
     args = parser.parse_args(argv)
     basic_logging()
     transform = load_transform(args.transform)
