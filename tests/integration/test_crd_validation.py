@@ -216,8 +216,8 @@ PROCESSOR = dict(VALID["spec"]["processor"])
 VOLUMES_REFUSED = "volumes may use only configMap, secret, emptyDir"
 ROOT_REFUSED = "may not run the workers as root or with group 0"
 RESERVED_ENV = (
-    "env names STREAMCONSUMER_* (but STREAMCONSUMER_LOG_LEVEL or STREAMCONSUMER_SPARK_JARS) "
-    "and POD_NAME are"
+    "env names STREAMCONSUMER_* (but STREAMCONSUMER_LOG_LEVEL, STREAMCONSUMER_SPARK_JARS or "
+    "STREAMCONSUMER_SPARK_CONF) and POD_NAME are"
 )
 # Issue 40: a token or a certificate of the workers' ServiceAccount, an inline CSI volume.
 TOKEN_REFUSED = "projected volumes may use only configMap, secret or downwardAPI sources"
