@@ -82,6 +82,9 @@ node-images: venv node-packages  ## build our images with podman, FROM a deboots
 # TEST_WORKERS processes (tests/conftest.py keeps the real node, Spark and each integration
 # file on one worker, and orders the longest first). The tools are independent builds and downloads, made side by side.
 TEST_WORKERS ?= 3
+# A run that has not ended by then is interrupted, and says what failed and what was
+# still running: well within CI's 90 minutes, whatever hangs.
+TEST_BUDGET_SECONDS ?= 3600
 TEST_TOOLS := venv emulators controlplane helm-after-controlplane kstatus actionlint prometheus kubevalidate node-packages node-binaries node-images
 
 # helm compiles the control plane's client packages at the same versions
@@ -94,7 +97,8 @@ helm-after-controlplane: controlplane
 test-tools: $(TEST_TOOLS)
 test:  ## unit, property, integration, end-to-end and real-node tests (prints the slowest)
 	@$(MAKE) --no-print-directory -j4 --output-sync=line test-tools
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	timeout --signal=INT --kill-after=60 $(TEST_BUDGET_SECONDS) \
+	  $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 .PHONY: lint
 lint: venv  ## ruff, mypy and the layer contract (import-linter)
@@ -148,6 +152,7 @@ bench: venv emulators controlplane node-packages node-binaries node-images  ## b
 	PYTHONPATH=tests $(BIN)/python -m bench.lease_groups
 	PYTHONPATH=tests $(BIN)/python -m bench.etcd_cost
 	PYTHONPATH=tests $(BIN)/python -m bench.busy
+	PYTHONPATH=tests $(BIN)/python -m bench.batching_window
 	PYTHONPATH=tests $(BIN)/python -m bench.spark
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.cdc_merge
 	PYTHONPATH=tests:examples $(BIN)/python -m bench.containers

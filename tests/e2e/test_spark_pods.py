@@ -1,7 +1,7 @@
 """The Spark pipeline inside real worker pods (processes run by the local kubelet for a
 Deployment the operator made), on the emulator, with a worker killed midway: per-minute
-page views equal what was produced, in both modes, and with thin workers on a standalone
-Spark cluster."""
+page views equal what was produced, in both modes (on a Spark cluster:
+test_spark_cluster_pods.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import pytest
 
 from testbed.clickstream import ClickstreamRun
 from testbed.scenario import Scenario
-from testbed.spark_cluster import SparkCluster, without_java_env
-from testbed.spark_cluster_app import MARKER_ENV
 from testbed.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -51,34 +49,5 @@ def test_bronze_landing_then_the_job_counts_each_event_once(
     wait_for(lambda: run.landed() == 800, 120, "every event landed once")
     job = run.run_bronze_job()
     assert job.returncode == 0, job.stderr[-3000:]
-    assert run.counted() == run.expected()
-    assert sum((run.counted() or {}).values()) == 800
-
-
-def test_thin_workers_write_delta_on_a_spark_cluster_once(
-    scenario: Scenario, spark_cluster: SparkCluster, tmp_path: Path
-) -> None:
-    """Worker processes with no Java anywhere they look write through the cluster's Spark
-    Connect server into Delta; one dies between a commit and its checkpoint."""
-    marker = tmp_path / "died"
-    run = ClickstreamRun(scenario, "cluster", tmp_path / "data")
-    run.start(
-        shards=4,
-        replicas=2,
-        lease_seconds=6.0,
-        env={
-            "SPARK_REMOTE": spark_cluster.connect_url,
-            "CLICKSTREAM_FORMAT": "delta",
-            MARKER_ENV: str(marker),
-            **without_java_env(),
-        },
-    )
-    run.produce(400)
-    wait_for(lambda: run.counted() == run.expected(), 300, "the first page views")
-    run.produce(400)  # second batches: the first worker to commit one dies before its checkpoint
-    wait_for(marker.exists, 120, "a worker killed between a commit and its checkpoint")
-    wait_for(lambda: run.counted() == run.expected(), 300, "page views after the kill")
-    # The replacement pod joins and takes shards; the replayed batch replaced itself.
-    wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 180, "2/2 balance again")
     assert run.counted() == run.expected()
     assert sum((run.counted() or {}).values()) == 800

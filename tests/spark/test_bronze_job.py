@@ -66,7 +66,7 @@ def test_bronze_job_counts_every_event_once(
         query = bronze_job.start(
             spark, str(bronze), str(output), str(job_checkpoint), page_views_per_minute
         )
-        query.awaitTermination()
+        assert query.awaitTermination(300), "the job ended within 300 s"
 
     first = make_events(400, seed=1)
     put_records(client, stream_name, [(f"u{i}", e) for i, e in enumerate(first)])

@@ -19,6 +19,7 @@ from cdc.pipeline import read_mirror
 from clickstream.events import expected_page_views, make_events
 from clickstream.pipeline import page_views_per_minute, read_page_views
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from streamconsumer.processor import Record
 from streamconsumer.spark import BronzeProcessor, DeltaChangesSink, apply_changes, bronze_job
@@ -30,6 +31,7 @@ from testbed.processes import Server
 from testbed.spark_cluster import SparkCluster, clean_argv, daemon_env
 
 pytestmark = pytest.mark.spark
+QUERY_SECONDS = 300
 
 
 def cluster_session(cluster: SparkCluster) -> SparkSession:
@@ -45,6 +47,12 @@ def connect(spark_cluster: SparkCluster) -> Iterator[SparkSession]:
     session = cluster_session(spark_cluster)
     yield session
     session.stop()
+
+
+def ran_to_end(query: StreamingQuery) -> None:
+    """The availableNow job ended, within QUERY_SECONDS: a job that waits for cores or a
+    lost executor fails the test rather than hang it (a signal cannot interrupt the wait)."""
+    assert query.awaitTermination(QUERY_SECONDS), f"the job still running after {QUERY_SECONDS} s"
 
 
 def land(session: SparkSession, sink: DeltaChangesSink, batches: list[ChangeBatch]) -> None:
@@ -69,11 +77,11 @@ def test_four_shards_land_changes_and_one_job_applies_them_exactly(
         land(sessions[0], DeltaChangesSink(changes), replay)
         landed = [batch for batches in shards for batch in batches]
 
-        apply_changes.start(sessions[0], changes, Merge(mirror), job).awaitTermination()
+        ran_to_end(apply_changes.start(sessions[0], changes, Merge(mirror), job))
         assert read_mirror(mirror) == expected_mirror(landed)
         more = change_batches(2, 4, batches=5, size=100, keys=1000)[3:]
         land(sessions[2], sinks[2], more)
-        apply_changes.start(sessions[0], changes, Merge(mirror), job).awaitTermination()
+        ran_to_end(apply_changes.start(sessions[0], changes, Merge(mirror), job))
         assert read_mirror(mirror) == expected_mirror(landed + more)
     finally:
         for session in sessions:
@@ -104,7 +112,7 @@ def test_the_bronze_job_runs_through_spark_connect_with_a_transform_the_server_l
     job = bronze_job.start(
         connect, str(bronze), str(output), str(tmp_path / "job"), page_views_per_minute
     )
-    job.awaitTermination()
+    ran_to_end(job)
     assert read_page_views(str(output)) == expected_page_views(events)
 
 

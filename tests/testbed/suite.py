@@ -13,6 +13,8 @@ loadgroup` then spreads every group silently (pytest-xdist#1386)."""
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import PurePosixPath
 
 import pytest
@@ -22,16 +24,17 @@ GROUP_OF_FOLDER = {"realnode": "realnode", "spark": "spark"}
 GROUP_OF_FILE = {
     "test_cdc.py": "spark",
     "test_spark_pods.py": "spark",
-    # Its own worker: a `spark` fixture's Connect session in the same process made the
-    # cluster's Connect sessions hang there.
+    # A worker of their own, one cluster for both: a `spark` fixture's Connect session in
+    # the same process made the cluster's Connect sessions hang there.
     "test_spark_cluster.py": "spark-cluster",
+    "test_spark_cluster_pods.py": "spark-cluster",
 }
 GROUPED_BY_FILE = {"integration"}
 
 # The run's longest chains start first (`make test` keeps xdist to the collection's order,
 # `--no-loadscope-reorder`), so the run does not end waiting on one of them: the real
 # node's and Spark's groups, then the simulation's CPU-bound parts.
-STARTED_FIRST = ("realnode", "spark", "tests/sim/test_simulation.py")
+STARTED_FIRST = ("realnode", "spark", "spark-cluster", "tests/sim/test_simulation.py")
 
 
 def group(nodeid: str) -> str:
@@ -60,3 +63,22 @@ class GroupedScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist is 
     # xdist's own file and group schedulings override this method the same way.
     def _split_scope(self, nodeid: str) -> str:
         return group(nodeid)
+
+
+class Unfinished:
+    """The tests begun and not yet ended (on the xdist controller, as workers report them):
+    what a run interrupted by `make test`'s budget was still waiting on."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, float] = {}  # node id: when it began (monotonic)
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.running[nodeid] = time.monotonic()
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        self.running.pop(nodeid, None)
+
+    def pytest_keyboard_interrupt(self) -> None:
+        now = time.monotonic()
+        for nodeid, began in sorted(self.running.items(), key=lambda item: item[1]):
+            print(f"\nstill running after {now - began:.0f} s: {nodeid}", file=sys.stderr)

@@ -16,8 +16,13 @@ def test_the_real_node_and_spark_tests_each_share_one_worker() -> None:
         "tests/e2e/test_cdc.py::test_the_delta_mirror_equals_the_table_across_a_worker_kill",
         "tests/e2e/test_spark_pods.py::test_spark_in_the_worker_counts_each_event_once",
     }
+    cluster = {
+        "tests/spark/test_spark_cluster.py::test_pods_driving_the_cluster_share_its_cores",
+        "tests/e2e/test_spark_cluster_pods.py::test_thin_workers_write_delta_on_a_spark_cluster_once",
+    }
     assert {suite.group(nodeid) for nodeid in realnode} == {"realnode"}
     assert {suite.group(nodeid) for nodeid in spark} == {"spark"}
+    assert {suite.group(nodeid) for nodeid in cluster} == {"spark-cluster"}
 
 
 def test_an_integration_files_tests_share_one_worker_and_other_tests_spread() -> None:
