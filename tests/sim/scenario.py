@@ -129,6 +129,7 @@ class Run:
     processes: int = 1  # processor.processes: worker processes per pod
     # Tables past 2 entries kept in this many lease groups (0: in the status, as at 1,000).
     lease_groups: int = 0
+    batching_window: float = 0.0  # reading.maxBatchingWindowSeconds
 
 
 @dataclass
@@ -323,6 +324,8 @@ class Simulation:
             },
             "initialPosition": run.initial_position,
         }
+        if run.batching_window:
+            spec["reading"] = {"maxBatchingWindowSeconds": run.batching_window}
         if run.autoscale:
             spec["autoscaling"] = {
                 "minReplicas": 0,
@@ -388,6 +391,7 @@ class Simulation:
             record_filter=spec.processor.filter,
             parallelism=spec.processor.parallelism,
             batch_size=spec.processor.batch_size,
+            reading=spec.reading,
         )
         worker.trouble = self.trouble
         return worker

@@ -30,6 +30,7 @@ from streamconsumer.models.api import WIRE_VERSION, WIRE_VERSION_HEADER, worker_
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.record_filter import RecordFilter
+from streamconsumer.models.resource import Reading
 from streamconsumer.processor import (
     BaseRecordProcessor,
     BatchResult,
@@ -355,6 +356,7 @@ class SimWorker:
     record_filter: InitVar[RecordFilter | None] = None
     parallelism: InitVar[int] = 1
     batch_size: InitVar[int | None] = None
+    reading: InitVar[Reading | None] = None
 
     def __post_init__(
         self,
@@ -363,8 +365,10 @@ class SimWorker:
         record_filter: RecordFilter | None,
         parallelism: int,
         batch_size: int | None,
+        reading: Reading | None,
     ) -> None:
         world = self.world
+        reading = reading or Reading()
         self.core = WorkerCore(
             self.name,
             prefetch=3,
@@ -378,6 +382,8 @@ class SimWorker:
             keep=keeper(record_filter),
             parallelism=parallelism,
             batch_size=batch_size,
+            batching_window_seconds=reading.max_batching_window_seconds,
+            max_records=reading.max_records,
         )
         self.trouble: Trouble | None = None  # the dead-letter target fails with the sink
         self.dead_letters = DeadLetters(

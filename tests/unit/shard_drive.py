@@ -18,6 +18,7 @@ from streamconsumer.models import (
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.batching import BatchingWindow
 from streamconsumer.worker.calls import Fanout, in_turn
 from streamconsumer.worker.driver import Effects, ShardDriver
 from streamconsumer.worker.shard import Answer, Call, DeadLetter, ShardMachine, Skip
@@ -46,6 +47,7 @@ class Drive(Effects):
         batch_size: int | None = None,
         fanout: Fanout = in_turn,
         keep: Callable[[Record], bool] | None = None,
+        window: BatchingWindow | None = None,
     ) -> None:
         self.clock = 0.0
         self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
@@ -69,6 +71,7 @@ class Drive(Effects):
             parallelism=parallelism,
             batch_size=batch_size,
             keep=keep,
+            window=window,
         )
         self.driver = ShardDriver(self.machine, self, lambda: self.processor, "ns/c", fanout)
         self._until = 0.0

@@ -340,10 +340,14 @@ class LeaseSettings(Model):
 
 # Kinesis allows 5 GetRecords a second per shard; 4 keeps a 250 ms-a-call processor busy.
 MAX_READS_PER_SECOND = 4.0
+DEFAULT_MAX_RECORDS = 1000
+MAX_BATCHING_WINDOW_SECONDS = 300  # as Lambda's MaximumBatchingWindowInSeconds
 
 
 class Reading(Model):
-    max_records: int = Field(default=1000, ge=1, le=10000, description="GetRecords limit.")
+    max_records: int = Field(
+        default=DEFAULT_MAX_RECORDS, ge=1, le=10000, description="GetRecords limit."
+    )
     idle_between_reads_ms: int = Field(
         default=500, ge=0, le=60000, description="Pause after an empty read."
     )
@@ -358,6 +362,19 @@ class Reading(Model):
         "shard, shared by every polling consumer of the stream: with others polling it, "
         "keep the sum within 5 (or use consumer: fanOut). A shard caught up reads less: "
         "after an empty read the worker waits idleBetweenReadsMs.",
+    )
+    max_batching_window_seconds: float = Field(
+        default=0,
+        ge=0,
+        le=MAX_BATCHING_WINDOW_SECONDS,
+        json_schema_extra=added_since("0.2.0"),
+        description="How long a shard's next process_records call may wait for more reads "
+        "to fill it (as Lambda's MaximumBatchingWindowInSeconds; default 0: each read is "
+        "a call at once). The call is made when it holds maxRecords records (batchSize times "
+        "parallelism under processor.batchSize), when the window has passed since its "
+        "first record was read, or at the shard's end: a quiet stream then costs a call per "
+        "window, not one per record, and a record waits at most the window longer. Needs "
+        "workers of 0.2.0 or later (docs/parallelism.md#batching-window).",
     )
 
 

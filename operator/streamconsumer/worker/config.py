@@ -13,7 +13,9 @@ from streamconsumer.models.base import ADDED_SINCE, added_since
 from streamconsumer.models.failure import FailurePolicy
 from streamconsumer.models.record_filter import RecordFilter
 from streamconsumer.models.resource import (
+    DEFAULT_MAX_RECORDS,
     MAX_BATCH_SIZE,
+    MAX_BATCHING_WINDOW_SECONDS,
     MAX_PARALLELISM,
     MAX_PROCESSES,
     MAX_READS_PER_SECOND,
@@ -54,7 +56,7 @@ class WorkerConfig(BaseSettings):
     # Enhanced fan-out renews each subscription this often (tests shorten it); None: the
     # kind's own period.
     resubscribe_seconds: float | None = Field(default=None, gt=0)
-    max_records: int = 1000
+    max_records: int = DEFAULT_MAX_RECORDS
     idle_between_reads_ms: int = 500
     prefetch: int = 3
     max_reads_per_second: float = Field(
@@ -87,6 +89,13 @@ class WorkerConfig(BaseSettings):
     # processor.processes (a worker of 0.1 ignores it: it runs one process).
     processes: int = Field(
         default=1, ge=1, le=MAX_PROCESSES, json_schema_extra=added_since("0.2.0")
+    )
+    # reading.maxBatchingWindowSeconds (a worker of 0.1 ignores it: each read is a call).
+    max_batching_window_seconds: float = Field(
+        default=0,
+        ge=0,
+        le=MAX_BATCHING_WINDOW_SECONDS,
+        json_schema_extra=added_since("0.2.0"),
     )
 
     @model_validator(mode="before")

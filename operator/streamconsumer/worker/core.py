@@ -30,8 +30,9 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.api import checkpoint_hold_seconds
 from streamconsumer.models.failure import FailurePolicy
-from streamconsumer.models.resource import MAX_READS_PER_SECOND
+from streamconsumer.models.resource import DEFAULT_MAX_RECORDS, MAX_READS_PER_SECOND
 from streamconsumer.processor import Record
+from streamconsumer.worker.batching import BatchingWindow
 from streamconsumer.worker.shard import CALL_NAMES, LoseLease, ShardMachine, Stop
 
 FAILED_HEARTBEAT_RETRY_SECONDS = 1.0
@@ -53,6 +54,8 @@ class WorkerCore:
         keep: Callable[[Record], bool] | None = None,
         parallelism: int = 1,
         batch_size: int | None = None,
+        batching_window_seconds: float = 0.0,
+        max_records: int = DEFAULT_MAX_RECORDS,
     ) -> None:
         self.name = name
         # A batching processor (empty batches: its flush clock) buffers across calls and
@@ -60,6 +63,10 @@ class WorkerCore:
         # the worker moves itself (docs/design.md#per-key-parallelism).
         self.parallelism = 1 if wants_empty_batches else parallelism
         self.batch_size = None if wants_empty_batches else batch_size
+        self.batching_window_seconds = batching_window_seconds
+        # A gathered call is full at what one read brings, or at what the calls of one
+        # Deliver take at once (calls.py): batchSize for each of `parallelism` of them.
+        self._fill_to = self.batch_size * self.parallelism if self.batch_size else max_records
         self.machines: dict[str, ShardMachine] = {}
         self.interval = 0.0  # seconds until the next heartbeat is due
         self.exit_reason: str | None = None  # refused for too long: end, handing nothing off
@@ -162,6 +169,7 @@ class WorkerCore:
                 keep=self._keep,
                 parallelism=self.parallelism,
                 batch_size=self.batch_size,
+                window=BatchingWindow(self.batching_window_seconds, self._fill_to),
             )
             self.machines[shard_id] = machine
             started.append(machine)

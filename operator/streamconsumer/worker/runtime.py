@@ -77,6 +77,8 @@ class Worker:
             keep=keeper(config.filter),
             parallelism=config.parallelism,
             batch_size=config.batch_size,
+            batching_window_seconds=config.max_batching_window_seconds,
+            max_records=config.max_records,
         )
         if self.core.parallelism < config.parallelism or self.core.batch_size != config.batch_size:
             log.warning(

@@ -52,6 +52,7 @@ from streamconsumer.models.api import MAX_MILLIS_BEHIND, Failing, PassedOver
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.worker.batching import BatchingWindow
 from streamconsumer.worker.failures import Failures
 from streamconsumer.worker.phase import FINISHED, TRANSITIONS, Phase
 
@@ -204,6 +205,7 @@ class ShardMachine:
         keep: Callable[[Record], bool] | None = None,
         parallelism: int = 1,
         batch_size: int | None = None,
+        window: BatchingWindow | None = None,
     ) -> None:
         self.worker = worker
         self.parallelism = parallelism  # process_records calls of a Deliver in flight at most
@@ -222,6 +224,7 @@ class ShardMachine:
         self._wants_empty = wants_empty_batches
         self.failures = Failures(policy, retry)  # the failure policy: retries, give-ups
         self._batches: deque[ReadResult] = deque()
+        self._window = window or BatchingWindow()  # reading.maxBatchingWindowSeconds
         self._end_read = False
         self._stop: Stop | None = None
         self._call: Call | None = None
@@ -448,6 +451,13 @@ class ShardMachine:
                     return self._begin(Skip(undone, failures.error, failures.count))
                 if then is AfterRetries.DEAD_LETTER:
                     return self._begin(DeadLetter(undone, failures.error, failures.count))
+            if batch.records and self._first_try():
+                more_coming = not self._end_read and self._prefetch > 1  # read on behind it
+                due = self._window.due(self._batches, now, more_coming)
+                if due is not None:
+                    return Wait(due)
+                self._window.delivered()
+                batch = self._batches[0]
             if batch.records or self._wants_empty:
                 return self._begin(Deliver(batch, self._done_in(batch)), batch)
             self._took(self._batches.popleft())  # an empty read: nothing to deliver
@@ -457,6 +467,10 @@ class ShardMachine:
                 return self._begin(EndShard())
             return self._send(self._closing(release=False))
         return Wait()
+
+    def _first_try(self) -> bool:
+        """The head batch was never delivered, nor is it a piece of one that was."""
+        return self.failures.count == 0 and not self._pieces_ahead and not self._done_ahead
 
     def _take_done_ahead(self) -> None:
         """The head's leading records that an earlier parallel call did (a bisection's or

@@ -139,6 +139,7 @@ def deployment(
             "parallelism": spec.processor.parallelism,
             "batch_size": spec.processor.batch_size,
             "processes": spec.processor.processes,
+            "max_batching_window_seconds": spec.reading.max_batching_window_seconds,
         }
     )
     # The worker's own settings come last: of two entries of one name the last wins,
