@@ -6,7 +6,9 @@ leases and conditions, read from its status with your kubeconfig (install
 move checkpoints, safely while workers run (owners hand off first).
 `streamconsumer checkpoints export NAME` / `import FILE [--name NAME]`: a lease table as
 JSON, out of a consumer and into the one a new consumer resumes from (docs/checkpoints.md);
-`import --from-kcl-table TABLE --for MANIFEST`: a KCL application's, for the switch."""
+`import --from-kcl-table TABLE --for MANIFEST`: a KCL application's, for the switch.
+`streamconsumer deadletters list|show|redrive --for MANIFEST`: a consumer's dead letters,
+read back from their target, and delivered again once the bug is fixed."""
 
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from rich.live import Live
 from rich.table import Table
 from urllib3.exceptions import HTTPError
 
-from streamconsumer import __version__, cli_checkpoints, cli_kcl
+from streamconsumer import __version__, cli_checkpoints, cli_deadletters, cli_kcl
 from streamconsumer.controller import apply
 from streamconsumer.controller.leases.lease_group_store import read_consumer
 from streamconsumer.controller.leases.status import STATUS_ERRORS
@@ -320,6 +322,7 @@ def parser() -> argparse.ArgumentParser:
         help="how long to watch for a KCL worker renewing its leases (default "
         f"{cli_kcl.WATCH_SECONDS:.0f}: KCL renews every third of failoverTimeMillis)",
     )
+    cli_deadletters.add_parser(commands)
     return top
 
 
@@ -331,6 +334,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "checkpoints" and args.action == "import":
         _check_import(arguments, args)
     console = Console()
+    if args.command == "deadletters":  # AWS only: no kubeconfig needed
+        cli_deadletters.run(args, console, _text_of)
+        return
     namespace = connect(args.kubeconfig, args.context, args.namespace)
     api = k8s.CustomObjectsApi()
     try:
@@ -390,11 +396,7 @@ def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -
             sys.stdout.write(text + "\n")
             errors.print(note)
             return
-        path = args.manifest if args.from_kcl_table else args.file
-        try:
-            text = _bounded(sys.stdin) if path == "-" else _read(Path(path))
-        except OSError as error:
-            sys.exit(f"streamconsumer: cannot read {path}: {error.strerror}")
+        text = _text_of(args.manifest if args.from_kcl_table else args.file)
         name = args.name
         if args.from_kcl_table:
             say = Console(stderr=True).print
@@ -404,6 +406,14 @@ def do_checkpoints(namespace: str, args: argparse.Namespace, console: Console) -
         console.print(cli_checkpoints.import_(text, namespace, name, args.days))
     except cli_checkpoints.CheckpointsError as error:
         sys.exit(f"streamconsumer: {error}")
+
+
+def _text_of(path: str) -> str:
+    """A file named on the command line (- for standard input), bounded."""
+    try:
+        return _bounded(sys.stdin) if path == "-" else _read(Path(path))
+    except OSError as error:
+        sys.exit(f"streamconsumer: cannot read {path}: {error.strerror}")
 
 
 def _read(path: Path) -> str:
