@@ -169,14 +169,16 @@ def _redrive(
 
         if args.to_stream:
             client = boto3.client("kinesis")
-            outcome = redrive.to_stream(letters, client, {"StreamName": args.to_stream}, advanced)
+            stream = {"StreamName": args.to_stream}
+            outcome = redrive.to_stream(letters, client, stream, advanced, box.remove)
         else:
             try:
                 factory = load_processor(spec.processor.entrypoint)
             except ValueError as error:
                 raise DeadLettersError(str(error)) from None
-            outcome = redrive.to_processor(letters, factory, consumer, args.batch, advanced)
-    box.remove(outcome.redriven)
+            outcome = redrive.to_processor(
+                letters, factory, consumer, args.batch, advanced, box.remove
+            )
     places = {id(held) for held in outcome.redriven}
     box.release([held for held in letters if id(held) not in places])
     where = f"the stream {args.to_stream}" if args.to_stream else spec.processor.entrypoint

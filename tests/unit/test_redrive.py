@@ -55,20 +55,22 @@ def test_a_checkpoint_covers_whole_aggregates_only() -> None:
 
 def test_what_counts_is_what_the_processor_checkpointed() -> None:
     held = [letter(1), letter(2), letter(3, data=b"poison"), letter(4), letter(5, shard="s-2")]
-    outcome = to_processor(held, EachCall, "ns/c", batch=1, advanced=lambda _: None)
+    removed: list[Held] = []
+    outcome = to_processor(held, EachCall, "ns/c", 1, advanced=lambda _: None, done=removed.extend)
     assert places(outcome.redriven) == [(1, None), (2, None), (5, None)]
+    assert removed == outcome.redriven, "each shard's removed as it ends"
     assert outcome.failed == {"s-1": "ValueError: poison"}
 
 
 def test_a_batching_processor_counts_what_it_committed_at_shutdown() -> None:
     held = [letter(1), letter(2), letter(3)]
-    outcome = to_processor(held, Buffering, "ns/c", batch=2, advanced=lambda _: None)
+    outcome = to_processor(held, Buffering, "ns/c", 2, advanced=lambda _: None, done=lambda _: None)
     assert places(outcome.redriven) == places(held)
 
 
 def test_a_poisoned_aggregate_keeps_its_whole_aggregate() -> None:
     held = [letter(1, 0), letter(1, 1), letter(2, 0), letter(2, 1, data=b"poison")]
-    outcome = to_processor(held, EachCall, "ns/c", batch=1, advanced=lambda _: None)
+    outcome = to_processor(held, EachCall, "ns/c", 1, advanced=lambda _: None, done=lambda _: None)
     assert places(outcome.redriven) == [(1, 0), (1, 1)], "2.0 returned, but 2.1 did not"
 
 

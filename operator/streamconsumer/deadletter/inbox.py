@@ -185,6 +185,7 @@ class S3Inbox:
         self._bucket = target.bucket
         self._prefix = target.prefix
         self._objects: dict[str, list[bytes]] = {}  # key: its lines, as read
+        self._gone: dict[str, set[int]] = {}  # key: its lines redriven so far
         self.name = f"s3://{target.bucket}/{target.prefix}"
         self.truncated = False
 
@@ -193,7 +194,7 @@ class S3Inbox:
         self.truncated = False
         for key in self._keys(f"{self._prefix}{consumer}/"):
             lines = self._read(key)
-            self._objects[key] = lines
+            self._objects[key], self._gone[key] = lines, set()
             for index, line in enumerate(lines):
                 document = parsed(line, consumer)
                 if document is not None:
@@ -203,12 +204,14 @@ class S3Inbox:
         return found
 
     def remove(self, redriven: list[Held]) -> None:
-        gone: dict[str, set[int]] = {}
+        touched = set()
         for held in redriven:
             key, index = held.place
-            gone.setdefault(key, set()).add(index)
-        for key, indexes in gone.items():
-            left = [line for i, line in enumerate(self._objects[key]) if i not in indexes]
+            self._gone.setdefault(key, set()).add(index)
+            touched.add(key)
+        for key in touched:
+            gone = self._gone[key]
+            left = [line for i, line in enumerate(self._objects[key]) if i not in gone]
             if left:
                 body = b"".join(line + b"\n" for line in left)
                 self._client.put_object(Bucket=self._bucket, Key=key, Body=body)

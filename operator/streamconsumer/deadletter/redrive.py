@@ -1,8 +1,9 @@
 """Dead letters delivered again, once the bug that failed them is fixed: to the processor
 (each shard's letters in their shard's order, the records as first delivered: data, key,
 shard and sequence), or to a stream the user names (their data under their partition
-key). A letter is removed from its inbox only once it is redriven (`inbox.Inbox.remove`),
-so a second run redrives nothing twice and a run stopped midway goes on where it stopped.
+key). A letter is removed from its inbox (`done`: `inbox.Inbox.remove`) once it is
+redriven, shard by shard (or request by request), so a second run redrives nothing twice
+and a run stopped midway goes on where it stopped.
 
 To the processor, each shard is one processor as in the worker (`ProcessorHarness`:
 initialize, process_records in calls of `batch` letters until one raises or reports a
@@ -44,6 +45,7 @@ def to_processor(
     consumer: str,
     batch: int,
     advanced: Callable[[int], None],
+    done: Callable[[list[Held]], None],
 ) -> Outcome:
     outcome = Outcome()
     for shard, held in by_shard(letters):
@@ -63,7 +65,9 @@ def to_processor(
             harness.shutdown()  # as at a hand-off: a batching processor commits its buffer
         except Exception as error:
             outcome.failed.setdefault(shard, f"shutdown_requested: {type(error).__name__}: {error}")
-        outcome.redriven += checkpointed(held, harness.checkpoints)
+        finished = checkpointed(held, harness.checkpoints)
+        done(finished)  # removed now: a run stopped later does not redrive them again
+        outcome.redriven += finished
     return outcome
 
 
@@ -91,7 +95,11 @@ def checkpointed(held: list[Held], checkpoints: list[str]) -> list[Held]:
 
 
 def to_stream(
-    letters: list[Held], client: Any, stream: dict[str, str], advanced: Callable[[int], None]
+    letters: list[Held],
+    client: Any,
+    stream: dict[str, str],
+    advanced: Callable[[int], None],
+    done: Callable[[list[Held]], None],
 ) -> Outcome:
     """Each letter's record put to the stream, under its partition key, shard by shard in
     order; a request with refused records stops the run after it (Kinesis puts the rest
@@ -111,6 +119,7 @@ def to_stream(
         answer = client.put_records(Records=entries, **stream)
         results = answer["Records"]
         put = [letter for letter, r in zip(request, results, strict=True) if "ErrorCode" not in r]
+        done(put)
         outcome.redriven += put
         advanced(len(put))
         refused = [
