@@ -648,7 +648,7 @@ class SimWorker:
             self.trouble.early_ends -= 1
             self.ledger.ended_early.add(machine.shard_id)
             result = ReadResult(result.records, 0, shard_end=True)
-        machine.read(result)
+        machine.read(result, now=self.clock())
         self.poke(running)
         if result.records:
             self.read(running)

@@ -5,8 +5,11 @@ retry or a hand-off never gathers more."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
+from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.batching import BatchingWindow
 from streamconsumer.worker.shard import FilteredOut, Stop
 
@@ -29,6 +32,10 @@ class Calls(BaseRecordProcessor):
             self.failures -= 1
             raise RuntimeError("sink down")
         checkpointer.checkpoint()
+
+
+def at(wall: float) -> datetime:
+    return datetime.fromtimestamp(wall, UTC)
 
 
 def gathering(seconds: float = 2.0, fill_to: int = 1000, **options: object) -> tuple[Drive, Calls]:
@@ -126,3 +133,44 @@ def test_without_a_window_each_read_is_a_call_at_once() -> None:
     drive.machine.read(batch(2))
     drive.run(until=0.1)
     assert [s for _, s in calls.calls] == [[1], [2]]
+
+
+class ReadsDuringItsCall(Calls):
+    """Record 1's call takes 5 s; record 2 is read one second into it."""
+
+    def process_records(self, records: list[Record], checkpointer: Checkpointer) -> None:
+        drive = self.drive[0]
+        if records[0].sequence_number == "1":
+            drive.clock += 1.0
+            drive.machine.read(batch(2), now=drive.clock)
+            drive.clock += 4.0
+        super().process_records(records, checkpointer)
+
+
+def test_a_record_read_during_a_call_counts_its_window_from_its_read() -> None:
+    holder: list[Drive] = []
+    calls = ReadsDuringItsCall(holder)
+    drive = Drive(calls, window=BatchingWindow(2.0, 1000))
+    holder.append(drive)
+    drive.run(until=0.0)
+    drive.machine.read(batch(1), now=0.0)
+    drive.run(until=30.0)
+    (_, first), (at, second) = calls.calls
+    assert (first, second) == ([1], [2])
+    assert at < 7.1, "read at 3, its window passed at 5: called once record 1's call ended at 7"
+
+
+def test_the_rest_of_a_call_split_by_age_is_retried_alone() -> None:
+    policy = FailurePolicy(retries=10, then=AfterRetries.SKIP, max_record_age_seconds=10)
+    drive, calls = gathering(seconds=5.0, failures=1, policy=policy)
+    drive.epoch = 1000.0  # the wall clock at time 0: record 1 arrived 100 s before
+    old, young = (
+        Record(b"d", "k", str(n), approximate_arrival_timestamp=arrived, checkpoint_sequence=str(n))
+        for n, arrived in ((1, at(900.0)), (2, at(1000.0)))
+    )
+    drive.machine.read(ReadResult([old, young], 0), now=0.0)
+    drive.run(until=5.05)  # [1, 2] raises; 1 is too old: skipped, 2 stays
+    drive.machine.read(batch(3), now=drive.clock)
+    drive.run(until=30.0)
+    assert [s for _, s in calls.calls][:2] == [[1, 2], [2]], "the retry is the call's rest"
+    assert calls.calls[1][0] < 6.0, "not held for a new window"

@@ -3,15 +3,17 @@ next call waits up to the window, from the moment its first record was seen, for
 reads to fill it, so a quiet stream costs a call per window instead of one per record.
 Sans-I/O: the shard's machine asks it with the time and its queue of reads.
 
-A record therefore waits at most the window before its call begins: every read merged
-into the call came after its first record. The call is made at once when it is full,
+A record therefore waits at most the window after its read before its call begins (or,
+if longer, until the call before it and its checkpoint are done): every read merged into
+the call came after its first record. The call is made at once when it is full,
 when the shard has ended, or when nothing more can come (a hand-off, the fence)."""
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from streamconsumer.processor import Record
 from streamconsumer.sources.base import ReadResult
 
 
@@ -19,7 +21,15 @@ from streamconsumer.sources.base import ReadResult
 class BatchingWindow:
     seconds: float = 0.0  # 0: every read is a call of its own, at once
     fill_to: int = 1000  # records: the call is made as soon as it holds this many
-    _since: float | None = None  # when the head's first record was seen
+    _since: float | None = None  # when the head's first record was read (or first seen)
+    # Each read's last record and when it arrived: a head read while a call ran, a
+    # retry waited or the fence was shut counts its window from its read, not from then.
+    _reads: deque[tuple[tuple[int, int], float]] = field(default_factory=deque)
+
+    def arrived(self, records: list[Record], now: float) -> None:
+        """A read of `records` was queued at `now`."""
+        if self.seconds > 0 and records:
+            self._reads.append((records[-1].position, now))
 
     def due(self, reads: deque[ReadResult], now: float, more_coming: bool) -> float | None:
         """Merges the reads queued behind the head into it while they fit; returns when
@@ -30,8 +40,11 @@ class BatchingWindow:
         while len(reads) > 1 and self._fits(reads[0], reads[1]):
             head = reads.popleft()
             reads[0] = replace(reads[0], records=head.records + reads[0].records)
+        first = reads[0].records[0].position
+        while self._reads and self._reads[0][0] < first:
+            self._reads.popleft()
         if self._since is None:
-            self._since = now
+            self._since = self._reads[0][1] if self._reads else now
         due = self._since + self.seconds
         head = reads[0]
         full = len(head.records) >= self.fill_to or len(reads) > 1

@@ -262,7 +262,7 @@ class Worker:
             sifted = machine.sift(result)  # outside the lock: it may parse every record
             metrics.filtered(machine.shard_id, sifted.dropped)
             with changed:
-                machine.read(result, sifted)
+                machine.read(result, sifted, time.monotonic())
                 changed.notify_all()
                 if not result.records and not result.shard_end and idle_seconds:
                     _sleep_until(machine, changed, time.monotonic() + idle_seconds)

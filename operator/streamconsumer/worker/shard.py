@@ -225,6 +225,7 @@ class ShardMachine:
         self.failures = Failures(policy, retry)  # the failure policy: retries, give-ups
         self._batches: deque[ReadResult] = deque()
         self._window = window or BatchingWindow()  # reading.maxBatchingWindowSeconds
+        self._delivered_to: tuple[int, int] | None = None  # the last record a Deliver held
         self._end_read = False
         self._stop: Stop | None = None
         self._call: Call | None = None
@@ -352,12 +353,17 @@ class ShardMachine:
             pieces.append(FilteredOut(tail, *end))
         return Sifted(pieces, len(records) - len(kept))
 
-    def read(self, batch: ReadResult, sifted: Sifted | None = None) -> int:
-        """A read's batch, to deliver in turn (`sifted`: `sift(batch)`, if made already);
-        returns how many records the filter dropped from it."""
+    def read(
+        self, batch: ReadResult, sifted: Sifted | None = None, now: float | None = None
+    ) -> int:
+        """A read's batch, arrived at `now` (None: untimed, its window counts from when the
+        machine first looks at it), to deliver in turn (`sifted`: `sift(batch)`, if made
+        already); returns how many records the filter dropped from it."""
         self._end_read = self._end_read or batch.shard_end
         sifted = sifted or self.sift(batch)
         self._batches.extend(sifted.batches)
+        if now is not None:
+            self._window.arrived(batch.records, now)
         return sifted.dropped
 
     def held(self, now: float) -> HeldShard:
@@ -469,8 +475,13 @@ class ShardMachine:
         return Wait()
 
     def _first_try(self) -> bool:
-        """The head batch was never delivered, nor is it a piece of one that was."""
-        return self.failures.count == 0 and not self._pieces_ahead and not self._done_ahead
+        """The head batch was never delivered, nor is it a piece or the rest of one that
+        was (the rest of an age split or an interrupted call)."""
+        first = self._batches[0].records[0].position
+        fresh = self._delivered_to is None or first > self._delivered_to
+        return (
+            fresh and self.failures.count == 0 and not self._pieces_ahead and not self._done_ahead
+        )
 
     def _take_done_ahead(self) -> None:
         """The head's leading records that an earlier parallel call did (a bisection's or
@@ -511,6 +522,9 @@ class ShardMachine:
 
     def _begin(self, call: Call, batch: ReadResult | None = None) -> Call:
         self._call = call
+        if isinstance(call, Deliver) and call.batch.records:  # never gathered into again
+            last = call.batch.records[-1].position
+            self._delivered_to = max(last, self._delivered_to or last)
         self.progress.begin(batch.records if batch else ())
         return call
 
