@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -21,15 +22,17 @@ import boto3
 import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from streamconsumer.cli_checkpoints import CheckpointsError
 from streamconsumer.cli_kcl import consumer_of
 from streamconsumer.deadletter import inbox, redrive
 from streamconsumer.deadletter.inbox import Held, InboxError
 from streamconsumer.loading import load_processor
 from streamconsumer.models.failure import DeadLetterTarget
-from streamconsumer.models.resource import StreamConsumerSpec
+from streamconsumer.models.resource import DNS_LABEL, DNS_SUBDOMAIN, StreamConsumerSpec
 from streamconsumer.sources.aws import aws_error
 
 MAX_LETTERS = 10_000  # read back in one run at most (--max)
@@ -79,34 +82,44 @@ def add_parser(commands: Any) -> None:
 
 def run(args: argparse.Namespace, console: Console, read_manifest: Callable[[str], str]) -> None:
     try:
-        name, spec, namespace = _consumer(read_manifest(args.manifest), args.namespace)
-        consumer = f"{namespace}/{name}"
-        ledger = args.ledger or Path(f"{name}.redriven.json")
-        box = inbox.inbox_for(_target(spec, consumer), ledger)
         if not 1 <= args.max <= 10 * MAX_LETTERS:
             raise DeadLettersError(f"--max must be from 1 to {10 * MAX_LETTERS}")
+        name, spec, namespace = _consumer(read_manifest(args.manifest), args.namespace)
+        consumer = f"{namespace}/{name}"
+        ledger = args.ledger or Path(f"{namespace}.{name}.redriven.json")
+        box = inbox.inbox_for(_target(spec, consumer), ledger)
         if args.action == "redrive":
             _redrive(box, consumer, spec, args, console)
             return
-        letters = box.letters(consumer, args.max, hold=False)
+        letters = box.letters(consumer, args.max + 1, hold=False)
         if args.action == "list":
-            console.print(listing(letters, consumer, box.name))
-            if box.truncated or len(letters) == args.max:
-                console.print(f"(read no further: --max {args.max})")
+            console.print(listing(letters[: args.max], consumer, box.name))
+            if box.truncated or len(letters) > args.max:
+                console.print(f"(and more: --max {args.max} read no further)", markup=False)
+            for key in box.skipped:
+                console.print(f"(not read, over 256 MiB: {key})", markup=False)
         else:
             sys.stdout.write(shown(letters, args.shard, args.sequence) + "\n")
-    except (DeadLettersError, InboxError) as error:
+    except (DeadLettersError, InboxError, CheckpointsError) as error:
         sys.exit(f"streamconsumer: {error}")
     except (BotoCoreError, ClientError) as error:
         problem = aws_error(error)
         sys.exit(f"streamconsumer: AWS: {' '.join(filter(None, problem))}")
+    except KeyboardInterrupt:
+        sys.exit("streamconsumer: interrupted; what was redriven is removed, the rest stays")
 
 
 def _consumer(text: str, namespace: str) -> tuple[str, StreamConsumerSpec, str]:
-    """The manifest's name, spec and namespace (`namespace` if it names none)."""
+    """The manifest's name, spec and namespace (`namespace` if it names none), each a
+    Kubernetes name: they name letters and the ledger file."""
     name, spec = consumer_of(text)
     metadata = yaml.safe_load(text).get("metadata") or {}  # (consumer_of checked the shape)
-    return name, spec, str(metadata.get("namespace") or namespace)
+    namespace = str(metadata.get("namespace") or namespace)
+    if not re.fullmatch(DNS_SUBDOMAIN, name) or len(name) > 253:
+        raise DeadLettersError(f"metadata.name {name[:80]!r} is not a Kubernetes name")
+    if not re.fullmatch(DNS_LABEL, namespace) or len(namespace) > 63:
+        raise DeadLettersError(f"namespace {namespace[:80]!r} is not a Kubernetes name")
+    return name, spec, namespace
 
 
 def _target(spec: StreamConsumerSpec, consumer: str) -> DeadLetterTarget:
@@ -119,7 +132,7 @@ def _target(spec: StreamConsumerSpec, consumer: str) -> DeadLetterTarget:
 
 
 def listing(letters: list[Held], consumer: str, where: str) -> Table:
-    table = Table(title=f"{len(letters)} dead letters of {consumer} in {where}")
+    table = Table(title=escape(f"{len(letters)} dead letters of {consumer} in {where}"))
     for column in ("SHARD", "LETTERS", "FIRST", "LAST", "MOST COMMON ERROR"):
         table.add_column(column, no_wrap=column != "MOST COMMON ERROR")
     for shard, held in redrive.by_shard(letters):
@@ -127,7 +140,8 @@ def listing(letters: list[Held], consumer: str, where: str) -> Table:
         error, count = errors.most_common(1)[0]
         first, last = held[0].document["sequenceNumber"], held[-1].document["sequenceNumber"]
         text = error[:SHOWN_ERROR_CHARS] + (f" ({count} of {len(held)})" if len(errors) > 1 else "")
-        table.add_row(shard, str(len(held)), str(first), str(last), text)
+        cells = (shard, str(len(held)), str(first), str(last), text)
+        table.add_row(*(escape(cell) for cell in cells))
     return table
 
 
@@ -155,35 +169,50 @@ def _redrive(
 ) -> None:
     if not 1 <= args.batch <= spec.reading.max_records:
         raise DeadLettersError(f"--batch must be from 1 to {spec.reading.max_records}")
-    letters = box.letters(consumer, args.max, hold=True)
-    if box.truncated or len(letters) == args.max:
-        console.print(f"(read no further: --max {args.max}; run again for the rest)")
-    if not letters:
-        console.print(f"no dead letters of {consumer} in {box.name}")
-        return
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("redriving", total=len(letters))
+    factory = None
+    if not args.to_stream:  # before any letter is held
+        try:
+            factory = load_processor(spec.processor.entrypoint)
+        except Exception as error:  # the user's module, imported: any error is theirs
+            raise DeadLettersError(f"{type(error).__name__}: {error}") from None
+    letters = box.letters(consumer, args.max + 1, hold=True)
+    removed: set[int] = set()
 
-        def advanced(count: int) -> None:
-            progress.advance(task, count)
+    def done(held: list[Held]) -> None:
+        box.remove(held)
+        removed.update(id(letter) for letter in held)
 
-        if args.to_stream:
-            client = boto3.client("kinesis")
-            stream = {"StreamName": args.to_stream}
-            outcome = redrive.to_stream(letters, client, stream, advanced, box.remove)
-        else:
-            try:
-                factory = load_processor(spec.processor.entrypoint)
-            except ValueError as error:
-                raise DeadLettersError(str(error)) from None
-            outcome = redrive.to_processor(
-                letters, factory, consumer, args.batch, advanced, box.remove
+    try:
+        if box.truncated or len(letters) > args.max or box.skipped:
+            raise DeadLettersError(
+                f"more dead letters than --max {args.max} reads (or an S3 object over "
+                "256 MiB): each shard's are redriven in order only when all are read; "
+                "raise --max"
             )
-    places = {id(held) for held in outcome.redriven}
-    box.release([held for held in letters if id(held) not in places])
+        if not letters:
+            console.print(f"no dead letters of {consumer} in {box.name}", markup=False)
+            return
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("redriving", total=len(letters))
+
+            def advanced(count: int) -> None:
+                progress.advance(task, count)
+
+            if factory is None:
+                client = boto3.client("kinesis")
+                stream = {"StreamName": args.to_stream}
+                outcome = redrive.to_stream(letters, client, stream, advanced, done)
+            else:
+                outcome = redrive.to_processor(
+                    letters, factory, consumer, args.batch, advanced, done
+                )
+    finally:  # letters held and not redriven are shown again at once, whatever happened
+        box.release([held for held in letters if id(held) not in removed])
     where = f"the stream {args.to_stream}" if args.to_stream else spec.processor.entrypoint
-    console.print(f"redrove {len(outcome.redriven)} of {len(letters)} dead letters to {where}")
+    console.print(
+        f"redrove {len(outcome.redriven)} of {len(letters)} dead letters to {where}", markup=False
+    )
     for shard, why in sorted(outcome.failed.items()):
-        console.print(f"  {shard}: stopped, {why}; its other letters stay")
+        console.print(f"  {shard}: stopped, {why}; its other letters stay", markup=False)
     if outcome.failed:
         sys.exit(1)

@@ -43,7 +43,10 @@ def consumer_of(text: str) -> tuple[str, StreamConsumerSpec]:
         raise CheckpointsError(f"the manifest is not YAML: {error}") from None
     if not isinstance(body, dict) or body.get("kind") != "StreamConsumer":
         raise CheckpointsError("the manifest is not one StreamConsumer")
-    name = (body.get("metadata") or {}).get("name")
+    metadata = body.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise CheckpointsError("the manifest's metadata is not a mapping")
+    name = metadata.get("name")
     if not isinstance(name, str) or not name:
         raise CheckpointsError("the manifest's StreamConsumer has no metadata.name")
     try:

@@ -122,7 +122,7 @@ def test_letters_are_listed_shown_and_redriven_to_the_processor_once(
     assert "ValueError: bad row" in listed.stdout
     capped = command(tmp_path, "list", "--for", path, "--max", "3")
     assert "3 dead letters of team/orders" in capped.stdout
-    assert "read no further: --max 3" in capped.stdout
+    assert "(and more: --max 3 read no further)" in capped.stdout
     shown = command(tmp_path, "show", "--for", path, SHARDS[1], "302")
     assert shown.returncode == 0, shown.stderr
     letter = json.loads(shown.stdout)
@@ -211,4 +211,60 @@ def test_a_manifest_without_a_target_is_a_clear_error(tmp_path: Path) -> None:
     result = command(tmp_path, "list", "--for", str(path))
     assert result.returncode == 1
     assert "team/orders has no dead-letter target" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_letter_sent_twice_is_redriven_once_and_hostile_messages_are_passed_by(
+    moto: MotoServer, kinesis: KinesisEmulator, stream_name: str, tmp_path: Path
+) -> None:
+    target = target_of("sqs", moto, kinesis, stream_name)
+    writer = writer_for(DeadLetterTarget.model_validate(target))
+    writer.write(batch(SHARDS[0], 100, 2))
+    writer.write(batch(SHARDS[0], 100, 2))  # SQS delivers at least once; a writer retried
+    sqs, url = moto.client("sqs"), target["sqs"]["queueURL"]
+    for hostile in (
+        {"consumer": "team/orders", "shardId": "s[/]", "sequenceNumber": "1", "data": "!"},
+        {
+            "consumer": "team/orders",
+            "shardId": "s",
+            "sequenceNumber": 1.5,
+            "data": "",
+            "partitionKey": "k",
+        },
+        "[/bold] not json",
+    ):
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(hostile))
+    path = str(manifest(tmp_path, target))
+
+    listed = command(tmp_path, "list", "--for", path)
+    assert listed.returncode == 0, listed.stderr
+    assert "4 dead letters of team/orders" in listed.stdout
+    redriven = command(tmp_path, "redrive", "--for", path)
+    assert redriven.returncode == 0, redriven.stderr
+    assert [row[1] for row in taken(tmp_path)] == ["100", "101"], "each record once"
+    visible = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    assert visible == {
+        "ApproximateNumberOfMessages": "3",
+        "ApproximateNumberOfMessagesNotVisible": "0",
+    }, "the others are neither deleted nor left hidden"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not: [yaml",
+        "- a list",
+        "kind: StreamConsumer\nmetadata: [1]",
+        "kind: StreamConsumer\nmetadata: {name: ../up}\nspec: {}",
+    ],
+)
+def test_a_bad_manifest_is_one_line_not_a_traceback(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    result = command(tmp_path, "list", "--for", str(path))
+    assert result.returncode == 1
+    assert result.stderr.startswith("streamconsumer: "), result.stderr
     assert "Traceback" not in result.stderr

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +40,8 @@ OBJECT_READ_BYTES = 256 * 1024 * 1024  # an S3 letter object read back at most
 SQS_RECEIVE = 10  # messages per ReceiveMessage, SQS's most
 SQS_HIDDEN_SECONDS = 300  # a redrive holds the letters it received this long
 EMPTY_RECEIVES = 3  # SQS samples its servers: empty answers in a row before it is empty
+SEQUENCE = re.compile(r"[0-9]{1,128}")  # a Kinesis or DynamoDB Streams sequence number
+LEDGER_BYTES = 64 * 1024 * 1024  # a Kinesis target's ledger read back at most
 SCANNED_PER_LETTER = 10  # messages or records looked at, other consumers' too, per --max
 
 
@@ -78,6 +82,7 @@ class Held:
 class Inbox(Protocol):
     name: str  # for messages: "the SQS queue https://…"
     truncated: bool  # the last `letters` stopped at its scan limit, not at the end
+    skipped: list[str]  # what the last `letters` could not read (S3 objects too large)
 
     def letters(self, consumer: str, max_letters: int, hold: bool) -> list[Held]:
         """The consumer's letters (`namespace/name`), at most `max_letters`; `hold`: kept
@@ -103,17 +108,28 @@ def inbox_for(target: DeadLetterTarget, ledger: Path) -> Inbox:
 
 
 def parsed(body: bytes | str, consumer: str) -> dict[str, Any] | None:
-    """A letter of this consumer, or None: another consumer's, or not a letter at all."""
+    """A letter of this consumer, every field of the shape `base.encode` writes, or None:
+    another consumer's, or not a letter at all."""
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(document, dict) or document.get("consumer") != consumer:
         return None
+    sequence, sub = document.get("sequenceNumber"), document.get("subSequenceNumber")
+    arrival = document.get("approximateArrivalTimestamp")
+    texts = [document.get(name) for name in ("shardId", "partitionKey", "data")]
+    if not all(isinstance(text, str) and text for text in texts[:2]):
+        return None
+    if not (isinstance(sequence, str) and SEQUENCE.fullmatch(sequence)):
+        return None
+    if sub is not None and not (type(sub) is int and sub >= 0):
+        return None
     try:
-        int(document["sequenceNumber"]), base64.b64decode(document["data"], validate=True)
-        str(document["shardId"]), str(document["partitionKey"])
-    except (KeyError, TypeError, ValueError):
+        base64.b64decode(str(texts[2]), validate=True)
+        if arrival is not None:
+            datetime.fromisoformat(arrival)
+    except (TypeError, ValueError):
         return None
     return document
 
@@ -124,13 +140,42 @@ class SqsInbox:
         self._queue_url = target.queue_url
         self.name = f"the SQS queue {target.queue_url}"
         self.truncated = False
+        self.skipped: list[str] = []
 
     def letters(self, consumer: str, max_letters: int, hold: bool) -> list[Held]:
         """Received hidden (SQS shows a message again only once hidden ones are done), then
         shown again at once: other consumers' letters and anything not a letter always,
         this consumer's unless `hold`."""
+        self._refuse_a_receive_count()
         found: dict[str, Held] = {}
         others: dict[str, str] = {}  # message id: receipt handle
+        try:
+            self._receive(consumer, max_letters, found, others)
+        except BaseException:  # (^C too) nothing is left hidden
+            self._show(list(others.values()) + [held.place for held in found.values()])
+            raise
+        shown = list(others.values())
+        if not hold:
+            shown += [held.place for held in found.values()]
+        self._show(shown)
+        return list(found.values())
+
+    def _refuse_a_receive_count(self) -> None:
+        """Every receive counts towards a RedrivePolicy's maxReceiveCount, other
+        consumers' messages too: reading would move letters to the queue's own DLQ."""
+        attributes = self._client.get_queue_attributes(
+            QueueUrl=self._queue_url, AttributeNames=["RedrivePolicy"]
+        ).get("Attributes", {})
+        if "RedrivePolicy" in attributes:
+            raise InboxError(
+                f"{self.name} has a RedrivePolicy: each read counts towards its "
+                "maxReceiveCount, and would move letters (other consumers' too) to its own "
+                "dead-letter queue; remove the policy to read it back"
+            )
+
+    def _receive(
+        self, consumer: str, max_letters: int, found: dict[str, Held], others: dict[str, str]
+    ) -> None:
         empty = 0
         self.truncated = False
         while len(found) < max_letters and empty < EMPTY_RECEIVES:
@@ -150,11 +195,6 @@ class SqsInbox:
                     found[message["MessageId"]] = Held(document, message["ReceiptHandle"])
                 else:
                     others[message["MessageId"]] = message["ReceiptHandle"]
-        shown = list(others.values())
-        if not hold:
-            shown += [held.place for held in found.values()]
-        self._show(shown)
-        return list(found.values())
 
     def release(self, letters: list[Held]) -> None:
         self._show([held.place for held in letters])
@@ -188,12 +228,17 @@ class S3Inbox:
         self._gone: dict[str, set[int]] = {}  # key: its lines redriven so far
         self.name = f"s3://{target.bucket}/{target.prefix}"
         self.truncated = False
+        self.skipped: list[str] = []  # objects over OBJECT_READ_BYTES, not read
 
     def letters(self, consumer: str, max_letters: int, hold: bool) -> list[Held]:
         found: list[Held] = []
         self.truncated = False
+        self.skipped = []
         for key in self._keys(f"{self._prefix}{consumer}/"):
             lines = self._read(key)
+            if lines is None:
+                self.skipped.append(key)
+                continue
             self._objects[key], self._gone[key] = lines, set()
             for index, line in enumerate(lines):
                 document = parsed(line, consumer)
@@ -228,13 +273,12 @@ class S3Inbox:
             for item in page.get("Contents", []):
                 yield item["Key"]
 
-    def _read(self, key: str) -> list[bytes]:
+    def _read(self, key: str) -> list[bytes] | None:
+        """The object's lines; None for one over OBJECT_READ_BYTES (left where it is)."""
         answer = self._client.get_object(Bucket=self._bucket, Key=key)
         if answer["ContentLength"] > OBJECT_READ_BYTES:
-            raise InboxError(
-                f"s3://{self._bucket}/{key} is {answer['ContentLength']} bytes, over the "
-                f"{OBJECT_READ_BYTES // 2**20} MiB read back at once"
-            )
+            answer["Body"].close()
+            return None
         body: bytes = answer["Body"].read()
         return [line for line in body.split(b"\n") if line]
 
@@ -245,9 +289,12 @@ class KinesisInbox:
         self._stream: dict[str, Any] = (
             {"StreamARN": target.stream_arn} if target.stream_arn else {}
         ) or {"StreamName": target.stream_name}
+        if ledger.is_dir() or not os.access(ledger.parent.resolve(), os.W_OK):
+            raise InboxError(f"{ledger}: cannot write the redrive ledger there")
         self._ledger = ledger
         self.name = f"the Kinesis stream {target.stream_arn or target.stream_name}"
         self.truncated = False
+        self.skipped: list[str] = []
 
     def letters(self, consumer: str, max_letters: int, hold: bool) -> list[Held]:
         done = self._redriven()
@@ -257,13 +304,15 @@ class KinesisInbox:
         shards = self._client.list_shards(**self._stream)["Shards"]
         for shard in shards:
             for sequence, data in self._records(shard["ShardId"]):
+                place = f"{shard['ShardId']}/{sequence}"
+                if place in done:  # (the ledger's own bound bounds these)
+                    continue
                 scanned += 1
                 if scanned > SCANNED_PER_LETTER * max_letters:
                     self.truncated = True
                     return found
-                place = f"{shard['ShardId']}/{sequence}"
                 document = parsed(data, consumer)
-                if document is not None and place not in done:
+                if document is not None:
                     found.append(Held(document, place))
                 if len(found) >= max_letters:
                     return found
@@ -271,7 +320,9 @@ class KinesisInbox:
 
     def remove(self, redriven: list[Held]) -> None:
         done = self._redriven() | {held.place for held in redriven}
-        self._ledger.write_text(json.dumps(sorted(done), indent=0) + "\n")
+        scratch = self._ledger.with_name(self._ledger.name + ".writing")
+        scratch.write_text(json.dumps(sorted(done), indent=0) + "\n")
+        os.replace(scratch, self._ledger)  # whole or not at all, even under ^C
 
     def release(self, letters: list[Held]) -> None:
         pass  # nothing is held
@@ -280,8 +331,13 @@ class KinesisInbox:
         if not self._ledger.exists():
             return set()
         try:
-            return set(json.loads(self._ledger.read_text()))
-        except (ValueError, TypeError):
+            if self._ledger.stat().st_size > LEDGER_BYTES:
+                raise ValueError
+            places = json.loads(self._ledger.read_text())
+            if not (isinstance(places, list) and all(isinstance(p, str) for p in places)):
+                raise ValueError
+            return set(places)
+        except (ValueError, OSError):
             raise InboxError(f"{self._ledger} is not a redrive ledger") from None
 
     def _records(self, shard_id: str) -> Iterator[tuple[str, bytes]]:

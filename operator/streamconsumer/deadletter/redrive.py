@@ -39,6 +39,25 @@ def by_shard(letters: Iterable[Held]) -> list[tuple[str, list[Held]]]:
     return [(shard, list(group)) for shard, group in groupby(ordered, lambda h: h.shard_id)]
 
 
+class Copies:
+    """Letters of one record written more than once (an SQS message sent again, a batch
+    dead-lettered again after a crash): delivered once, removed together."""
+
+    def __init__(self, held: list[Held]) -> None:
+        self._of: dict[tuple[str, tuple[int, int]], list[Held]] = {}
+        self.unique: list[Held] = []
+        for letter in held:
+            key = (letter.shard_id, letter.position)
+            if key not in self._of:
+                self._of[key] = []
+                self.unique.append(letter)
+            self._of[key].append(letter)
+
+    def all(self, letters: list[Held]) -> list[Held]:
+        """`letters` (unique ones) with every copy of each."""
+        return [copy for letter in letters for copy in self._of[(letter.shard_id, letter.position)]]
+
+
 def to_processor(
     letters: list[Held],
     factory: ProcessorFactory,
@@ -48,14 +67,15 @@ def to_processor(
     done: Callable[[list[Held]], None],
 ) -> Outcome:
     outcome = Outcome()
-    for shard, held in by_shard(letters):
+    copies = Copies(letters)
+    for shard, held in by_shard(copies.unique):
         harness = ProcessorHarness(factory(), shard_id=shard, consumer=consumer)
         records = records_of(held)
         try:
             harness.initialize()
             for start in range(0, len(held), batch):
                 again = harness.process(records[start : start + batch])
-                advanced(len(records[start : start + batch]))
+                advanced(len(copies.all(held[start : start + batch])))
                 if again:
                     outcome.failed[shard] = f"record {again[0].sequence_number} failed again"
                     break
@@ -65,7 +85,7 @@ def to_processor(
             harness.shutdown()  # as at a hand-off: a batching processor commits its buffer
         except Exception as error:
             outcome.failed.setdefault(shard, f"shutdown_requested: {type(error).__name__}: {error}")
-        finished = checkpointed(held, harness.checkpoints)
+        finished = copies.all(checkpointed(held, harness.checkpoints))
         done(finished)  # removed now: a run stopped later does not redrive them again
         outcome.redriven += finished
     return outcome
@@ -105,7 +125,8 @@ def to_stream(
     order; a request with refused records stops the run after it (Kinesis puts the rest
     of a request regardless: those count as redriven, the refused stay)."""
     outcome = Outcome()
-    ordered = [letter for _, held in by_shard(letters) for letter in held]
+    copies = Copies(letters)
+    ordered = [letter for _, held in by_shard(copies.unique) for letter in held]
 
     def size(letter: Held) -> int:
         record = letter.record()
