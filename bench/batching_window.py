@@ -17,7 +17,7 @@ import threading
 import time
 from typing import ClassVar
 
-from bench.results import record
+from bench.results import percentile, record
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 from streamconsumer.worker.source import worker_source
 from testbed.in_process import emulator_worker, run_worker
@@ -78,10 +78,6 @@ def measure(emulator: KinesisEmulator, window: float) -> tuple[int, list[float]]
     return Noted.calls, sorted(Noted.waits)
 
 
-def quantile(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 def main() -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
@@ -97,7 +93,7 @@ def main() -> None:
         for window in WINDOWS:
             calls, waits = measure(emulator, window)
             baseline = baseline or (calls, waits)
-            p50, p99 = quantile(waits, 0.5), quantile(waits, 0.99)
+            p50, p99 = percentile(waits, 0.5), percentile(waits, 0.99)
             print(
                 f"  {window:6.1f}s {calls:6d} {len(waits) / calls:13.1f} "
                 f"{p50:6.3f}s {p99:6.3f}s {waits[-1]:6.3f}s"
@@ -105,7 +101,7 @@ def main() -> None:
             if window:
                 key = f"batching_window_{int(window * 1000)}ms"
                 figures[f"{key}_calls_ratio"] = round(calls / baseline[0], 3)
-                figures[f"{key}_wait_added_p50"] = round(p50 - quantile(baseline[1], 0.5), 3)
+                figures[f"{key}_wait_added_p50"] = round(p50 - percentile(baseline[1], 0.5), 3)
                 figures[f"{key}_wait_max"] = round(waits[-1], 3)
     print("  (calls_ratio: calls / window 0's, same run; a record waits at most the window more)")
     record(figures)

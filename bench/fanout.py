@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench.results import record
+from bench.results import percentile, record
 from bench.scratch import scratch_plane, with_the_crd
 from bench.system import namespace
 from testbed.controlplane import ControlPlane
@@ -28,11 +28,6 @@ RATE = 40  # records/s: kinesis-local takes hundreds of writes a second, shared 
 WARM_UP_SECONDS = 10.0
 WINDOW_SECONDS = 30.0
 TICK_SECONDS = 0.1
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
 def produce(scenario: Scenario, stop: threading.Event, tag: str) -> None:
