@@ -61,6 +61,11 @@ def export(namespace: str, name: str) -> tuple[str, str]:
     body = _consumer(namespace, name)
     if body is not None:
         spec = StreamConsumerSpec.model_validate(body.get("spec") or {})
+        if spec.end is not None:
+            raise CheckpointsError(
+                f"{namespace}/{name} is a bounded consumer (spec.end): its shards are finished "
+                "at its end, and a consumer resuming from them would skip what came after"
+            )
         exported = table(namespace, name, spec, body, now, drained=False)
         note = (
             f"exported from the running {namespace}/{name}: records processed after this "

@@ -139,6 +139,12 @@ def custom_resource_definition() -> dict[str, Any]:
                             "type": "string",
                             "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
                         },
+                        {
+                            # A bounded consumer's (spec.end); empty for the others.
+                            "name": "Complete",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Complete")].status',
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {

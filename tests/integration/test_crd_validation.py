@@ -311,6 +311,16 @@ TENANT_REFUSED = [
     ),
 ]
 REFUSED += TENANT_REFUSED
+REFUSED += [
+    pytest.param(
+        variant(end={"timestamp": "2026-01-01T05:00:00Z", "atCreation": True}),
+        "end needs exactly one of timestamp and atCreation: true",
+        id="end-twice",
+    ),
+    pytest.param(
+        variant(end={}), "end needs exactly one of timestamp and atCreation: true", id="end-none"
+    ),
+]
 
 
 def apply(plane: ControlPlane, namespace: str, manifest: dict[str, Any]) -> tuple[int, str]:
@@ -461,6 +471,20 @@ def test_the_stream_of_a_consumer_cannot_change_but_its_endpoint_can(
     )
     code, output = apply(control_plane, namespace, moved)
     assert code == 0, output
+
+
+def test_an_end_cannot_be_added_changed_or_removed(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """A bounded consumer's shards end where it does (docs/replaying.md): another end
+    is another consumer."""
+    bounded = variant(end={"timestamp": "2026-01-01T05:00:00Z"})
+    assert apply(control_plane, namespace, bounded)[0] == 0
+    for changed in (variant(end={"atCreation": True}), VALID):
+        code, output = apply(control_plane, namespace, changed)
+        assert code != 0, output
+        assert "end cannot be added, changed or removed" in output, output
+    assert apply(control_plane, namespace, bounded)[0] == 0
 
 
 def test_the_kind_of_source_cannot_change(control_plane: ControlPlane, namespace: str) -> None:

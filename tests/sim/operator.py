@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from sim.ledger import Ledger, Violation
 from sim.stream import SimSource
-from sim.world import EPOCH, World, run_in_process
+from sim.world import EPOCH, World, run_in_process, wall
 from streamconsumer.controller.config import OperatorConfig
 from streamconsumer.controller.consumer.driver import ConsumerDriver, Timeouts, load
 from streamconsumer.controller.consumer.jobs import Job, Outcome
@@ -390,7 +390,12 @@ class SimReplica:
         self._loads += 1
         writer = StatusWriter(api, NAMESPACE, NAME, holder=f"{self.holder}/{self._loads}")
         self.loop = loop = load(
-            api.get(), writer, LoopSettings(shard_sync_seconds=1.0), self.clock(), lambda: 1
+            api.get(),
+            writer,
+            LoopSettings(shard_sync_seconds=1.0),
+            self.clock(),
+            lambda: 1,
+            wall=lambda: wall(operators.world.now),
         )
         self.coordinator = loop.coordinator
         self.registry.add(SimConsumer(loop, self.wake))
@@ -489,7 +494,9 @@ class SimReplica:
             respond(token)
             return
         caller = review(token)
-        consumer = answers.admit(caller, NAMESPACE, NAME, self.registry)
+        consumer = answers.admit(
+            caller, NAMESPACE, NAME, self.registry, headers.get(WIRE_VERSION_HEADER)
+        )
         if isinstance(consumer, Reply):
             respond(consumer)
             return
@@ -556,6 +563,11 @@ class SimOperators:
     def leader(self) -> SimReplica | None:
         leading = [r for r in self.replicas if r.up and r.lifecycle.leading]
         return leading[0] if leading else None
+
+    def completed(self) -> bool:
+        """Has the leader found a bounded consumer read to its end?"""
+        leader = self.leader()
+        return leader is not None and leader.loop is not None and leader.loop.coordinator.completed
 
     def target(self, arg: int) -> SimReplica:
         """The replica a fault hits: the leader for arg 0, else any."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from datetime import datetime
 
 from streamconsumer.core.backoff import Backoff
 from streamconsumer.deadletter import DeadLetterWriter, FailedBatch
@@ -48,6 +49,7 @@ class Drive(Effects):
         fanout: Fanout = in_turn,
         keep: Callable[[Record], bool] | None = None,
         window: BatchingWindow | None = None,
+        end: datetime | None = None,
     ) -> None:
         self.clock = 0.0
         self.epoch: float | None = None  # the wall clock at time 0 (records' ages)
@@ -61,7 +63,10 @@ class Drive(Effects):
         self.machine = ShardMachine(
             "w",
             Assignment(
-                shard_id="s", epoch=1, start=StartPosition(type=StartPositionType.TRIM_HORIZON)
+                shard_id="s",
+                epoch=1,
+                start=StartPosition(type=StartPositionType.TRIM_HORIZON),
+                end=end,
             ),
             fence_deadline=fence,
             prefetch=10,

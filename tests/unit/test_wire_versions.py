@@ -33,6 +33,7 @@ from streamconsumer.models.api import (
     HELD_SHARD_BYTES,
     MAX_MILLIS_BEHIND,
     MAX_WIRE_INT,
+    OLDEST_WIRE_VERSION,
     WIRE_VERSION,
     WIRE_VERSION_HEADER,
     Failing,
@@ -250,7 +251,8 @@ def test_a_wire_version_not_served_is_refused_in_json() -> None:
                 )
             assert answer.status_code == 400
             assert answer.json()["error"] == "bad_request"
-            assert "serves versions 1 to 2" in answer.json()["message"]
+            served = f"serves versions {OLDEST_WIRE_VERSION} to {WIRE_VERSION}"
+            assert served in answer.json()["message"]
 
 
 def test_the_current_worker_and_operator_end_to_end(tmp_path: Path) -> None:

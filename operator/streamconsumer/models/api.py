@@ -29,8 +29,12 @@ from streamconsumer.models.base import WireModel
 from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
 from streamconsumer.shard_end import SHARD_END as SHARD_END  # re-exported: a public name here
 
-WIRE_VERSION = 2
-"""This release's wire. 2: unknown fields ignored, bounded numbers, the version header."""
+WIRE_VERSION = 3
+"""This release's wire. 2: unknown fields ignored, bounded numbers, the version header.
+3: an assignment may carry the consumer's end, and the worker stops there."""
+ENDS_WIRE_VERSION = 3
+"""The oldest wire whose workers keep an assignment's `end`: the shards of a bounded
+consumer go to none older (an older worker would ignore the end and read past it)."""
 OLDEST_WIRE_VERSION = 1
 """The oldest a worker may speak to this operator: version N serves N and N-1."""
 WIRE_VERSION_HEADER = "StreamConsumer-Wire-Version"
@@ -213,6 +217,11 @@ class Assignment(WireModel):
     epoch: Epoch
     start: StartPosition
     parents: list[ShardId] = Field(default_factory=list, max_length=2)
+    end: datetime | None = Field(
+        default=None,
+        description="A bounded consumer's end (wire 3): no record that arrived after it is "
+        "delivered, and the shard is checkpointed at SHARD_END there.",
+    )
 
 
 class RevocationReason(StrEnum):

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from streamconsumer.models.base import Model, added_since, with_rules
 from streamconsumer.models.failure import FailurePolicy
@@ -412,6 +412,47 @@ class StartFrom(Model):
     )
 
 
+END_GRACE_SECONDS = 5.0
+"""A shard with no record past a consumer's end is done with once a read begun this long
+after the end finds it caught up: a record put later arrives after the end, and this
+covers the lag before a put record is readable and the skew between clocks."""
+
+
+class End(Model):
+    """Where a bounded consumer stops (docs/replaying.md): each shard at its first record
+    that arrived after the end, and the consumer is Complete once every shard is."""
+
+    model_config = with_rules(
+        (
+            "has(self.timestamp) != (has(self.atCreation) && self.atCreation)",
+            "end needs exactly one of timestamp and atCreation: true",
+        ),
+    )
+
+    timestamp: datetime | None = Field(
+        default=None,
+        description="Deliver the records that arrived at or before this time (their "
+        "ApproximateArrivalTimestamp, or a DynamoDB change's ApproximateCreationDateTime), "
+        "none after it.",
+    )
+    at_creation: bool = Field(
+        default=False,
+        description="End at the stream's tip when this StreamConsumer was created (its "
+        "metadata.creationTimestamp): read what is there, and stop.",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> End:
+        if (self.timestamp is not None) == self.at_creation:
+            raise ValueError("end needs exactly one of timestamp and atCreation: true")
+        return self
+
+    def instant(self, created: datetime | None) -> datetime | None:
+        """The end as a time: `created` is the object's creationTimestamp (None: unknown
+        yet, so an atCreation end is not known either)."""
+        return self.timestamp if self.timestamp is not None else created
+
+
 class StreamConsumerSpec(Model):
     model_config = with_rules(
         (
@@ -423,6 +464,7 @@ class StreamConsumerSpec(Model):
             "initialTimestamp is only used with initialPosition AT_TIMESTAMP",
         ),
         *at_timestamp_rules(registry.KINDS.values()),
+        (same("end"), "end cannot be added, changed or removed: create another StreamConsumer"),
     )
 
     source: Source
@@ -447,6 +489,13 @@ class StreamConsumerSpec(Model):
     reading: Reading = Field(default_factory=Reading)
     checkpoint_retention: CheckpointRetention = Field(default_factory=CheckpointRetention)
     start_from: StartFrom | None = Field(default=None, json_schema_extra=added_since("0.2.0"))
+    end: End | None = Field(
+        default=None,
+        json_schema_extra=added_since("0.2.0"),
+        description="Make this a bounded consumer: it stops at the end and reaches the "
+        "Complete condition, its workers scaled to zero; records after the end are never "
+        "delivered. Fixed when set (docs/replaying.md). Needs workers of 0.2.0 or later.",
+    )
 
 
 class LeaseState(StrEnum):

@@ -243,7 +243,7 @@ class Worker:
                 _sleep_until(machine, changed, machine.read_allowed_at())
                 if machine.outcome is not None:
                     return
-                machine.reading(time.monotonic())
+                machine.reading(time.monotonic(), time.time())
             try:
                 result = reader.read()
             except Exception as error:  # the shard pauses and reads again

@@ -53,6 +53,7 @@ from streamconsumer.models.failure import AfterRetries, FailurePolicy
 from streamconsumer.processor import SHARD_END, Checkpointer, CheckpointError, Progress, Record
 from streamconsumer.sources.base import ReadResult
 from streamconsumer.worker.batching import BatchingWindow
+from streamconsumer.worker.ending import ConsumerEnd
 from streamconsumer.worker.failures import Failures
 from streamconsumer.worker.phase import FINISHED, TRANSITIONS, Phase
 
@@ -208,6 +209,8 @@ class ShardMachine:
         window: BatchingWindow | None = None,
     ) -> None:
         self.worker = worker
+        end = assignment.end  # a bounded consumer's (docs/replaying.md)
+        self._end = ConsumerEnd(end.timestamp()) if end is not None else None
         self.parallelism = parallelism  # process_records calls of a Deliver in flight at most
         self.batch_size = batch_size  # records of one process_records call at most
         self._done_ahead: frozenset[tuple[int, int]] = frozenset()  # done after a failed one
@@ -332,14 +335,19 @@ class ShardMachine:
         """When the next read may start (reading.maxReadsPerSecond)."""
         return self._last_read_at + self._read_interval
 
-    def reading(self, now: float) -> None:
-        """A read starts now: the next waits its turn."""
+    def reading(self, now: float, wall: float | None = None) -> None:
+        """A read starts now (`wall`: seconds since the epoch, for a bounded consumer's
+        end): the next waits its turn."""
         self._last_read_at = now
+        if self._end is not None:
+            self._end.reading(wall)
 
     def sift(self, batch: ReadResult) -> Sifted:
         """The batch as the filter leaves it: the kept records, then a FilteredOut of the
         dropped ones after the last kept record. Touches no state: a driver may call it
-        outside its lock (the filter parses JSON)."""
+        outside its lock (the filter parses JSON). A bounded consumer's end cuts it first."""
+        if self._end is not None:
+            batch = self._end.cut(batch)
         records, keep = batch.records, self._keep
         kept = [i for i, record in enumerate(records) if keep(record)] if keep else None
         if kept is None or len(kept) == len(records):
@@ -359,11 +367,14 @@ class ShardMachine:
         """A read's batch, arrived at `now` (None: untimed, its window counts from when the
         machine first looks at it), to deliver in turn (`sifted`: `sift(batch)`, if made
         already); returns how many records the filter dropped from it."""
-        self._end_read = self._end_read or batch.shard_end
         sifted = sifted or self.sift(batch)
-        self._batches.extend(sifted.batches)
+        pieces = sifted.batches
+        if self._end is not None and self._end.caught_up(batch):
+            pieces = [*pieces, ReadResult([], 0, shard_end=True)]
+        self._end_read = self._end_read or any(piece.shard_end for piece in pieces)
+        self._batches.extend(pieces)
         if now is not None:
-            self._window.arrived(batch.records, now)
+            self._window.arrived([r for piece in pieces for r in piece.records], now)
         return sifted.dropped
 
     def held(self, now: float) -> HeldShard:

@@ -122,7 +122,9 @@ async def consume(
         elif not_resumed:
             afresh = f"starts at its initialPosition ({spec.initial_position}): {not_resumed}"
             _emit(body, Event("Warning", "CheckpointsNotResumed", afresh))
-        keeping = spec.checkpoint_retention.on_delete is OnDelete.KEEP
+        # A bounded consumer's finished shards are finished only up to its end: a table
+        # another consumer resumed from would skip what came after (docs/replaying.md).
+        keeping = spec.checkpoint_retention.on_delete is OnDelete.KEEP and spec.end is None
         farewell = kept.Farewell(loop, farewell_seconds(spec))
 
         def over() -> bool:
@@ -138,7 +140,11 @@ async def consume(
         if driver.deposed:
             context.deposed(f"{namespace}/{name}: {driver.loop.deposed}")
         elif deleted() and context.leading():
-            where: str | None = "discarded (checkpointRetention.onDelete: Discard)"
+            where: str | None = (
+                "discarded (checkpointRetention.onDelete: Discard)"
+                if spec.end is None
+                else "discarded (a bounded consumer's: its shards ended at spec.end)"
+            )
             if keeping:
                 where = await _keep(context, status_api, body, namespace, name, spec, farewell)
             # Said on the object too, once this daemon is over: that change is also what

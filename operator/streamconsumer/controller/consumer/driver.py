@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import functools
 import logging
 from collections.abc import Callable, Mapping
@@ -248,6 +249,7 @@ def load(
     now: float,
     generation: Callable[[], int | None],
     kept: KeptTable | None = None,
+    wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
 ) -> ConsumerLoop:
     """A consumer's loop as a new term starts it: from the object as read (its status is
     the only durable state), workers given the restart grace, a reset asked for while no
@@ -261,7 +263,15 @@ def load(
     durable, created = durable_from_status(status), creation_time(body)
     if kept is not None:  # a new object resuming a deleted one's table (controller/leases/kept.py)
         durable, created = durable_from_status(kept.status), kept.created
-    coordinator = LeaseCoordinator(spec, durable, now, created=created, desired_replicas=desired)
+    coordinator = LeaseCoordinator(
+        spec,
+        durable,
+        now,
+        created=created,
+        desired_replicas=desired,
+        completed=spec.end is not None and _said_complete(status),
+        wall=wall,
+    )
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
         if (reset := audit.reset_request(body)) is not None:
             coordinator.request_reset(reset)
@@ -273,6 +283,16 @@ def load(
         autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
         paused_by=audit.pause_requester(body) if spec.paused else None,
         observed_generation=_generation(status.get("observedGeneration")),
+    )
+
+
+def _said_complete(status: dict[str, Any]) -> bool:
+    """Whether the stored status says a bounded consumer is Complete: a term taking over
+    neither starts its workers again nor tells it again."""
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Complete" and c.get("status") == "True"
+        for c in conditions
     )
 
 

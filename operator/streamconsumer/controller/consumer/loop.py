@@ -161,6 +161,7 @@ class ConsumerLoop:
         self._probe_offset = 0
         self._fenced = False  # a write of ours has landed: workers may be served
         self.deposed: str | None = None  # why a newer term ended this loop
+        self._told_complete = coordinator.completed  # a Complete Event, once
 
     @property
     def serving(self) -> bool:
@@ -331,6 +332,11 @@ class ConsumerLoop:
         if not self._fenced:
             return []  # nothing is decided before the term's fence has landed
         actions = self.coordinator.step(now)
+        if self.coordinator.completed and not self._told_complete:
+            self._told_complete = True
+            end = self.coordinator.end
+            message = f"every shard read to {end.isoformat() if end else 'its end'}"
+            self.events.append(Event("Normal", "Complete", f"{message}: workers scaled to zero"))
         self.events.extend(map(describe_stuck, self.coordinator.watch.take_notes()))
         self.events.extend(describe(action) for action in actions)
         self.events.extend(map(describe_passed_over, self.coordinator.passed_over.take()))
@@ -339,6 +345,9 @@ class ConsumerLoop:
     def autoscale(self, now: float) -> tuple[int, int, float] | None:
         """(from, to, lag seconds) when the lag autoscaler wants another worker count."""
         coordinator = self.coordinator
+        if coordinator.completed:  # a bounded consumer's workers are done
+            replicas = self.autoscaler.replicas if self.autoscaler is not None else 0
+            return (replicas, 0, 0.0) if replicas else None
         stopped = coordinator.spec.paused or coordinator.stream_replaced is not None
         if self.autoscaler is None or not coordinator.shards_known or stopped:
             return None  # paused: the backlog grows by design, workers stay as they are
@@ -347,7 +356,13 @@ class ConsumerLoop:
         pods_with_work = math.ceil(
             len(self.coordinator.assignable()) / coordinator.spec.processor.processes
         )
-        decided = self.autoscaler.decide(now, coordinator.spec.autoscaling, lag, pods_with_work)
+        autoscaling = coordinator.spec.autoscaling
+        if coordinator.spec.end is not None and autoscaling is not None:
+            # A bounded consumer's quiet shards end only by being read after the end: at
+            # least one worker until it is Complete, however little the lag.
+            least = max(autoscaling.min_replicas, 1)
+            autoscaling = autoscaling.model_copy(update={"min_replicas": least})
+        decided = self.autoscaler.decide(now, autoscaling, lag, pods_with_work)
         return None if decided is None else (decided[0], decided[1], lag)
 
     def scaled(self, before: int, after: int, lag: float, now: float) -> None:

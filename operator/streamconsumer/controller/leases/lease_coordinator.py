@@ -13,9 +13,9 @@ Two rules shape it (docs/design.md#durable-before-visible, docs/design.md#self-f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from streamconsumer.controller.leases.listings import Listings
 from streamconsumer.controller.leases.notes import PassedOverNotes
@@ -90,8 +90,11 @@ class LeaseCoordinator(LeaseViews):
         *,
         created: datetime,
         desired_replicas: int | None = None,
+        completed: bool = False,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.spec = spec
+        self._wall = wall  # the wall clock: a bounded consumer's end is a time
         self.created = created  # the resource's creationTimestamp: where LATEST starts
         self.durable = durable
         self.leases: dict[str, ShardLease] = dict(durable.leases)
@@ -122,6 +125,9 @@ class LeaseCoordinator(LeaseViews):
         self.persisted_version = 0
         self.watch = StuckShards()  # docs/failure-policy.md#stuck-shards
         self.desired_replicas = desired_replicas  # the lag autoscaler's last word
+        # A bounded consumer whose every shard was finished (docs/replaying.md): once,
+        # for good in this process. A shard listed later was born after the end.
+        self.completed = completed
         # After a (re)start nobody has been heard yet: every owner in the status keeps its
         # leases for the longest lease any worker may have been promised
         # (docs/design.md#crash-safe-operator).
@@ -218,8 +224,8 @@ class LeaseCoordinator(LeaseViews):
         granted, so silent workers still expire and draining ones still hand off."""
         shards = self.shards if self.shards_known else self.started_shards()
         # Paused: every worker is treated as leaving, so each hands its shards off at
-        # their positions (a planned move to nobody) and none is granted.
-        paused = self.spec.paused or self.stream_replaced is not None
+        # their positions (a planned move to nobody) and none is granted. Complete too.
+        paused = self.spec.paused or self.stream_replaced is not None or self.completed
         liveness = [
             WorkerLiveness(name, progress.expires_at, progress.draining or paused)
             for name, progress in self.workers.items()
@@ -241,6 +247,9 @@ class LeaseCoordinator(LeaseViews):
                 self._changed()
             if not done <= self.finished:
                 self.finished |= done
+                self._changed()
+            if self.spec.end is not None and not self.completed and listed <= done:
+                self.completed = True
                 self._changed()
         owners = {lease.owner for lease in self.leases.values()}
         for name, progress in list(self.workers.items()):
@@ -361,7 +370,14 @@ class LeaseCoordinator(LeaseViews):
             epoch=lease.epoch,
             start=self._start_position(lease, parents),
             parents=parents,
+            end=self.end,
         )
+
+    @property
+    def end(self) -> datetime | None:
+        """A bounded consumer's end (docs/replaying.md); None: it never ends."""
+        end = self.spec.end
+        return None if end is None else end.instant(self.created)
 
     def _start_position(self, lease: ShardLease, parents: list[str]) -> StartPosition:
         return start_position(self.spec, self.created, lease, parents)
@@ -415,7 +431,12 @@ class LeaseCoordinator(LeaseViews):
         return None if entry is None else entry[0]
 
     def _closed(self, request: CheckpointRequest) -> bool | None:
-        """What the listing says of a shard a SHARD_END names; None: not known yet."""
+        """What the listing says of a shard a SHARD_END names; None: not known yet. A
+        bounded consumer's shard ends where the consumer does, open or not, once that
+        time has come (a reader that ends a shard sooner is taken as any other)."""
+        end = self.end
+        if end is not None and self._wall() >= end:
+            return True
         if request.sequence_number != SHARD_END or not self.shards_known:
             return None if not self.shards_known else False
         return self.listings.closed(request.shard_id, self.by_id.get(request.shard_id))

@@ -211,8 +211,23 @@ def reconciling(seen: Facts) -> Reason | None:
     return None
 
 
+def _end_reached(seen: Facts) -> str:
+    end = seen.coordinator.end
+    at = end.isoformat() if end is not None else "its end"
+    return f"every shard read to {at}: workers scaled to zero"
+
+
+def complete(seen: Facts) -> Condition:
+    """A bounded consumer's (spec.end): True once every shard is read to the end."""
+    if seen.coordinator.completed:
+        return _condition(seen, "Complete", True, "EndReached", _end_reached(seen))
+    return _condition(seen, "Complete", False, "Reading", "shards are being read to the end")
+
+
 def ready(seen: Facts, stuck: Reason | None) -> Condition:
     """`stuck`: what `stalled` says (computed once for both conditions)."""
+    if seen.coordinator.completed:  # a steady state: kstatus reads it as Current
+        return _condition(seen, "Ready", True, "Complete", _end_reached(seen))
     if seen.coordinator.spec.paused and seen.replaced is None:  # stopped for good says so first
         if seen.still_held:
             return _condition(
@@ -289,6 +304,7 @@ def conditions(seen: Facts) -> list[Condition]:
         workers_available(seen),
         _condition(seen, "Reconciling", working is not None, *(working or ("Done", ""))),
         _condition(seen, "Stalled", stuck is not None, *(stuck or ("Progressing", ""))),
+        *([complete(seen)] if seen.coordinator.spec.end is not None else []),
     ]
 
 

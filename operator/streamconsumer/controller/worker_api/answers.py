@@ -33,6 +33,7 @@ from streamconsumer.models import (
 )
 from streamconsumer.models.api import (
     CHECKPOINT_BODY_BYTES,
+    ENDS_WIRE_VERSION,
     OLDEST_WIRE_VERSION,
     WIRE_VERSION,
     WIRE_VERSION_HEADER,
@@ -159,9 +160,14 @@ def front_door(leading: bool, wire_version: str | None, authorization: str | Non
 
 
 def admit(
-    caller: Caller | None, namespace: str, name: str, registry: Registry
+    caller: Caller | None,
+    namespace: str,
+    name: str,
+    registry: Registry,
+    wire_version: str | None = None,
 ) -> Reply | ManagedConsumer:
-    """The consumer a reviewed caller speaks to, or the reply."""
+    """The consumer a reviewed caller speaks to, or the reply. `wire_version`: the
+    caller's header, already served by `front_door`."""
     if caller is None:
         refused = Refusal(TOKEN_REFUSED)
         return error(401, "the token was not accepted by TokenReview", refusal=refused)
@@ -191,6 +197,15 @@ def admit(
     if not consumer.serving:
         return unavailable(
             f"streamconsumer {namespace}/{name}: this term's status is not saved yet"
+        )
+    version = read_wire_version(wire_version) or OLDEST_WIRE_VERSION
+    if consumer.coordinator.spec.end is not None and version < ENDS_WIRE_VERSION:
+        # An older worker would ignore the end and deliver what comes after it.
+        return error(
+            400,
+            f"streamconsumer {namespace}/{name} has an end, which workers of wire version "
+            f"{version} do not keep: its workers need wire version {ENDS_WIRE_VERSION} "
+            "(release 0.2.0) or later",
         )
     return consumer
 

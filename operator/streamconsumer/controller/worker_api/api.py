@@ -151,7 +151,9 @@ class WorkerApi:
         except ReviewUnavailable as error:
             return answers.unavailable(str(error))
         namespace, name = request.match_info["namespace"], request.match_info["name"]
-        consumer = answers.admit(caller, namespace, name, self.registry)
+        consumer = answers.admit(
+            caller, namespace, name, self.registry, headers.get(WIRE_VERSION_HEADER)
+        )
         if isinstance(consumer, Reply):
             return consumer
         assert caller is not None  # admitted

@@ -78,6 +78,14 @@ def autoscaled(spec: StreamConsumerSpec) -> bool:
     return spec.autoscaling is not None and spec.autoscaling.enabled
 
 
+def replicas_of(spec: StreamConsumerSpec, complete: bool) -> dict[str, Any]:
+    """The Deployment's replicas as we apply them: none under the lag autoscaler (it
+    scales), zero for a Complete consumer, `spec.replicas` otherwise."""
+    if complete:
+        return {"replicas": 0}
+    return {} if autoscaled(spec) else {"replicas": spec.replicas}
+
+
 def scale_patch(consumer: str, replicas: int) -> dict[str, Any]:
     return {
         "apiVersion": "apps/v1",
@@ -112,9 +120,15 @@ def ca_bundle(consumer: str, ca_pem: bytes) -> dict[str, Any]:
 
 
 def deployment(
-    namespace: str, consumer: str, spec: StreamConsumerSpec, operator_url: str, audience: str
+    namespace: str,
+    consumer: str,
+    spec: StreamConsumerSpec,
+    operator_url: str,
+    audience: str,
+    complete: bool = False,
 ) -> dict[str, Any]:
-    """`audience`: this operator release's, for the workers' tokens (docs/security.md)."""
+    """`audience`: this operator release's, for the workers' tokens (docs/security.md).
+    `complete`: a bounded consumer read to its end, whose workers are scaled to zero."""
     pod = spec.pod
     tls = uses_tls(operator_url)
     config = WorkerConfig.model_validate(  # not WorkerConfig(): that would read our env
@@ -176,7 +190,7 @@ def deployment(
         "kind": "Deployment",
         "metadata": {"name": worker_deployment(consumer), "labels": labels},
         "spec": {
-            **({} if autoscaled(spec) else {"replicas": spec.replicas}),
+            **replicas_of(spec, complete),
             "selector": {"matchLabels": labels},
             # Start the new worker before stopping an old one; hand-off does the rest.
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},

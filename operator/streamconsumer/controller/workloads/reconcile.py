@@ -74,7 +74,12 @@ async def apply_children(
         children.service_account(name, spec),
         *([ca] if ca is not None else []),  # the CA before the Deployment: its pods mount it
         children.deployment(
-            namespace, name, spec, context.config.api_url, context.config.token_audience
+            namespace,
+            name,
+            spec,
+            context.config.api_url,
+            context.config.token_audience,
+            complete=_complete(context, namespace, name),
         ),
         children.disruption_budget(name),
     ]
@@ -109,6 +114,12 @@ async def apply_children(
     # Observed as soon as a read finds the workers running it (a spec the Deployment does
     # not see: at once); otherwise the `check_workers` timer reads again until they do.
     await check_workers(context, body, name, namespace, now=True)
+
+
+def _complete(context: OperatorContext, namespace: str, name: str) -> bool:
+    """Is the consumer a bounded one read to its end (its workers stay at zero)?"""
+    consumer = context.registry.get(namespace, name)
+    return consumer is not None and consumer.coordinator.completed
 
 
 async def check_workers(
