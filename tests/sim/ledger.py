@@ -78,6 +78,7 @@ class Ledger:
     from_latest: bool = False  # initialPosition LATEST: the history is not owed
     retries: int | None = None  # the failure policy's, when it may pass records over
     max_record_age: float | None = None  # onFailure.maxRecordAgeSeconds
+    end_at: float | None = None  # spec.end: records that arrived after it are never delivered
     # processor.filter: the records it drops, never delivered, owed no processing
     filtered: Callable[[int], bool] = field(default=lambda _: False)
     raised_times: Counter[int] = field(default_factory=Counter)
@@ -126,6 +127,9 @@ class Ledger:
         dropped = [r for r in records if self.filtered(int(r))]
         if dropped:
             raise Violation(f"{shard_id}: {worker} delivers {dropped[0]}, which the filter drops")
+        past = [r for r in records if self._past_end(int(r))]
+        if past:
+            raise Violation(f"{shard_id}: {worker} delivers {past[0]}, which came after the end")
         paused = self.paused_since
         if records and paused is not None and self.stream.world.now - paused > PAUSE_SETTLES:
             raise Violation(f"{shard_id}: {worker} delivers while the consumer is paused")
@@ -262,7 +266,14 @@ class Ledger:
         return pointer
 
     def _owed(self, sequence: int) -> bool:
-        return sequence not in self.passed and not self.filtered(sequence)
+        return (
+            sequence not in self.passed
+            and not self.filtered(sequence)
+            and not self._past_end(sequence)
+        )
+
+    def _past_end(self, sequence: int) -> bool:
+        return self.end_at is not None and self.stream.arrived[sequence] > self.end_at
 
     def _pointer(self, shard_id: str) -> int:
         """The index of the shard's first record still owed."""
@@ -305,8 +316,11 @@ class Ledger:
         shard = self._shard(shard_id)
         pointer = self._pointer(shard_id)
         if checkpoint == SHARD_END:
-            if shard.closed_at is None:
-                raise Violation(f"{shard_id}: SHARD_END with records not done (open shard)")
+            if shard.closed_at is None:  # ends only where a bounded consumer does
+                if self.end_at is None:
+                    raise Violation(f"{shard_id}: SHARD_END with records not done (open shard)")
+                if self.stream.world.now <= self.end_at:
+                    raise Violation(f"{shard_id}: a bounded consumer's SHARD_END before its end")
             if pointer < len(shard.sequences):
                 if shard_id not in self.ended_early:
                     raise Violation(f"{shard_id}: SHARD_END with records not done")

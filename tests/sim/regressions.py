@@ -38,6 +38,13 @@ PARALLEL_PARTLY_FAILING = Run(
     faults=(F(5.0, "partial", 0, 8.0), F(9.0, "scale", 3)),
     duration=40,
 )
+BOUNDED_ACROSS_A_SPLIT = Run(
+    seed=2,
+    shards=2,
+    replicas=2,
+    end=25.0,
+    faults=(F(10.0, "split", 0), F(18.0, "scale", 3), F(25.0, "worker_crash", 1)),
+)
 REGRESSIONS: dict[str, Regression] = {
     "25 a wedged call, the shard withdrawn": Regression(
         # The call never returns and the policy's timeout (15 s) is far: the operator's
@@ -685,6 +692,25 @@ REGRESSIONS: dict[str, Regression] = {
     # One worker driver (issue 44): the runtime, the harness and this simulation run the
     # same driver, so a fix of it is seen here. Three calls at once, partly failing: what
     # the others did past the first failed record is told to the machine as done.
+    # A bounded consumer (spec.end, issue 43): a split inside the window, a hand-off
+    # (scale) and a crash at the end. Nothing past the end is delivered ...
+    "43 bounded: nothing past the end, across a split, a hand-off and a crash": Regression(
+        BOUNDED_ACROSS_A_SPLIT,
+        reverts.records_past_the_end_delivered,
+        "came after the end",
+    ),
+    # ... its open shards end where it does ...
+    "43 bounded: the operator takes the end of an open shard": Regression(
+        BOUNDED_ACROSS_A_SPLIT,
+        reverts.open_shards_end_only_when_closed,
+        "not Complete",
+    ),
+    # ... and, with nothing put after the end, each shard ends by the clock.
+    "43 bounded: quiet shards end once caught up after the end": Regression(
+        Run(seed=1, shards=3, replicas=2, end=75.0, faults=(F(20.0, "split", 1),)),
+        reverts.quiet_shards_never_end,
+        "not Complete",
+    ),
     "44 the driver: a partly failed call's records done ahead stay done": Regression(
         Run(seed=1, shards=1, replicas=1, parallelism=3, faults=(F(5.0, "partial", 0, 8.0),)),
         reverts.driver_forgets_what_a_partly_failed_call_did_ahead,

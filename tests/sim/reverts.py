@@ -26,6 +26,7 @@ from streamconsumer.worker import lanes
 from streamconsumer.worker.calls import PartlyFailed, Stopped
 from streamconsumer.worker.core import WorkerCore
 from streamconsumer.worker.driver import ShardDriver
+from streamconsumer.worker.ending import ConsumerEnd
 from streamconsumer.worker.failures import Failures
 from streamconsumer.worker.processes import PodProcesses
 from streamconsumer.worker.shard import Answer, Call, Deliver, ShardMachine, Sifted, Step, Stop
@@ -643,3 +644,29 @@ def driver_forgets_what_a_partly_failed_call_did_ahead(patch: pytest.MonkeyPatch
         failed(self, step, error)
 
     patch.setattr(ShardDriver, "failed", forgetting)
+
+
+def records_past_the_end_delivered(patch: pytest.MonkeyPatch) -> None:
+    """43: a bounded consumer's worker reads on past the end, as an older worker would."""
+    patch.setattr(ConsumerEnd, "cut", lambda self, batch: batch)
+
+
+def quiet_shards_never_end(patch: pytest.MonkeyPatch) -> None:
+    """43: a shard ends only at a record past the end: a quiet one holds the consumer."""
+    patch.setattr(ConsumerEnd, "caught_up", lambda self, batch: False)
+
+
+def open_shards_end_only_when_closed(patch: pytest.MonkeyPatch) -> None:
+    """43: the operator takes SHARD_END only for shards the listing shows closed, a
+    bounded consumer's too: its open shards never finish."""
+    closed = LeaseCoordinator._closed
+
+    def as_unbounded(self: LeaseCoordinator, request: Any) -> Any:
+        spec = self.spec
+        self.spec = spec.model_copy(update={"end": None})
+        try:
+            return closed(self, request)
+        finally:
+            self.spec = spec
+
+    patch.setattr(LeaseCoordinator, "_closed", as_unbounded)

@@ -130,6 +130,7 @@ class Run:
     # Tables past 2 entries kept in this many lease groups (0: in the status, as at 1,000).
     lease_groups: int = 0
     batching_window: float = 0.0  # reading.maxBatchingWindowSeconds
+    end: float | None = None  # spec.end, in simulated seconds (None: the consumer never ends)
 
 
 @dataclass
@@ -326,6 +327,9 @@ class Simulation:
         }
         if run.batching_window:
             spec["reading"] = {"maxBatchingWindowSeconds": run.batching_window}
+        if run.end is not None:
+            spec["end"] = {"timestamp": wall(run.end).isoformat()}
+            self.ledger.end_at = run.end
         if run.autoscale:
             spec["autoscaling"] = {
                 "minReplicas": 0,
@@ -342,7 +346,7 @@ class Simulation:
             self.source,
             self.ledger,
             self._autoscaled,
-            self._deployment if run.autoscale else None,
+            self._deployment if run.autoscale or run.end is not None else None,
             run.operators,
             newer_peers=run.newer_peers,
             layout=Layout(inline_max_shards=2, groups=run.lease_groups, log_group_shards=1)
@@ -547,7 +551,8 @@ class Simulation:
             link.cut_until = now
         if self.api.spec.get("paused"):
             self._set_paused(False)
-        if self.deployment.replicas == 0 and not self.run.autoscale:
+        complete = self.run.end is not None and self.operator.completed()
+        if self.deployment.replicas == 0 and not self.run.autoscale and not complete:
             self.deployment.replicas = 1
             self.deployment.reconcile()
 
@@ -604,10 +609,21 @@ class Simulation:
                 and all(c in leases and leases[c].get("epoch", 0) > 0 for c in children)
             ):
                 raise Violation(f"{shard_id}: finished and its children started, still listed")
+        if self.run.end is not None:
+            self._check_complete(status)
         alive = {w.name for w in self.deployment.workers if w.alive}
         departed = set(status.get("workers") or {}) - alive
         if departed:
             raise Violation(f"departed workers still listed: {sorted(departed)}")
+
+    def _check_complete(self, status: dict[str, Any]) -> None:
+        """A bounded consumer is Complete once the faults are over, its workers scaled to
+        zero (and none of its records past the end delivered: the ledger's watch)."""
+        complete = [c for c in status.get("conditions") or [] if c["type"] == "Complete"]
+        if not complete or complete[0]["status"] != "True":
+            raise Violation(f"a bounded consumer not Complete after the faults: {complete}")
+        if self.deployment.replicas or self.deployment.live():
+            raise Violation(f"Complete with workers: {self.deployment.live()}")
 
 
 def simulate(run: Run) -> Outcome:

@@ -46,4 +46,5 @@ def runs(draw: st.DrawFn, max_faults: int = 30) -> Run:
         processes=draw(st.sampled_from((1, 1, 2))),
         lease_groups=draw(st.sampled_from((0, 0, 1, 3))),
         batching_window=draw(st.sampled_from((0.0, 0.0, 1.5))),
+        end=draw(st.sampled_from((None, None, None, 25.0, 100.0))),
     )

@@ -634,6 +634,7 @@ class SimWorker:
         machine = running.machine
         if machine.outcome is not None or not machine.wants_read():
             return
+        machine.reading(self.clock(), self.wall())
         try:
             result = running.reader.read()
         except ShardGone:
