@@ -190,6 +190,16 @@ class Scenario:
             self.service = CuttableProxy(self._leader_port)
             for index in range(operators):
                 self.add_operator(f"operator-{index}", code=operator_code)
+        self.start_kubelet(pod_env, worker_code)
+        self.consumers.create(self.manifest(replicas, lease_seconds, delay, **options))
+        return self
+
+    def start_kubelet(
+        self,
+        pod_env: Callable[[str], dict[str, str]] | None = None,
+        worker_code: Path | None = None,
+    ) -> None:
+        """Runs this consumer's worker pods (another consumer's operator may serve them)."""
         self.kubelet = LocalKubelet(
             self.api_client,
             self.namespace,
@@ -207,8 +217,6 @@ class Scenario:
                 **(pod_env(pod) if pod_env else {}),
             },
         ).start()
-        self.consumers.create(self.manifest(replicas, lease_seconds, delay, **options))
-        return self
 
     def start_operator(self) -> None:
         """Starts (or restarts) the operator; a restart keeps its address, as a Service would."""
