@@ -243,15 +243,18 @@ def reverted(revert: Revert) -> Iterator[None]:
 def latest_read_at_every_move(patch: pytest.MonkeyPatch) -> None:
     """13.5: `initialPosition: LATEST` is handed to each new owner as LATEST, so a shard
     that moves before its first checkpoint skips what arrived meanwhile."""
-    start_position = LeaseCoordinator._start_position
+    from streamconsumer.controller.leases import start
 
-    def latest_again(self: LeaseCoordinator, lease: Any, parents: list[str]) -> StartPosition:
-        position = start_position(self, lease, parents)
-        if position.type is StartPositionType.AT_TIMESTAMP and not self.spec.initial_timestamp:
+    start_position = start.start_position
+
+    def latest_again(spec: Any, created: Any, lease: Any, parents: list[str]) -> StartPosition:
+        position = start_position(spec, created, lease, parents)
+        if position.type is StartPositionType.AT_TIMESTAMP and not spec.initial_timestamp:
             return StartPosition(type=StartPositionType.LATEST)
         return position
 
-    patch.setattr(LeaseCoordinator, "_start_position", latest_again)
+    for module in ("lease_coordinator", "views"):
+        patch.setattr(f"streamconsumer.controller.leases.{module}.start_position", latest_again)
 
 
 def pause_ignored(patch: pytest.MonkeyPatch) -> None:

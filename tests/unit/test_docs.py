@@ -260,3 +260,17 @@ def test_the_name_check_can_fail() -> None:
         "streamconsumer.core.token_bucket",
         "streamconsumer.core.watchdog",
     ]
+
+
+CONTROLLER_MODULE_LINES = 500
+"""A controller module past this holds more than one concern (issue 44): split it."""
+
+
+def test_no_controller_module_holds_more_than_one_concerns_lines() -> None:
+    controller = ROOT / "operator" / "streamconsumer" / "controller"
+    long = {
+        str(path.relative_to(ROOT)): lines
+        for path in controller.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > CONTROLLER_MODULE_LINES
+    }
+    assert long == {}, f"over {CONTROLLER_MODULE_LINES} lines: {long}"

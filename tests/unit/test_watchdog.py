@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator, expiry_grace
-from streamconsumer.controller.leases.state import DurableState
+from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.state import DurableState, expiry_grace
 from streamconsumer.core.leases import (
     ACTIVE,
     CheckpointRefused,

@@ -25,6 +25,7 @@ from streamconsumer.controller.leases.state import (
     DurableState,
     ShardChanges,
     WorkerProgress,
+    expiry_grace,
 )
 from streamconsumer.controller.leases.stuck import StuckShards
 from streamconsumer.controller.leases.views import LeaseViews
@@ -62,12 +63,6 @@ from streamconsumer.models.resource import (
 
 PENDING_GRANT_HEARTBEAT_MS = 250
 """How soon a worker should come back while grants for it are being saved."""
-
-
-def expiry_grace(lease_seconds: float) -> float:
-    """Covers one heartbeat in flight: the worker's fence runs from when it *sent* its
-    last successful heartbeat, the operator's wait from when it *received* it."""
-    return lease_seconds / 3
 
 
 class LeaseCoordinator(LeaseViews):
@@ -368,19 +363,10 @@ class LeaseCoordinator(LeaseViews):
         return Assignment(
             shard_id=lease.shard_id,
             epoch=lease.epoch,
-            start=self._start_position(lease, parents),
+            start=start_position(self.spec, self.created, lease, parents),
             parents=parents,
             end=self.end,
         )
-
-    @property
-    def end(self) -> datetime | None:
-        """A bounded consumer's end (docs/replaying.md); None: it never ends."""
-        end = self.spec.end
-        return None if end is None else end.instant(self.created)
-
-    def _start_position(self, lease: ShardLease, parents: list[str]) -> StartPosition:
-        return start_position(self.spec, self.created, lease, parents)
 
     def checkpoint(self, request: CheckpointRequest) -> ShardLease:
         """Applies a checkpoint or release; raises CheckpointRefused (fenced or invalid),
@@ -503,12 +489,6 @@ class LeaseCoordinator(LeaseViews):
         self._changed()
 
     # --- views (more in `LeaseViews`) -------------------------------------------------
-
-    def start_of(self, shard_id: str) -> StartPosition:
-        """Where a new owner of the shard would start reading."""
-        lease = self.leases.get(shard_id) or ShardLease(shard_id)
-        shard = self.by_id.get(shard_id)
-        return self._start_position(lease, list(shard.parents) if shard else [])
 
     def set_backlog(self, measured: Mapping[str, int | None], now: float) -> None:
         """Lag measured by the operator itself for shards without a live owner (a

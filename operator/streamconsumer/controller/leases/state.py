@@ -34,6 +34,12 @@ class DurableState:
     stream_replaced: str | None = None  # another one listed under its name since
 
 
+def expiry_grace(lease_seconds: float) -> float:
+    """Covers one heartbeat in flight: the worker's fence runs from when it *sent* its
+    last successful heartbeat, the operator's wait from when it *received* it."""
+    return lease_seconds / 3
+
+
 @dataclass
 class WorkerProgress:
     expires_at: float  # operator clock: the longest promise made to it, plus the grace

@@ -4,10 +4,13 @@ shows them. A base of `LeaseCoordinator`, apart from the protocol that changes t
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from streamconsumer.controller.leases.start import start_position
 from streamconsumer.controller.leases.state import WorkerProgress
 from streamconsumer.core.leases import FINISHED, ShardLease, ready_shards
 from streamconsumer.core.lineage import Shard
-from streamconsumer.models import Lease
+from streamconsumer.models import Lease, StartPosition
 from streamconsumer.models.resource import StreamConsumerSpec
 
 
@@ -15,6 +18,7 @@ class LeaseViews:
     """Reads the coordinator's table: these attributes are the coordinator's."""
 
     spec: StreamConsumerSpec
+    created: datetime
     leases: dict[str, ShardLease]
     finished: set[str]
     shards: list[Shard]
@@ -23,6 +27,19 @@ class LeaseViews:
     backlog: dict[str, int]
     stream: str | None
     stream_replaced: str | None
+
+    @property
+    def end(self) -> datetime | None:
+        """A bounded consumer's end (docs/replaying.md); None: it never ends."""
+        end = self.spec.end
+        return None if end is None else end.instant(self.created)
+
+    def start_of(self, shard_id: str) -> StartPosition:
+        """Where a new owner of the shard would start reading."""
+        lease = self.leases.get(shard_id) or ShardLease(shard_id)
+        shard = self.by_id.get(shard_id)
+        parents = list(shard.parents) if shard else []
+        return start_position(self.spec, self.created, lease, parents)
 
     def claimable_shards(self) -> int:
         """How many shards a worker's heartbeat may list: at most every shard known."""
