@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import yaml
 from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console
 from rich.markup import escape
@@ -112,9 +111,8 @@ def run(args: argparse.Namespace, console: Console, read_manifest: Callable[[str
 def _consumer(text: str, namespace: str) -> tuple[str, StreamConsumerSpec, str]:
     """The manifest's name, spec and namespace (`namespace` if it names none), each a
     Kubernetes name: they name letters and the ledger file."""
-    name, spec = consumer_of(text)
-    metadata = yaml.safe_load(text).get("metadata") or {}  # (consumer_of checked the shape)
-    namespace = str(metadata.get("namespace") or namespace)
+    name, spec, declared = consumer_of(text)
+    namespace = declared or namespace
     if not re.fullmatch(DNS_SUBDOMAIN, name) or len(name) > 253:
         raise DeadLettersError(f"metadata.name {name[:80]!r} is not a Kubernetes name")
     if not re.fullmatch(DNS_LABEL, namespace) or len(namespace) > 63:

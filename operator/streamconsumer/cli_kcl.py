@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import boto3
 import yaml
@@ -33,8 +33,16 @@ WATCH_SECONDS = 12.0  # KCL renews every third of failoverTimeMillis (10 s by de
 MAX_MANIFEST_BYTES = 1024 * 1024
 
 
-def consumer_of(text: str) -> tuple[str, StreamConsumerSpec]:
-    """The name and spec of the StreamConsumer a manifest declares."""
+class Declared(NamedTuple):
+    """The StreamConsumer a manifest declares."""
+
+    name: str
+    spec: StreamConsumerSpec
+    namespace: str | None  # as metadata says, if it does
+
+
+def consumer_of(text: str) -> Declared:
+    """The StreamConsumer a manifest declares: its name, spec and namespace."""
     if len(text) > MAX_MANIFEST_BYTES:
         raise CheckpointsError("the manifest is larger than 1 MiB")
     try:
@@ -50,9 +58,11 @@ def consumer_of(text: str) -> tuple[str, StreamConsumerSpec]:
     if not isinstance(name, str) or not name:
         raise CheckpointsError("the manifest's StreamConsumer has no metadata.name")
     try:
-        return name, StreamConsumerSpec.model_validate(body.get("spec") or {})
+        spec = StreamConsumerSpec.model_validate(body.get("spec") or {})
     except ValidationError as error:
         raise CheckpointsError(f"the manifest's spec.{first_error(error)}") from None
+    namespace = metadata.get("namespace")
+    return Declared(name, spec, str(namespace) if namespace else None)
 
 
 def scanned(client: Any, table: str) -> Iterator[dict[str, Any]]:
@@ -86,7 +96,7 @@ def kcl_table(
 ) -> tuple[str, str]:
     """The kept table (exported JSON, as `checkpoints import` takes it) the manifest's
     consumer starts from, and its name; raises CheckpointsError with what to do."""
-    name, spec = consumer_of(manifest)
+    name, spec, _ = consumer_of(manifest)
     named = stream_name(spec)
     region = getattr(selected(spec.source)[1], "region", None)
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)

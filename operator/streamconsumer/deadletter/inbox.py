@@ -35,6 +35,7 @@ from streamconsumer.models.failure import (
 )
 from streamconsumer.processor import Record
 from streamconsumer.sources.aws import client_options
+from streamconsumer.sources.kinesis_polling import KinesisSource, StreamRef
 
 OBJECT_READ_BYTES = 256 * 1024 * 1024  # an S3 letter object read back at most
 SQS_RECEIVE = 10  # messages per ReceiveMessage, SQS's most
@@ -286,9 +287,11 @@ class S3Inbox:
 class KinesisInbox:
     def __init__(self, target: KinesisDeadLetters, ledger: Path) -> None:
         self._client = boto3.client("kinesis", **client_options(target.region, target.endpoint_url))
-        self._stream: dict[str, Any] = (
-            {"StreamARN": target.stream_arn} if target.stream_arn else {}
-        ) or {"StreamName": target.stream_name}
+        stream = StreamRef(
+            name=None if target.stream_arn else target.stream_name, arn=target.stream_arn
+        )
+        self._source = KinesisSource(self._client, stream)  # its listing pages through shards
+        self._stream: dict[str, Any] = stream.params()
         if ledger.is_dir() or not os.access(ledger.parent.resolve(), os.W_OK):
             raise InboxError(f"{ledger}: cannot write the redrive ledger there")
         self._ledger = ledger
@@ -301,10 +304,9 @@ class KinesisInbox:
         found: list[Held] = []
         scanned = 0
         self.truncated = False
-        shards = self._client.list_shards(**self._stream)["Shards"]
-        for shard in shards:
-            for sequence, data in self._records(shard["ShardId"]):
-                place = f"{shard['ShardId']}/{sequence}"
+        for shard in self._source.list_shards():
+            for sequence, data in self._records(shard.id):
+                place = f"{shard.id}/{sequence}"
                 if place in done:  # (the ledger's own bound bounds these)
                     continue
                 scanned += 1

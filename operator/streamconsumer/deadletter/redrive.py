@@ -126,18 +126,21 @@ def to_stream(
     of a request regardless: those count as redriven, the refused stay)."""
     outcome = Outcome()
     copies = Copies(letters)
-    ordered = [letter for _, held in by_shard(copies.unique) for letter in held]
+    # Each letter's record decoded once: (letter, the PutRecords entry).
+    ordered = [
+        (letter, {"Data": record.data, "PartitionKey": record.partition_key})
+        for _, held in by_shard(copies.unique)
+        for letter in held
+        for record in (letter.record(),)
+    ]
 
-    def size(letter: Held) -> int:
-        record = letter.record()
-        return len(record.data) + len(record.partition_key.encode())
+    def size(pair: tuple[Held, dict[str, Any]]) -> int:
+        entry = pair[1]
+        return len(entry["Data"]) + len(entry["PartitionKey"].encode())
 
-    for request in chunks(ordered, size, PUT_RECORDS_LIMIT, PUT_RECORDS_BYTES):
-        entries = [
-            {"Data": letter.record().data, "PartitionKey": letter.record().partition_key}
-            for letter in request
-        ]
-        answer = client.put_records(Records=entries, **stream)
+    for pairs in chunks(ordered, size, PUT_RECORDS_LIMIT, PUT_RECORDS_BYTES):
+        request = [letter for letter, _ in pairs]
+        answer = client.put_records(Records=[entry for _, entry in pairs], **stream)
         results = answer["Records"]
         put = [letter for letter, r in zip(request, results, strict=True) if "ErrorCode" not in r]
         done(put)
