@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 import sys
 import time
 from collections import defaultdict
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from bench.parallelism import RECORDS, SECONDS_PER_RECORD, Ledger, fill
 from bench.results import record
+from bench.scratch import kinesalite
 from streamconsumer.awaiting import AsyncBaseRecordProcessor, AsyncFactory
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, ProcessorFactory, Record
 from streamconsumer.worker.source import worker_source
@@ -112,10 +112,8 @@ def measure(emulator: KinesisEmulator, stream: str, factory: ProcessorFactory) -
 
 
 def main() -> None:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     with contextlib.ExitStack() as cleanup:
-        emulator = cleanup.enter_context(KinesisEmulator.start("kinesalite"))
+        emulator = cleanup.enter_context(kinesalite())
         print(f"async processors: {RECORDS} records on 2 shards, parallelism 1, kinesalite:")
         rates: dict[str, float] = {}
         for name, factory in (

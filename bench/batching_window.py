@@ -12,12 +12,12 @@ calls left, wait_added_p50 the seconds the window added to the median wait."""
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from typing import ClassVar
 
 from bench.results import percentile, record
+from bench.scratch import kinesalite
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 from streamconsumer.worker.source import worker_source
 from testbed.in_process import emulator_worker, run_worker
@@ -79,11 +79,9 @@ def measure(emulator: KinesisEmulator, window: float) -> tuple[int, list[float]]
 
 
 def main() -> None:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     figures: dict[str, float] = {}
     with contextlib.ExitStack() as cleanup:
-        emulator = cleanup.enter_context(KinesisEmulator.start("kinesalite"))
+        emulator = cleanup.enter_context(kinesalite())
         print(
             f"batching window: {RATE:g} records/s for {SECONDS:g} s over {SHARDS} shards, "
             "kinesalite, default reading settings; wait = put to the start of its call"

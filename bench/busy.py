@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results import record
+from bench.scratch import kinesalite
 from streamconsumer.models.resource import MAX_READS_PER_SECOND
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record, ShardInfo
 from streamconsumer.worker.source import worker_source
@@ -167,11 +167,9 @@ def measure(emulator: KinesisEmulator, variant: Variant) -> Shares:
 
 
 def main() -> None:
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")  # the emulator takes any
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     figures: dict[str, float] = {}
     with contextlib.ExitStack() as cleanup:
-        emulator = cleanup.enter_context(KinesisEmulator.start("kinesalite"))
+        emulator = cleanup.enter_context(kinesalite())
         print(
             f"worker_busy_fraction: parallelism 1, {SECONDS_PER_CALL * 1000:g} ms a call, "
             f"{READS_PER_SHARD} reads' backlog ({READS_PER_SHARD * READ_SIZE} records) on "

@@ -1,9 +1,10 @@
 """Where a benchmark runs: a scratch directory and a local control plane in it, serving
-our CRD (`with_the_crd`)."""
+our CRD (`with_the_crd`); kinesalite for those that need a stream alone."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -13,9 +14,20 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
 from testbed.controlplane import ControlPlane
+from testbed.kinesis import KinesisEmulator
 from testbed.waiting import wait_for
 
 CRD = Path(__file__).resolve().parents[1] / "crds" / "streamconsumer.yaml"
+
+
+@contextlib.contextmanager
+def kinesalite() -> Iterator[KinesisEmulator]:
+    """A kinesalite started for a benchmark, and stopped after it (the emulator takes any
+    credentials: the process gets some if it has none)."""
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    with KinesisEmulator.start("kinesalite") as emulator:
+        yield emulator
 
 
 @contextlib.contextmanager
