@@ -197,7 +197,7 @@ class SimReader:
             behind = int((self._stream.world.now - shard.arrivals[self._index]) * 1000)
         if shard.closed_at is not None and not remaining:
             return ReadResult(records, 0, True, self._stream.children(self.shard_id))
-        return ReadResult(records, behind)
+        return ReadResult(records, behind, at_tip=not remaining)
 
 
 class SimSource:

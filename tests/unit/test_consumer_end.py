@@ -26,6 +26,7 @@ from streamconsumer.models.api import ENDS_WIRE_VERSION
 from streamconsumer.models.resource import END_GRACE_SECONDS, End
 from streamconsumer.processor import BaseRecordProcessor, Checkpointer, Record
 from streamconsumer.sources.base import ReadResult
+from streamconsumer.sources.kinesis_fanout import ReadSide
 from streamconsumer.worker.ending import ConsumerEnd
 from testbed.specs import consumer_spec
 
@@ -42,8 +43,9 @@ def record(sequence: int, seconds_after_end: float) -> Record:
     return Record(b"d", "k", str(sequence), arrived, checkpoint_sequence=str(sequence))
 
 
-def read(*records: Record, behind: int = 0) -> ReadResult:
-    return ReadResult(list(records), millis_behind_latest=behind)
+def read(*records: Record, behind: int = 0, said: bool = True) -> ReadResult:
+    """A read; `said`: the stream said where its tip is (not a local wait, not DynamoDB)."""
+    return ReadResult(list(records), millis_behind_latest=behind, at_tip=said and not behind)
 
 
 # --- the worker's side ------------------------------------------------------------------
@@ -65,6 +67,8 @@ def test_a_quiet_shard_ends_after_two_caught_up_reads_begun_past_the_grace() -> 
         (after - 0.1, read(), False),  # too soon: a record put now may still be before
         (after, read(), False),  # one quiet read: maybe a page of nothing
         (after + 1, read(behind=500), False),  # behind: not caught up, starts over
+        (after + 1.5, read(), False),
+        (after + 1.7, read(said=False), False),  # a wait with no event: says nothing
         (after + 2, read(), False),
         (after + 3, read(), True),
     ]:
@@ -156,6 +160,10 @@ def test_a_bounded_consumer_completes_once_every_open_shard_ended_and_grants_no_
     assert not coordinator.completed
     ended(coordinator, "s1", epochs["s1"])
     coordinator.step(2.0)
+    assert not coordinator.completed, "a listing from before the ends may lack children"
+    assert coordinator.listings.relist_wanted
+    coordinator.set_shards([Shard("s0"), Shard("s1")])
+    coordinator.step(2.5)
     assert coordinator.completed
     coordinator.set_shards([Shard("s0"), Shard("s1"), Shard("s2", parents=("s1",))])
     held = [HeldShard(shard_id=s, epoch=e) for s, e in epochs.items()]
@@ -193,6 +201,7 @@ def test_complete_is_a_steady_state_with_its_event_once_and_no_workers() -> None
     epochs = granted(coordinator)
     for shard, epoch in epochs.items():
         ended(coordinator, shard, epoch)
+    coordinator.set_shards([Shard("s0"), Shard("s1")])  # a listing after the ends
     loop.step(1.0)
     loop.step(2.0)
     assert [e.reason for e in loop.take_events()].count("Complete") == 1
@@ -243,3 +252,38 @@ def test_an_open_shards_end_before_the_consumers_is_taken_as_any_other() -> None
     coordinator.set_shards([Shard("s0"), Shard("s1")])
     with pytest.raises(CheckpointRefused):
         coordinator.checkpoint(request)
+
+
+def test_a_split_just_before_the_end_has_its_children_read_though_the_listing_was_older() -> None:
+    """s0 split before the end, and its reader's SHARD_END came before the operator
+    listed again: Complete waits for a listing started after it, which shows s0's
+    children, granted and read to the end in turn."""
+    coordinator = bounded()
+    epochs = granted(coordinator)
+    for shard, epoch in epochs.items():
+        ended(coordinator, shard, epoch)
+    coordinator.step(1.0)
+    assert not coordinator.completed
+    split = [Shard("s0", closed=True), Shard("s1"), Shard("c1", ("s0",)), Shard("c2", ("s0",))]
+    coordinator.set_shards(split)
+    coordinator.step(2.0)
+    assert not coordinator.completed
+    held = [HeldShard(shard_id=s, epoch=e) for s, e in epochs.items()]
+    coordinator.heartbeat(HeartbeatRequest(worker="a", held=held), 2.0)
+    coordinator.step(2.0)
+    coordinator.persisted(coordinator.snapshot(2.0), coordinator.version)
+    answer = coordinator.heartbeat(HeartbeatRequest(worker="a"), 2.1)
+    assert sorted(a.shard_id for a in answer.assignments) == ["c1", "c2"]
+
+
+def test_only_the_stream_says_a_shard_is_at_its_tip_never_a_wait() -> None:
+    """An enhanced fan-out subscription that waited with no event (a subscription not
+    open yet, ResourceInUse on a hand-off, a stall) says nothing of the tip, whatever
+    the last event said: else a replay, its end long past, ended shards it never read."""
+    side = ReadSide(previous=None)
+    assert not side.idle().at_tip, "before any event"
+    caught_up = side.event(
+        {"Records": [], "MillisBehindLatest": 0, "ContinuationSequenceNumber": "1"}
+    )
+    assert caught_up.at_tip
+    assert not side.idle().at_tip, "after one"

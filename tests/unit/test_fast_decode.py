@@ -118,7 +118,7 @@ def test_the_captured_kinesis_answers_are_what_they_claim() -> None:
     assert ended.shard_end
     assert ended.child_shards == ("shardId-000000000001", "shardId-000000000002")
     _, empty = read_both("kinesis", KINESIS_ANSWERS["empty"])
-    assert empty == ReadResult([], 0)
+    assert empty == ReadResult([], 0, at_tip=True)
 
 
 @pytest.mark.parametrize("answer", STREAMS_ANSWERS.values(), ids=STREAMS_ANSWERS)

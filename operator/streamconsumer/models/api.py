@@ -23,7 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import AwareDatetime, BeforeValidator, Field, model_validator
 
 from streamconsumer.models.base import WireModel
 from streamconsumer.models.resource import SequenceNumber, ShardCheckpoint
@@ -217,7 +217,7 @@ class Assignment(WireModel):
     epoch: Epoch
     start: StartPosition
     parents: list[ShardId] = Field(default_factory=list, max_length=2)
-    end: datetime | None = Field(
+    end: AwareDatetime | None = Field(
         default=None,
         description="A bounded consumer's end (wire 3): no record that arrived after it is "
         "delivered, and the shard is checkpointed at SHARD_END there.",

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from streamconsumer.models.base import Model, added_since, with_rules
 from streamconsumer.models.failure import FailurePolicy
@@ -429,7 +429,7 @@ class End(Model):
         ),
     )
 
-    timestamp: datetime | None = Field(
+    timestamp: AwareDatetime | None = Field(
         default=None,
         description="Deliver the records that arrived at or before this time (their "
         "ApproximateArrivalTimestamp, or a DynamoDB change's ApproximateCreationDateTime), "

@@ -18,6 +18,10 @@ class ReadResult:
     millis_behind_latest: int | None
     shard_end: bool = False  # the shard is closed and every record has been read
     child_shards: tuple[str, ...] = ()
+    # The stream said this read reached the tip (Kinesis' MillisBehindLatest 0, from
+    # GetRecords or a SubscribeToShard event): never a local wait that timed out, and
+    # never a DynamoDB Streams page, which may be empty with records behind it.
+    at_tip: bool = False
 
 
 class ShardReader(Protocol):

@@ -123,7 +123,7 @@ class ReadSide:
         self.millis_behind = event.get("MillisBehindLatest")
         end = shard_end(event)
         if end is None:
-            return ReadResult(records, self.millis_behind)
+            return ReadResult(records, self.millis_behind, at_tip=self.millis_behind == 0)
         self.ended = ReadResult([], 0, shard_end=True, child_shards=end.children)
         return ReadResult(records, 0, shard_end=True, child_shards=end.children)
 
@@ -132,6 +132,7 @@ class ReadSide:
         return self.ended
 
     def idle(self) -> ReadResult:
+        """No event within the wait: the lag as last said, and nothing of the tip."""
         return ReadResult([], self.millis_behind)
 
 

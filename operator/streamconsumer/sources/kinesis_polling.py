@@ -137,7 +137,8 @@ class KinesisShardReader:
             return self._ended
         response = self._cursor.read()
         records = list(user_records(response["Records"], self._cursor.last_sequence))
-        result = ReadResult(records, response.get("MillisBehindLatest"))
+        behind = response.get("MillisBehindLatest")
+        result = ReadResult(records, behind, at_tip=behind == 0)
         if not self._cursor.advance(records, response.get("NextShardIterator")):
             children = tuple(c["ShardId"] for c in response.get("ChildShards", []))
             self._ended = ReadResult([], 0, shard_end=True, child_shards=children)

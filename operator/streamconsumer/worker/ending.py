@@ -3,11 +3,12 @@ machine hands it each read, and it says where the shard ends for this consumer.
 
 A shard ends at its first record that arrived after the end: that record and every one
 after it are never delivered. A shard with no such record (a quiet one, or one born
-after the end) ends once reads begun `END_GRACE_SECONDS` after the end find it caught
-up twice in a row: a record put later arrives after the end. Twice, because a single
-empty read can be a page of nothing with more behind it (DynamoDB Streams says so). The
-shard is then checkpointed at SHARD_END, as at a closed shard's end, so its children
-are read to the end in turn."""
+after the end) ends once reads begun `END_GRACE_SECONDS` after the end find it at the
+tip, as the stream says (`ReadResult.at_tip`), twice in a row: a record put later
+arrives after the end. A read that only waited (a subscription with no event) or a
+DynamoDB Streams page (empty pages may have records behind them) never says so: such a
+shard ends at a record past the end or at its own end. The shard is then checkpointed
+at SHARD_END, as at a closed shard's end, so its children are read to the end in turn."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class ConsumerEnd:
         quiet = (
             not batch.records
             and not batch.shard_end
-            and not batch.millis_behind_latest
+            and batch.at_tip
             and began is not None
             and began >= self.at + END_GRACE_SECONDS
         )

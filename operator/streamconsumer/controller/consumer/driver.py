@@ -31,6 +31,7 @@ from streamconsumer.controller.consumer.autoscaler import Autoscaler
 from streamconsumer.controller.consumer.jobs import Job, Jobs, Outcome
 from streamconsumer.controller.consumer.loop import ConsumerLoop, Event, LoopSettings, StatusWrite
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
+from streamconsumer.controller.leases.render import said_complete
 from streamconsumer.controller.leases.state import creation_time, durable_from_status
 from streamconsumer.controller.leases.status import (
     STATUS_ERRORS,
@@ -261,6 +262,7 @@ def load(
     status = body.get("status") or {}
     desired = status.get("desiredReplicas")
     durable, created = durable_from_status(status), creation_time(body)
+    own_creation = created
     if kept is not None:  # a new object resuming a deleted one's table (controller/leases/kept.py)
         durable, created = durable_from_status(kept.status), kept.created
     coordinator = LeaseCoordinator(
@@ -269,8 +271,9 @@ def load(
         now,
         created=created,
         desired_replicas=desired,
-        completed=spec.end is not None and _said_complete(status),
+        completed=spec.end is not None and said_complete(status),
         wall=wall,
+        object_created=own_creation,
     )
     with contextlib.suppress(ValidationError):  # a bad one is reported by its handler
         if (reset := audit.reset_request(body)) is not None:
@@ -283,16 +286,6 @@ def load(
         autoscaler=Autoscaler(desired if desired is not None else spec.replicas),
         paused_by=audit.pause_requester(body) if spec.paused else None,
         observed_generation=_generation(status.get("observedGeneration")),
-    )
-
-
-def _said_complete(status: dict[str, Any]) -> bool:
-    """Whether the stored status says a bounded consumer is Complete: a term taking over
-    neither starts its workers again nor tells it again."""
-    conditions = status.get("conditions")
-    return isinstance(conditions, list) and any(
-        isinstance(c, dict) and c.get("type") == "Complete" and c.get("status") == "True"
-        for c in conditions
     )
 
 

@@ -221,8 +221,8 @@ class ConsumerLoop:
     # --- shard sync -------------------------------------------------------------------
 
     def sync_due(self, now: float) -> bool:
-        if self._syncing:
-            return False
+        if self._syncing or self.coordinator.completed:
+            return False  # Complete: the stream is done with (docs/replaying.md)
         if now - self._last_sync >= self.settings.shard_sync_seconds:
             return True
         if self.coordinator.stream_replaced is not None:
@@ -304,6 +304,8 @@ class ConsumerLoop:
         more than `allowed` (what the operator's probe budget has left; None: no cap)."""
         if now - self._last_probe < self.settings.shard_sync_seconds or allowed == 0:
             return []
+        if self.coordinator.completed:
+            return []
         self._last_probe = now
         limit = self.settings.probe_limit
         if allowed is not None:
@@ -384,8 +386,10 @@ class ConsumerLoop:
         version = coordinator.version
         snapshot = coordinator.snapshot(now)
         not_starting = self.workers_health.not_starting() if self.workers_health else None
+        # Complete: what the stream does now is none of its business.
+        source_error = None if coordinator.completed else self.source_error
         problems = [
-            p for p in (self.source_error, self.write_error, self.children.error, not_starting) if p
+            p for p in (source_error, self.write_error, self.children.error, not_starting) if p
         ]
         problems += coordinator.blocked_shards()
         problems += coordinator.watch.described()

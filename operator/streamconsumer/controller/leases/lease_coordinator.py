@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
+from streamconsumer.controller.leases.bounded import Bound
 from streamconsumer.controller.leases.listings import Listings
 from streamconsumer.controller.leases.notes import PassedOverNotes
 from streamconsumer.controller.leases.resetting import reset_leases
@@ -87,9 +88,12 @@ class LeaseCoordinator(LeaseViews):
         desired_replicas: int | None = None,
         completed: bool = False,
         wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        object_created: datetime | None = None,
     ) -> None:
         self.spec = spec
-        self._wall = wall  # the wall clock: a bounded consumer's end is a time
+        # An end atCreation is this object's, where `created` may be a kept table's.
+        end = spec.end.instant(object_created or created) if spec.end else None
+        self.bound = Bound(end, wall, completed)
         self.created = created  # the resource's creationTimestamp: where LATEST starts
         self.durable = durable
         self.leases: dict[str, ShardLease] = dict(durable.leases)
@@ -120,9 +124,6 @@ class LeaseCoordinator(LeaseViews):
         self.persisted_version = 0
         self.watch = StuckShards()  # docs/failure-policy.md#stuck-shards
         self.desired_replicas = desired_replicas  # the lag autoscaler's last word
-        # A bounded consumer whose every shard was finished (docs/replaying.md): once,
-        # for good in this process. A shard listed later was born after the end.
-        self.completed = completed
         # After a (re)start nobody has been heard yet: every owner in the status keeps its
         # leases for the longest lease any worker may have been promised
         # (docs/design.md#crash-safe-operator).
@@ -243,8 +244,7 @@ class LeaseCoordinator(LeaseViews):
             if not done <= self.finished:
                 self.finished |= done
                 self._changed()
-            if self.spec.end is not None and not self.completed and listed <= done:
-                self.completed = True
+            if self.bound.reached(listed, done, self.listings):
                 self._changed()
         owners = {lease.owner for lease in self.leases.values()}
         for name, progress in list(self.workers.items()):
@@ -420,11 +420,12 @@ class LeaseCoordinator(LeaseViews):
         """What the listing says of a shard a SHARD_END names; None: not known yet. A
         bounded consumer's shard ends where the consumer does, open or not, once that
         time has come (a reader that ends a shard sooner is taken as any other)."""
-        end = self.end
-        if end is not None and self._wall() >= end:
-            return True
-        if request.sequence_number != SHARD_END or not self.shards_known:
+        if request.sequence_number != SHARD_END:
             return None if not self.shards_known else False
+        if self.bound.takes_open_shards_end(self.listings):
+            return True
+        if not self.shards_known:
+            return None
         return self.listings.closed(request.shard_id, self.by_id.get(request.shard_id))
 
     # --- resets --------------------------------------------------------------------

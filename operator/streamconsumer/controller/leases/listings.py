@@ -14,6 +14,7 @@ class Listings:
         self.started = 0  # listings started so far
         self.current = 0  # the number of the listing the shards come from
         self._claims: dict[str, int] = {}  # a SHARD_END's shard -> listings started by then
+        self._ended = -1  # listings started by a bounded consumer's last SHARD_END taken
 
     def start(self) -> int:
         """A listing of the stream starts: its number, for `set_shards`."""
@@ -23,7 +24,18 @@ class Listings:
     @property
     def relist_wanted(self) -> bool:
         """A SHARD_END waits for a listing started after it, and none has started yet."""
-        return any(c >= self.started for c in self._claims.values())
+        claims = self._claims.values()
+        return self._ended >= self.started or any(c >= self.started for c in claims)
+
+    def ended_here(self) -> None:
+        """A bounded consumer's SHARD_END is taken whatever the listing shows: it is not
+        Complete before a listing started after it (`listed_since_ends`), which shows the
+        children of a split that came before the end."""
+        self._ended = self.started
+
+    @property
+    def listed_since_ends(self) -> bool:
+        return self.current > self._ended
 
     def closed(self, shard_id: str, listed: Shard | None) -> bool | None:
         """What the current listing says of the shard a SHARD_END names: closed, still

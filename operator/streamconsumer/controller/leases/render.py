@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from streamconsumer.controller.leases.lease_coordinator import LeaseCoordinator
 from streamconsumer.controller.leases.state import DurableState, durable_fields
@@ -180,7 +182,7 @@ def stalled(seen: Facts) -> Reason | None:
         return ("ShardBlocked", _first(blocked))
     if stuck := coordinator.watch.described():
         return ("ShardStuck", _first(stuck))
-    if not coordinator.shards_known and seen.problems:
+    if not coordinator.shards_known and seen.problems and not coordinator.completed:
         return ("StreamUnavailable", seen.problems[0])
     return None
 
@@ -194,7 +196,7 @@ def reconciling(seen: Facts) -> Reason | None:
         return ("RollingOut", rolling)
     if seen.generations.behind:
         return ("ApplyingSpec", f"generation {seen.generations.spec}: {_running(seen)}")
-    if not seen.coordinator.shards_known:
+    if not seen.coordinator.shards_known and not seen.coordinator.completed:
         return ("ListingShards", "listing shards")
     if spec.paused and seen.still_held:
         return ("Pausing", f"{seen.still_held} shards still held")
@@ -215,6 +217,16 @@ def _end_reached(seen: Facts) -> str:
     end = seen.coordinator.end
     at = end.isoformat() if end is not None else "its end"
     return f"every shard read to {at}: workers scaled to zero"
+
+
+def said_complete(status: Mapping[str, Any]) -> bool:
+    """Whether the stored status says a bounded consumer is Complete: a term taking over
+    neither starts its workers again nor tells it again."""
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
+        isinstance(c, dict) and c.get("type") == "Complete" and c.get("status") == "True"
+        for c in conditions
+    )
 
 
 def complete(seen: Facts) -> Condition:

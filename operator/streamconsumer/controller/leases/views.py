@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from streamconsumer.controller.leases.bounded import Bound
 from streamconsumer.controller.leases.start import start_position
 from streamconsumer.controller.leases.state import WorkerProgress
 from streamconsumer.core.leases import FINISHED, ShardLease, ready_shards
@@ -19,6 +20,7 @@ class LeaseViews:
 
     spec: StreamConsumerSpec
     created: datetime
+    bound: Bound
     leases: dict[str, ShardLease]
     finished: set[str]
     shards: list[Shard]
@@ -31,8 +33,12 @@ class LeaseViews:
     @property
     def end(self) -> datetime | None:
         """A bounded consumer's end (docs/replaying.md); None: it never ends."""
-        end = self.spec.end
-        return None if end is None else end.instant(self.created)
+        return self.bound.end
+
+    @property
+    def completed(self) -> bool:
+        """A bounded consumer read to its end: Complete, for good."""
+        return self.bound.completed
 
     def start_of(self, shard_id: str) -> StartPosition:
         """Where a new owner of the shard would start reading."""

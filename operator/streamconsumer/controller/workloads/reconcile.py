@@ -13,6 +13,7 @@ from urllib3.exceptions import HTTPError
 
 from streamconsumer.controller import executors
 from streamconsumer.controller.context import OperatorContext
+from streamconsumer.controller.leases.render import said_complete
 from streamconsumer.controller.names import worker_deployment
 from streamconsumer.controller.workloads import children, worker_health
 from streamconsumer.controller.workloads.owned import (
@@ -79,7 +80,7 @@ async def apply_children(
             spec,
             context.config.api_url,
             context.config.token_audience,
-            complete=_complete(context, namespace, name),
+            complete=_complete(context, body, namespace, name),
         ),
         children.disruption_budget(name),
     ]
@@ -116,10 +117,13 @@ async def apply_children(
     await check_workers(context, body, name, namespace, now=True)
 
 
-def _complete(context: OperatorContext, namespace: str, name: str) -> bool:
-    """Is the consumer a bounded one read to its end (its workers stay at zero)?"""
+def _complete(context: OperatorContext, body: kopf.Body, namespace: str, name: str) -> bool:
+    """Is the consumer a bounded one read to its end (its workers stay at zero)? Its
+    loop knows; before it is loaded (a restart), the status it saved says."""
     consumer = context.registry.get(namespace, name)
-    return consumer is not None and consumer.coordinator.completed
+    if consumer is not None:
+        return consumer.coordinator.completed
+    return spec_of(body).end is not None and said_complete(body.get("status") or {})
 
 
 async def check_workers(
