@@ -85,7 +85,8 @@ TEST_WORKERS ?= 3
 # A run that has not ended by then is interrupted, and says what failed and what was
 # still running: well within CI's 90 minutes, whatever hangs.
 TEST_BUDGET_SECONDS ?= 3600
-TEST_TOOLS := venv emulators controlplane helm-after-controlplane kstatus actionlint prometheus kubevalidate node-packages node-binaries node-images
+# peers-deps: the real KCL (kclpy's MultiLangDaemon and jars) for the migration e2e.
+TEST_TOOLS := venv emulators peers-deps controlplane helm-after-controlplane kstatus actionlint prometheus kubevalidate node-packages node-binaries node-images
 
 # helm compiles the control plane's client packages at the same versions
 # (tests/controlplane/go.mod): built after it, it finds them in Go's build cache.

@@ -22,7 +22,7 @@ from testbed.kinesis import KinesisEmulator
 from testbed.operator_process import OperatorProcess
 from testbed.processes import BRIEF_JVM_OPTIONS
 from testbed.spark_cluster import SparkCluster
-from testbed.suite import GroupedScheduling, Unfinished, start_rank
+from testbed.suite import Counts, GroupedScheduling, Unfinished, start_rank
 
 REPO = Path(__file__).resolve().parents[1]
 CRD_PATH = REPO / "crds" / "streamconsumer.yaml"
@@ -69,6 +69,7 @@ def spark_cluster(
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller, or a run without xdist
         config.pluginmanager.register(Unfinished(), "unfinished-tests")
+        config.pluginmanager.register(Counts(), "test-counts")
 
 
 @pytest.hookimpl(optionalhook=True)  # `-p no:xdist` runs without it

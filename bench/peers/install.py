@@ -90,7 +90,9 @@ def mvn_copy(pom: Path, into: Path, transitive: bool) -> None:
             log.append(line)
             if "Downloaded from" in line and ".jar" in line:
                 downloads += 1
-                name = line.split("/")[-1].split(" ")[0]
+                # "Downloaded from central: https://.../name.jar (12 kB at 3.4 MB/s)"
+                url = next((word for word in line.split() if "://" in word), line)
+                name = url.rsplit("/", 1)[-1]
                 print(f"    [{downloads:3d}] {name}", flush=True)
     if mvn.returncode != 0:
         sys.stderr.write("".join(log[-40:]))

@@ -5,13 +5,15 @@
   through bench/peers/forward.py on 127.0.0.1;
 - each KCL worker: a MultiLangDaemon JVM with kclpy's jars, our HTTP/1.1 KinesisClientUtil
   ahead of KCL's (kinesalite speaks no HTTP/2), `-Daws.cborEnabled=false`, and one Python
-  child per shard running bench/peers/kcl_app.py.
+  child per shard running bench/peers/kcl_app.py (or the kclpy processor a caller names:
+  tests/e2e/test_kcl_migration.py runs its own).
 
 Every process is a testbed Server: its own process group, stopped by PID.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,13 +22,14 @@ from pathlib import Path
 import boto3
 
 from bench.peers.install import DYNAMODB_LOCAL, H1_CLASSES, KCL_JARS, KCLPY
-from bench.peers.tally import OUT_ENV, WORKER_ENV
 from testbed.kinesis import REGION
 from testbed.netns import wait_until_unshared
 from testbed.processes import Server, free_port, stopped_on_failure
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+# The benchmark's record processor (bench/peers/kcl_app.py), as the daemon runs it.
+PEERS_APP = f"{sys.executable} {HERE / 'kcl_app.py'}"
 CREDENTIALS = {
     # The emulators take any credentials; KCL's DefaultCredentialsProvider reads these.
     "AWS_ACCESS_KEY_ID": "testing",
@@ -152,13 +155,17 @@ class KclWorker:
         application: str,
         kinesis_url: str,
         dynamodb_url: str,
-        out: Path,
         settings: dict[str, str],
+        env: dict[str, str],
+        executable: str = PEERS_APP,
+        jvm_options: Sequence[str] = (),
     ) -> None:
+        """`executable`: the command (split at spaces) the daemon runs per shard, with
+        `env` (kclpy ahead of its PYTHONPATH); `jvm_options`: the JVM's, before KCL's."""
         workdir.mkdir(parents=True, exist_ok=True)
         self.name = name
         properties = {
-            "executableName": f"{sys.executable} {HERE / 'kcl_app.py'}",
+            "executableName": executable,
             "streamName": stream,
             "applicationName": application,
             "kinesisEndpoint": kinesis_url,
@@ -171,6 +178,7 @@ class KclWorker:
         path.write_text("".join(f"{k} = {v}\n" for k, v in properties.items()))
         argv = [
             "java",
+            *jvm_options,
             "-Daws.cborEnabled=false",  # kinesalite answers GetRecords in JSON only
             "-cp",
             f"{H1_CLASSES}:{KCL_JARS}/*",  # our HTTP/1.1 KinesisClientUtil first
@@ -178,8 +186,10 @@ class KclWorker:
             "--properties-file",
             str(path),
         ]
-        env = {**CREDENTIALS, "PYTHONPATH": str(KCLPY), OUT_ENV: str(out), WORKER_ENV: name}
-        self.server = Server(name, argv, workdir, env, cwd=workdir)
+        python_path = os.pathsep.join(filter(None, [str(KCLPY), env.get("PYTHONPATH")]))
+        self.server = Server(
+            name, argv, workdir, {**CREDENTIALS, **env, "PYTHONPATH": python_path}, cwd=workdir
+        )
 
     @property
     def pid(self) -> int:

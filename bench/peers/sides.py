@@ -11,7 +11,7 @@ from typing import Protocol
 from kubernetes import client as k8s
 
 from bench.peers.kcl import DynamoDBLocal, KclWorker
-from bench.peers.tally import OUT_ENV
+from bench.peers.tally import OUT_ENV, WORKER_ENV
 from testbed.controlplane import ControlPlane
 from testbed.kinesis import KinesisEmulator
 from testbed.scenario import Scenario, SpecOptions
@@ -64,8 +64,8 @@ class KclSide:
             application=self.application,
             kinesis_url=self.kinesis.endpoint_url,
             dynamodb_url=self.dynamodb.endpoint_url,
-            out=self.out,
             settings=self.settings,
+            env={OUT_ENV: str(self.out), WORKER_ENV: name},
         )
         return name
 

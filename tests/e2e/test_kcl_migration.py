@@ -3,14 +3,21 @@ DynamoDB Local, as KCL writes it (a parent split and finished, a child at TRIM_H
 shard checkpointed mid-stream), is imported by `streamconsumer checkpoints import
 --from-kcl-table` and the StreamConsumer goes on from it: no record KCL checkpointed is
 delivered again, every other record exactly once. A table whose leases a KCL worker still
-renews is refused, and nothing is kept."""
+renews is refused, and nothing is kept.
+
+Then the whole way with the real KCL: kclpy 3.1.3's MultiLangDaemon (the JVM and jars
+`make peers-deps` installs, as `make bench-peers` runs them) consumes the stream with a
+kclpy processor that checkpoints part way, and stops; the stream splits; the table is
+imported and the StreamConsumer goes on with the same processor class."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +26,14 @@ from boto3.dynamodb.types import TypeSerializer
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from bench.peers import install
+from bench.peers.kcl import KclWorker, tuned
 from streamconsumer.controller.names import kept_checkpoints
-from testbed.dynamodb import DynamoDBLocal
+from testbed.dynamodb import DynamoDBLocal, scan_all
 from testbed.kinesis import list_all_shards, split_shard_in_half
-from testbed.scenario import Scenario
+from testbed.processes import BRIEF_JVM_OPTIONS
+from testbed.scenario import Scenario, python_path
+from testbed.suite import COUNTS
 from testbed.waiting import wait_for
 
 TABLE = "clicks-kcl-app"
@@ -63,10 +74,12 @@ def kcl_lease(shard_id: str, checkpoint: str, parents: list[str]) -> dict[str, A
     return {key: serializer.serialize(value) for key, value in lease.items()}
 
 
-def import_kcl(scenario: Scenario, dynamodb: DynamoDBLocal, manifest: Path) -> Any:
+def import_kcl(
+    scenario: Scenario, dynamodb: DynamoDBLocal, manifest: Path, table: str = TABLE
+) -> Any:
     return subprocess.run(
         [sys.executable, "-m", "streamconsumer.cli", "checkpoints", "import",
-         "--from-kcl-table", TABLE, "--for", str(manifest), "--watch", "2",
+         "--from-kcl-table", table, "--for", str(manifest), "--watch", "2",
          "-n", scenario.namespace, "--kubeconfig", str(scenario.plane.kubeconfig)],
         capture_output=True, text=True, timeout=120,
         env={
@@ -161,3 +174,131 @@ def test_a_consumer_goes_on_where_kcl_checkpointed(
     again = {value for values in report.by_shard.values() for value in values} & done
     assert not again, f"{len(again)} records KCL had checkpointed were delivered again"
     assert any(r == "CheckpointsResumed" for r, _ in scenario.events())
+
+
+KCL_PROCESSOR = "testbed.kclpy_recording:RecordingKclApp"  # imports kclpy: not here
+KCL_PUT, KCL_CHECKPOINTS_BELOW, PUT_AFTER_SPLIT = 60, 30, 30  # records r-0 .. r-89
+# As `make bench-peers` tunes KCL, but a lease that outlasts a loaded machine's stalls (one
+# worker: nothing to fail over), leases assigned as soon as they exist, and on SIGTERM a
+# graceful shutdown (shutdown_requested to each processor), which the daemon otherwise skips.
+KCL_SETTINGS = {
+    **tuned(lease_ms=20_000, idle_ms=500, max_records=10),
+    "leaseAssignmentIntervalMillis": "2000",
+    "shutdownGraceMillis": "5000",
+}
+
+
+def kcl_checkpoints(dynamodb: DynamoDBLocal, table: str) -> dict[str, str]:
+    """Each lease's checkpoint, as KCL keeps it in its lease table."""
+    items = scan_all(dynamodb.client, table)
+    return {item["leaseKey"]["S"]: item["checkpoint"]["S"] for item in items}
+
+
+def test_the_real_kcl_then_a_consumer_with_its_processor(
+    kinesalite_scenario: Scenario, dynamodb_local: DynamoDBLocal, record_property: Any
+) -> None:
+    """KCL's MultiLangDaemon runs a kclpy processor that checkpoints each shard up to its
+    last record below r-30, processes all of r-0 .. r-59, and is stopped; a shard splits and
+    r-60 .. r-89 are put; its lease table is imported and a StreamConsumer runs the same
+    processor class: nothing lost, each side processed each record once, and the records
+    processed by both are exactly those after KCL's last checkpoint of their shard."""
+    for step in (install.KCLPY, install.H1_CLASSES):
+        assert install.done(step), f"{step} is not installed: make peers-deps"
+    scenario = kinesalite_scenario
+    scenario.create_source(3)
+    scenario.produce(KCL_PUT)
+    application = f"kcl-{scenario.stream}"  # KCL's lease table is named after it
+    kcl = KclWorker(
+        "kcl-1",
+        scenario.workdir / "kcl",
+        stream=scenario.stream,
+        application=application,
+        kinesis_url=scenario.kinesis.endpoint_url,
+        dynamodb_url=dynamodb_local.endpoint_url,
+        settings=KCL_SETTINGS,
+        env={
+            "PYTHONPATH": python_path(),
+            "RECORD_DIR": str(scenario.records_dir),
+            "RECORD_CHECKPOINT_BELOW": str(KCL_CHECKPOINTS_BELOW),
+        },
+        executable=f"{sys.executable} -m testbed.kclpy_recording",
+        jvm_options=BRIEF_JVM_OPTIONS,
+    )
+    try:
+        kcl.server.wait_until(scenario.all_processed, 240, "processing every record")
+        stream = records_by_shard(scenario)
+        # Where the processor asked KCL to checkpoint each shard (its initial position
+        # where it asked nothing), and KCL wrote that into its table.
+        asked = {
+            shard: ([seq for seq, value in records if int(value[2:]) < KCL_CHECKPOINTS_BELOW]
+                    or ["TRIM_HORIZON"])[-1]
+            for shard, records in stream.items()
+        }  # fmt: skip
+        kcl.server.wait_until(
+            lambda: kcl_checkpoints(dynamodb_local, application) == asked, 60, "checkpointing"
+        )
+        # Stopped as a pod is: SIGTERM to the JVM alone, which shuts its processors down.
+        os.kill(kcl.pid, signal.SIGTERM)
+        kcl.server.process.wait(60)
+    finally:
+        kcl.stop()
+    assert kcl_checkpoints(dynamodb_local, application) == asked
+    after = {
+        value
+        for shard, records in stream.items()
+        for seq, value in records
+        if asked[shard] == "TRIM_HORIZON" or int(seq) > int(asked[shard])
+    }
+    by_kcl = Counter(e["data"] for e in scenario.report().events)
+    assert set(by_kcl) == scenario.produced
+    assert max(by_kcl.values()) == 1
+    assert after, "KCL checkpointed every record"
+    assert after != set(by_kcl), "KCL checkpointed no record"
+
+    parent = sorted(stream)[0]
+    split_shard_in_half(scenario.kinesis.client, scenario.stream, parent)
+    scenario.produce(PUT_AFTER_SPLIT)
+    manifest = scenario.workdir / "clicks.yaml"
+    manifest.write_text(yaml.safe_dump(scenario.manifest(1, 6.0, 0.0, processor=KCL_PROCESSOR)))
+    imported = import_kcl(scenario, dynamodb_local, manifest, application)
+    assert imported.returncode == 0, imported.stderr
+    assert "3 shards' checkpoints kept" in imported.stdout, imported.stdout
+    scenario.start(
+        shards=None,
+        replicas=1,
+        processor=KCL_PROCESSOR,
+        # kclpy (its Python package), as a team's image has it.
+        pod_env=lambda pod: {"PYTHONPATH": os.pathsep.join([python_path(), str(install.KCLPY)])},
+    )
+    owed = after | (scenario.produced - set(by_kcl))
+
+    def by_ours() -> Counter[str]:
+        return Counter(e["data"] for e in scenario.report().events if e["worker"] != "kcl")
+
+    wait_for(
+        lambda: owed <= set(by_ours()),
+        120,
+        "the records after KCL's checkpoints",
+        details=lambda: f"not processed: {sorted(owed - set(by_ours()))}",
+    )
+    report = scenario.delivered(duplicates_at_most=None)  # nothing lost, order per shard
+    ours = by_ours()
+    assert max(ours.values()) == 1
+    assert set(ours) & set(by_kcl) == after, "not exactly the records after KCL's checkpoints"
+    assert report.duplicates == len(after)
+    shards = list_all_shards(scenario.kinesis.client, scenario.stream)
+    children = {s["ShardId"] for s in shards if s.get("ParentShardId")}
+    on_children = sum(len(report.by_shard.get(child, [])) for child in children)
+    assert on_children, "no record on the split's children"
+    assert report.children_before_parents(shards) == []
+    assert any(r == "CheckpointsResumed" for r, _ in scenario.events())
+    counts = (
+        f"{len(scenario.produced)} records put on 3 shards, one split after KCL stopped: "
+        f"KCL (kclpy's MultiLangDaemon) processed {sum(by_kcl.values())} and checkpointed "
+        f"{len(by_kcl) - len(after)} of them; the StreamConsumer, with the same kclpy "
+        f"processor, processed {sum(ours.values())} ({on_children} on the split's children); "
+        f"lost {len(report.lost)}, duplicates {report.duplicates} "
+        "(each after KCL's last checkpoint of its shard)"
+    )
+    print(counts)
+    record_property(COUNTS, counts)

@@ -37,6 +37,25 @@ def change_token(record: Record) -> str:
     return f"{record.event_name}:{(image or {}).get('v')}"
 
 
+def record_lines(shard: str, worker: str, records: Iterable[tuple[str, int, str]]) -> str:
+    """The lines `read_report` reads, one per (sequence number, sub-sequence number,
+    data) that `worker` processed on `shard`, now."""
+    return "".join(
+        json.dumps(
+            {
+                "shard": shard,
+                "seq": seq,
+                "sub": sub,
+                "data": data,
+                "worker": worker,
+                "t": time.time(),
+            }
+        )
+        + "\n"
+        for seq, sub, data in records
+    )
+
+
 class RecordingProcessor(BaseRecordProcessor):
     """Appends one line per record to $RECORD_DIR/<worker>.jsonl, then checkpoints."""
 
@@ -111,19 +130,17 @@ class RecordingProcessor(BaseRecordProcessor):
         return None
 
     def _record(self, records: list[Record]) -> None:
-        lines = "".join(
-            json.dumps(
-                {
-                    "shard": self.shard.shard_id,
-                    "seq": r.sequence_number,
-                    "sub": r.sub_sequence_number or 0,
-                    "data": change_token(r) if r.event_name else r.data.decode(),
-                    "worker": self.worker,
-                    "t": time.time(),
-                }
-            )
-            + "\n"
-            for r in records
+        lines = record_lines(
+            self.shard.shard_id,
+            self.worker,
+            (
+                (
+                    r.sequence_number,
+                    r.sub_sequence_number or 0,
+                    change_token(r) if r.event_name else r.data.decode(),
+                )
+                for r in records
+            ),
         )
         with _lock, self.path.open("a") as out:
             out.write(lines)

@@ -82,3 +82,28 @@ class Unfinished:
         now = time.monotonic()
         for nodeid, began in sorted(self.running.items(), key=lambda item: item[1]):
             print(f"\nstill running after {now - began:.0f} s: {nodeid}", file=sys.stderr)
+
+
+# The name under which a test keeps, with pytest's `record_property`, a line of what it
+# counted (records lost, duplicates) that `make test` shows whether it passed or not.
+COUNTS = "counts"
+
+
+class Counts:
+    """The lines tests kept as COUNTS, shown at the end of the run (on the xdist
+    controller, from the workers' reports; pytest shows a passing test's output to nobody)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []  # (node id, line)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.lines += [
+                (report.nodeid, str(v)) for k, v in report.user_properties if k == COUNTS
+            ]
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if self.lines:
+            terminalreporter.section("what the tests counted")
+            for nodeid, line in self.lines:
+                terminalreporter.write_line(f"{nodeid}: {line}")
