@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from testbed.argocd import health
 from testbed.kinesis import list_all_shards, split_shard_in_half
 from testbed.recording import read_report
 from testbed.scenario import Scenario
+from testbed.suite import COUNTS
 from testbed.waiting import wait_for
 
 LEASE = 4.0
@@ -45,7 +47,10 @@ def columns(api_client: k8s.ApiClient, namespace: str, name: str) -> dict[str, A
 
 
 def test_a_window_replayed_beside_the_live_consumer_ends_complete(
-    scenario: Scenario, kstatus: Path, tmp_path: Path
+    scenario: Scenario,
+    kstatus: Path,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
 ) -> None:
     scenario.start(shards=2, replicas=1, lease_seconds=LEASE)
     client = scenario.kinesis.client
@@ -86,9 +91,10 @@ def test_a_window_replayed_beside_the_live_consumer_ends_complete(
         replayed = read_report(replay.records_dir, window)
         seen = {event["data"] for event in replayed.events}
         past = seen - window
-        print(
-            f"\nbounded consumer: {len(window)} records in the window, {len(seen & window)} "
-            f"replayed ({replayed.duplicates} duplicates), {len(past)} past the end"
+        record_property(
+            COUNTS,
+            f"{len(window)} records in the window (a split inside it), {len(seen & window)} "
+            f"replayed ({replayed.duplicates} duplicates), {len(past)} past the end",
         )
         assert replayed.lost == set(), f"{len(replayed.lost)} records of the window lost"
         assert past == set(), f"delivered past the end: {sorted(past)[:5]}"
