@@ -1,13 +1,16 @@
 """Spark settings and Delta's commit races, without a JVM: a thin worker (Spark Connect, no
 Java) builds every sink; deploy-time settings parse as spark-defaults.conf lines, and a bad
-one is named; a commit that lost a race runs again and nothing else does."""
+one is named; a job spark-submit launched keeps spark-submit's master; a commit that lost
+a race runs again and nothing else does."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streamconsumer.spark import (
     DeltaChangesSink,
@@ -17,6 +20,7 @@ from streamconsumer.spark import (
     SparkBatchProcessor,
 )
 from streamconsumer.spark import jars as delta_jars
+from streamconsumer.spark import session as sessions
 from streamconsumer.spark.delta_tables import (
     MAX_DELAY_SECONDS,
     MAX_LOST_RACES,
@@ -84,6 +88,67 @@ def test_settings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONF_ENV, "\n".join(f"spark.x{n} 1" for n in range(MAX_CONF_LINES + 1)))
     with pytest.raises(ValueError, match=f"at most {MAX_CONF_LINES}"):
         deployed_conf()
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What spark_session() asks the builder for (no JVM: getOrCreate gives the options).
+    `submitted` is what spark-submit gave the process, when the test says it launched it."""
+    for name in ("SPARK_REMOTE", "SPARK_MASTER", CONF_ENV, "SPARK_SHUFFLE_PARTITIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    submitted: dict[str, str] = {}
+    monkeypatch.setattr(sessions, "submitted_conf", lambda: dict(submitted))
+
+    def options(builder: Any) -> dict[str, str]:
+        return dict(builder._options)
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", options)
+    return submitted
+
+
+def session_options(needs: dict[str, str] | None = None) -> dict[str, str]:
+    return sessions.spark_session(needs)  # type: ignore[return-value]  # (the `built` fixture)
+
+
+def test_a_job_spark_submit_launched_keeps_its_master_and_settings(
+    built: dict[str, str],
+) -> None:
+    """`spark-submit --master spark://… --conf spark.cores.max=6 job.py`: the job runs
+    where spark-submit sent it, with the cores it was given; our defaults fill the rest."""
+    built |= {
+        "spark.master": "spark://spark-master:7077",
+        "spark.cores.max": "6",
+        "spark.sql.shuffle.partitions": "12",
+    }
+    # As SparkContext makes it: spark-submit's JVM's settings, then the builder's.
+    effective = built | session_options({"spark.sql.extensions": "delta"})
+    assert effective["spark.master"] == "spark://spark-master:7077"
+    assert effective["spark.cores.max"] == "6"
+    assert effective["spark.sql.shuffle.partitions"] == "12"
+    assert effective["spark.driver.memory"] == "1g"  # a default spark-submit left alone
+    assert effective["spark.sql.extensions"] == "delta"
+
+
+def test_spark_submit_defaults_to_its_own_master_only_where_none_is_named(
+    built: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert session_options()["spark.master"] == "local[2]"  # not under spark-submit
+    built["spark.master"] = "local[*]"  # spark-submit without --master
+    assert session_options()["spark.master"] == "local[*]"
+    monkeypatch.setenv(CONF_ENV, "spark.master spark://from-settings:7077")
+    assert session_options()["spark.master"] == "spark://from-settings:7077"
+    monkeypatch.setenv("SPARK_MASTER", "spark://from-env:7077")
+    options = session_options()
+    assert options["spark.master"] == "spark://from-env:7077"
+    assert options["spark.cores.max"] == "2"  # a standalone cluster's share, by default
+
+
+def test_a_process_that_starts_its_own_jvm_was_given_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert sessions.submitted_conf() == {}
 
 
 # As Delta 4.4 words them, through Spark Connect and through py4j.
