@@ -5,6 +5,7 @@ a race runs again and nothing else does."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from streamconsumer.spark import jars as delta_jars
 from streamconsumer.spark import session as sessions
 from streamconsumer.spark.delta_tables import (
     MAX_DELAY_SECONDS,
-    MAX_LOST_RACES,
+    WARN_EVERY,
     is_conflict,
     until_committed,
 )
@@ -223,16 +224,45 @@ def test_a_lost_commit_race_runs_again(message: str) -> None:
     assert max(pauses) == MAX_DELAY_SECONDS
 
 
-def test_the_pause_is_capped_whatever_the_jitter_and_races_end_at_the_backstop() -> None:
+OLD_BACKSTOP = 100  # lost races after which the error used to be the processor's
+
+
+def test_lost_races_never_run_out_and_their_pause_is_capped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ten times the races after which the error used to reach the failure policy (where
+    `then: skip` would drop the batch): the write still commits. Only the call's
+    timeoutSeconds ends a write that keeps losing (the worker restarts; nothing skipped)."""
     pauses: list[float] = []
+    lost = 10 * OLD_BACKSTOP
 
-    def always_lost() -> None:
-        raise RuntimeError(CONFLICTS[0])
+    def lost_a_thousand_times() -> str:
+        if len(pauses) < lost:
+            raise RuntimeError(CONFLICTS[len(pauses) % len(CONFLICTS)])
+        return "committed"
 
-    with pytest.raises(RuntimeError, match="DELTA_CONCURRENT_APPEND"):
-        until_committed(always_lost, "t", sleep=pauses.append, jitter=lambda: 3.0)
-    assert len(pauses) == MAX_LOST_RACES - 1
+    with caplog.at_level(logging.INFO, logger="streamconsumer.spark.delta_tables"):
+        result = until_committed(
+            lost_a_thousand_times, "t", sleep=pauses.append, jitter=lambda: 3.0
+        )
+    assert result == ("committed", lost)
+    assert len(pauses) == lost
     assert max(pauses) == MAX_DELAY_SECONDS
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == lost // WARN_EVERY
+    assert "(1000 so far)" in warnings[-1].getMessage()
+
+
+def test_an_error_after_many_lost_races_is_raised_at_once() -> None:
+    calls: list[int] = []
+
+    def write() -> None:
+        calls.append(1)
+        raise RuntimeError(CONFLICTS[0] if len(calls) <= 2 * OLD_BACKSTOP else NOT_RACES[-1])
+
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        until_committed(write, "t", sleep=lambda _: None)
+    assert len(calls) == 2 * OLD_BACKSTOP + 1
 
 
 @pytest.mark.parametrize("message", NOT_RACES)
