@@ -1,10 +1,10 @@
 """The clickstream pipeline into Delta through Spark Connect, as a thin worker runs it, with
-a death planted once: the first worker process to commit its second batch (of any of its
-shards: a process holding two shards gets there with the first records) is SIGKILLed right
-after that commit, before its checkpoint. It first records which (shard, batch) it
-committed in DIE_ONCE_MARKER (claimed atomically, so only one process dies, and written
-whole before it appears), and the next owner of the shard replays that batch: the table's
-log then holds the batch committed twice (`batch_commits`)."""
+a death planted once: the first shard processor (a worker makes one per shard it takes)
+to commit its second batch SIGKILLs its process right after that commit, before the
+checkpoint. It first records which (shard, batch) it committed in DIE_ONCE_MARKER
+(claimed atomically, so only one process dies, and written whole before it appears); the
+shard's next owner replays that batch from the checkpoint, and the table's log then holds
+the batch committed twice (`batch_commits`)."""
 
 from __future__ import annotations
 
