@@ -6,6 +6,7 @@ which it shares with tests/spark/test_spark_cluster.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from testbed.clickstream import ClickstreamRun
 from testbed.scenario import Scenario
 from testbed.spark_cluster import SparkCluster, without_java_env
-from testbed.spark_cluster_app import MARKER_ENV
+from testbed.spark_cluster_app import MARKER_ENV, batch_commits
 from testbed.waiting import wait_for
 
 pytestmark = pytest.mark.spark
@@ -23,7 +24,8 @@ def test_thin_workers_write_delta_on_a_spark_cluster_once(
     scenario: Scenario, spark_cluster: SparkCluster, tmp_path: Path
 ) -> None:
     """Worker processes with no Java anywhere they look write through the cluster's Spark
-    Connect server into Delta; one dies between a commit and its checkpoint."""
+    Connect server into Delta; one dies between a commit and its checkpoint, and the
+    shard's next owner replays that batch (committed twice in the table's log)."""
     marker = tmp_path / "died"
     run = ClickstreamRun(scenario, "cluster", tmp_path / "data")
     run.start(
@@ -39,8 +41,21 @@ def test_thin_workers_write_delta_on_a_spark_cluster_once(
     )
     run.produce(400)
     wait_for(lambda: run.counted() == run.expected(), 300, "the first page views")
-    run.produce(400)  # second batches: the first worker to commit one dies before its checkpoint
+    # The kill fires on the first second write of a shard's processor (one per shard and
+    # process): usually a batch of these records, but possibly one above already (a
+    # shard's first records may span two batches). These make sure some shard gets there.
+    run.produce(400)
     wait_for(marker.exists, 120, "a worker killed between a commit and its checkpoint")
+    # The shard's next owner (once the lease expires) starts at the checkpoint, before the
+    # batch the dead worker committed, and commits that batch again (the counts were
+    # already right: the first commit holds its rows).
+    died = json.loads(marker.read_text())
+    wait_for(
+        lambda: len(batch_commits(run.output, died["shard_id"], died["batch"])) >= 2,
+        180,
+        f"{died}, committed before the kill, replayed",
+        poll=1.0,
+    )
     wait_for(lambda: run.counted() == run.expected(), 300, "page views after the kill")
     # The replacement pod joins and takes shards; the replayed batch replaced itself.
     wait_for(lambda: sorted(scenario.owners().values()) == [2, 2], 180, "2/2 balance again")

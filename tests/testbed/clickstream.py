@@ -52,7 +52,11 @@ class ClickstreamRun:
             lease_seconds=lease_seconds,
             processor=ENTRYPOINTS[self.mode],
             processor_env={
-                "PYTHONPATH": PYTHONPATH,
+                # The caller's PYTHONPATH after ours: a worktree's workers run its code, not
+                # the checkout the virtualenv was installed from (as testbed/scenario.py).
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [PYTHONPATH, os.environ.get("PYTHONPATH")])
+                ),
                 "CLICKSTREAM_OUTPUT": str(self.output),
                 "CLICKSTREAM_BRONZE": str(self.bronze),
                 "CLICKSTREAM_BATCH_SECONDS": "2",

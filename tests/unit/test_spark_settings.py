@@ -1,13 +1,17 @@
 """Spark settings and Delta's commit races, without a JVM: a thin worker (Spark Connect, no
 Java) builds every sink; deploy-time settings parse as spark-defaults.conf lines, and a bad
-one is named; a commit that lost a race runs again and nothing else does."""
+one is named; a job spark-submit launched keeps spark-submit's master; a commit that lost
+a race runs again and nothing else does."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pyspark.sql import SparkSession
 
 from streamconsumer.spark import (
     DeltaChangesSink,
@@ -17,9 +21,10 @@ from streamconsumer.spark import (
     SparkBatchProcessor,
 )
 from streamconsumer.spark import jars as delta_jars
+from streamconsumer.spark import session as sessions
 from streamconsumer.spark.delta_tables import (
     MAX_DELAY_SECONDS,
-    MAX_LOST_RACES,
+    WARN_EVERY,
     is_conflict,
     until_committed,
 )
@@ -84,6 +89,67 @@ def test_settings_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(CONF_ENV, "\n".join(f"spark.x{n} 1" for n in range(MAX_CONF_LINES + 1)))
     with pytest.raises(ValueError, match=f"at most {MAX_CONF_LINES}"):
         deployed_conf()
+
+
+@pytest.fixture
+def built(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """What spark_session() asks the builder for (no JVM: getOrCreate gives the options).
+    `submitted` is what spark-submit gave the process, when the test says it launched it."""
+    for name in ("SPARK_REMOTE", "SPARK_MASTER", CONF_ENV, "SPARK_SHUFFLE_PARTITIONS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    submitted: dict[str, str] = {}
+    monkeypatch.setattr(sessions, "submitted_conf", lambda: dict(submitted))
+
+    def options(builder: Any) -> dict[str, str]:
+        return dict(builder._options)
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", options)
+    return submitted
+
+
+def session_options(needs: dict[str, str] | None = None) -> dict[str, str]:
+    return sessions.spark_session(needs)  # type: ignore[return-value]  # (the `built` fixture)
+
+
+def test_a_job_spark_submit_launched_keeps_its_master_and_settings(
+    built: dict[str, str],
+) -> None:
+    """`spark-submit --master spark://… --conf spark.cores.max=6 job.py`: the job runs
+    where spark-submit sent it, with the cores it was given; our defaults fill the rest."""
+    built |= {
+        "spark.master": "spark://spark-master:7077",
+        "spark.cores.max": "6",
+        "spark.sql.shuffle.partitions": "12",
+    }
+    # As SparkContext makes it: spark-submit's JVM's settings, then the builder's.
+    effective = built | session_options({"spark.sql.extensions": "delta"})
+    assert effective["spark.master"] == "spark://spark-master:7077"
+    assert effective["spark.cores.max"] == "6"
+    assert effective["spark.sql.shuffle.partitions"] == "12"
+    assert effective["spark.driver.memory"] == "1g"  # a default spark-submit left alone
+    assert effective["spark.sql.extensions"] == "delta"
+
+
+def test_spark_submit_defaults_to_its_own_master_only_where_none_is_named(
+    built: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert session_options()["spark.master"] == "local[2]"  # not under spark-submit
+    built["spark.master"] = "local[*]"  # spark-submit without --master
+    assert session_options()["spark.master"] == "local[*]"
+    monkeypatch.setenv(CONF_ENV, "spark.master spark://from-settings:7077")
+    assert session_options()["spark.master"] == "spark://from-settings:7077"
+    monkeypatch.setenv("SPARK_MASTER", "spark://from-env:7077")
+    options = session_options()
+    assert options["spark.master"] == "spark://from-env:7077"
+    assert options["spark.cores.max"] == "2"  # a standalone cluster's share, by default
+
+
+def test_a_process_that_starts_its_own_jvm_was_given_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    assert sessions.submitted_conf() == {}
 
 
 # As Delta 4.4 words them, through Spark Connect and through py4j.
@@ -158,16 +224,45 @@ def test_a_lost_commit_race_runs_again(message: str) -> None:
     assert max(pauses) == MAX_DELAY_SECONDS
 
 
-def test_the_pause_is_capped_whatever_the_jitter_and_races_end_at_the_backstop() -> None:
+OLD_BACKSTOP = 100  # lost races after which the error used to be the processor's
+
+
+def test_lost_races_never_run_out_and_their_pause_is_capped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ten times the races after which the error used to reach the failure policy (where
+    `then: skip` would drop the batch): the write still commits. Only the call's
+    timeoutSeconds ends a write that keeps losing (the worker restarts; nothing skipped)."""
     pauses: list[float] = []
+    lost = 10 * OLD_BACKSTOP
 
-    def always_lost() -> None:
-        raise RuntimeError(CONFLICTS[0])
+    def lost_a_thousand_times() -> str:
+        if len(pauses) < lost:
+            raise RuntimeError(CONFLICTS[len(pauses) % len(CONFLICTS)])
+        return "committed"
 
-    with pytest.raises(RuntimeError, match="DELTA_CONCURRENT_APPEND"):
-        until_committed(always_lost, "t", sleep=pauses.append, jitter=lambda: 3.0)
-    assert len(pauses) == MAX_LOST_RACES - 1
+    with caplog.at_level(logging.INFO, logger="streamconsumer.spark.delta_tables"):
+        result = until_committed(
+            lost_a_thousand_times, "t", sleep=pauses.append, jitter=lambda: 3.0
+        )
+    assert result == ("committed", lost)
+    assert len(pauses) == lost
     assert max(pauses) == MAX_DELAY_SECONDS
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == lost // WARN_EVERY
+    assert "(1000 so far)" in warnings[-1].getMessage()
+
+
+def test_an_error_after_many_lost_races_is_raised_at_once() -> None:
+    calls: list[int] = []
+
+    def write() -> None:
+        calls.append(1)
+        raise RuntimeError(CONFLICTS[0] if len(calls) <= 2 * OLD_BACKSTOP else NOT_RACES[-1])
+
+    with pytest.raises(RuntimeError, match="No space left on device"):
+        until_committed(write, "t", sleep=lambda _: None)
+    assert len(calls) == 2 * OLD_BACKSTOP + 1
 
 
 @pytest.mark.parametrize("message", NOT_RACES)

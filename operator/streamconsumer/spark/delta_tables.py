@@ -68,8 +68,8 @@ RACE_EXCEPTIONS = {
 }
 FIRST_DELAY_SECONDS = 0.2
 MAX_DELAY_SECONDS = 5.0
-MAX_LOST_RACES = 100
-"""A backstop, some 8 minutes of lost races: past it the error is the processor's."""
+WARN_EVERY = 20
+"""Lost races in a row between warnings (about every 100 s at the capped pause)."""
 
 
 def is_conflict(error: BaseException) -> bool:
@@ -102,20 +102,32 @@ def until_committed(
     jitter: Callable[[], float] = random.random,
 ) -> tuple[T, int]:
     """Runs `write` until Delta accepts its commit; returns its result and how many of
-    its commits lost a race. Any other error is raised at once, and a race lost
-    MAX_LOST_RACES times too. A write that lost a race has committed nothing, and running
-    it again is what Delta asks for (each sink's write is one atomic commit that a repeat
-    makes harmless)."""
+    its commits lost a race. Any other error is raised at once. A write that lost a race
+    has committed nothing, and running it again is what Delta asks for (each sink's write
+    is one atomic commit that a repeat makes harmless).
+
+    Lost races are retried for as long as the call runs, with no count that ends them:
+    an error raised out of here is the processor's failure, and the failure policy's
+    `then: skip` would drop the batch (the mirror silently diverging) or `block` the
+    shard. What stops a write that can never win is the processor call's own
+    `timeoutSeconds`: a hung call, so the worker restarts and the shard's next owner
+    replays the batch from its checkpoint; nothing is skipped. (A job outside a worker,
+    such as the apply job, keeps trying.) The pause doubles from FIRST_DELAY_SECONDS to
+    MAX_DELAY_SECONDS, jittered, and every WARN_EVERY lost races in a row a warning says
+    so."""
     delay, lost = FIRST_DELAY_SECONDS, 0
     while True:
         try:
             return write(), lost
         except Exception as error:
-            if not is_conflict(error) or lost + 1 >= MAX_LOST_RACES:
+            if not is_conflict(error):
                 raise
             lost += 1
             # Jittered: writers that collided must not collide again in step.
             pause = min(delay * (0.5 + jitter() / 2), MAX_DELAY_SECONDS)
-            log.info("delta: %s lost a commit race (%d so far); again in %.1fs", what, lost, pause)
+            level = logging.WARNING if lost % WARN_EVERY == 0 else logging.INFO
+            log.log(
+                level, "delta: %s lost a commit race (%d so far); again in %.1fs", what, lost, pause
+            )
             sleep(pause)
             delay = min(delay * 2, MAX_DELAY_SECONDS)

@@ -2,9 +2,10 @@
 a Spark cluster (`SPARK_MASTER=spark://…`), or Spark Connect when SPARK_REMOTE is set
 (then the worker needs no JVM).
 
-Settings, later ones winning: the small-pod defaults, what the sink needs (Delta), the
-processor's `spark_conf`, then `STREAMCONSUMER_SPARK_CONF` (spark-defaults.conf lines, set
-at deploy time). A Spark Connect server is configured on its side: of these, only the
+Settings, later ones winning: the small-pod defaults, what the sink needs (Delta), what
+spark-submit was given (a job it launched), the processor's `spark_conf`, then
+`STREAMCONSUMER_SPARK_CONF` (spark-defaults.conf lines, set at deploy time). A Spark
+Connect server is configured on its side: of these, only the
 settings Spark lets a session change (spark.sql.*) are sent to it."""
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ when this process starts a JVM of its own, never for a Spark Connect client."""
 JARS_DIR_ENV = SPARK_JARS_ENV  # the tenant may set it (models/pod_policy.py)
 CONF_ENV = SPARK_CONF_ENV  # the tenant may set it too
 MAX_CONF_LINES = 256
+
+DEFAULT_MASTER = "local[2]"
+"""The master when neither SPARK_MASTER, the settings, nor spark-submit names one."""
 
 CLUSTER_CORES = "2"
 """`spark.cores.max` of a worker that drives a standalone cluster, unless set: Spark's
@@ -119,22 +123,33 @@ LOCAL_CONNECT_SERVER = {"spark.connect.grpc.binding.address": "127.0.0.1"}
 def spark_session(
     needs: SparkConf | None = None, conf: Mapping[str, str] | None = None
 ) -> SparkSession:
-    """Spark Connect when SPARK_REMOTE is `sc://…`; otherwise a JVM in this process, on
-    SPARK_MASTER (default local[2]), or a local Connect server when SPARK_REMOTE is
-    `local[N]`. `needs` is what the sink needs (e.g. delta_conf), `conf` the processor's
-    settings; STREAMCONSUMER_SPARK_CONF overrides both."""
+    """Spark Connect when SPARK_REMOTE is `sc://…`; otherwise a JVM in this process, or a
+    local Connect server when SPARK_REMOTE is `local[N]`. `needs` is what the sink needs
+    (e.g. delta_conf), `conf` the processor's settings; STREAMCONSUMER_SPARK_CONF
+    overrides both.
+
+    The master: SPARK_MASTER; else `spark.master` in those settings; else, in a process
+    spark-submit launched, spark-submit's (`--master`, or its own default); else
+    local[2]. Under spark-submit, its settings stand over the small-pod defaults and
+    `needs` (give it Delta's jars: its JVM is running before this is called)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("streamconsumer")
     remote = os.environ.get("SPARK_REMOTE")
     if remote and remote.startswith("sc://"):
         return _connected(builder.remote(remote).getOrCreate(), {**(conf or {}), **deployed_conf()})
-    master = os.environ.get("SPARK_MASTER", "local[2]")
-    settings = small_pod_conf()
+    submitted = {} if remote else submitted_conf()
+    chosen = {**(conf or {}), **deployed_conf()}
+    master = os.environ.get("SPARK_MASTER") or chosen.get("spark.master")
+    master = master or submitted.get("spark.master") or DEFAULT_MASTER
+    ours = small_pod_conf()
     if master.startswith("spark://"):
-        settings["spark.cores.max"] = CLUSTER_CORES
-    settings |= dict(needs() if callable(needs) else needs or {})
-    settings |= {**(conf or {}), **deployed_conf()}
+        ours["spark.cores.max"] = CLUSTER_CORES
+    ours |= dict(needs() if callable(needs) else needs or {})
+    # Under spark-submit, what it was given (--conf, --jars, --driver-memory) stands over
+    # our defaults and the sink's needs: its JVM was started with them.
+    settings = {key: value for key, value in ours.items() if key not in submitted}
+    settings |= chosen
     if remote:  # "local[N]": pyspark starts a Spark Connect server in this process's JVM
         settings |= LOCAL_CONNECT_SERVER
     for key, value in settings.items():
@@ -146,6 +161,19 @@ def spark_session(
             warnings.filterwarnings("ignore", message=r".*\[CANNOT_MODIFY_(STATIC_)?CONFIG\]")
             return builder.remote(remote).getOrCreate()
     return builder.master(master).getOrCreate()
+
+
+def submitted_conf() -> dict[str, str]:
+    """The settings spark-submit launched this process with (`spark-submit --master …
+    job.py`): its JVM is already running (PYSPARK_GATEWAY_PORT), and what spark-submit was
+    given (`--master`, `--conf`, spark-defaults.conf) is in that JVM's configuration.
+    Empty when this process starts a JVM of its own."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # joins spark-submit's JVM; starts none
+    return dict(SparkConf().getAll())
 
 
 def _connected(session: SparkSession, settings: Mapping[str, str]) -> SparkSession:
