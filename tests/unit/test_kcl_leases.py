@@ -174,3 +174,15 @@ def test_a_lease_whose_counter_moved_is_held_by_a_running_kcl_worker() -> None:
     assert held(after, after) == []
     grown = of_stream([item(OTHER, "430", counter=8), item(RIGHT, "TRIM_HORIZON")], "clicks")
     assert RIGHT in [lease.shard_id for lease in held(after, grown)], "a lease KCL created"
+
+
+def test_an_ending_sequence_below_the_start_bounds_nothing() -> None:
+    """kinesis-mock reports a closed shard's end as 2^63-1, below its records' 56-digit
+    sequence numbers: that end says nothing, so a checkpoint in the shard is taken."""
+    start = "49650000000000000000000000000000000000000000000000000000"
+    shards = [Shard(OTHER, closed=True, sequence_range=(start, str(2**63 - 1)))]
+    checkpoint = str(int(start) + 12)
+    status = durable_status(
+        of_stream([item(OTHER, checkpoint)], "clicks"), shards, NOW, whole_records
+    )
+    assert status["leases"][OTHER]["checkpoint"] == checkpoint

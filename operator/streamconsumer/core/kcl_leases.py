@@ -174,6 +174,8 @@ def _position(
         raise KclTableRefused(f"shard {lease.shard_id}: checkpoint {said[:40]!r} is no position")
     if shard is not None and shard.sequence_range is not None:
         first, last = shard.sequence_range
+        if last is not None and int(last) < int(first):
+            last = None  # an end below the start says nothing (kinesis-mock's 2^63-1)
         if int(said) < int(first) or (last is not None and int(said) > int(last)):
             raise KclTableRefused(
                 f"shard {lease.shard_id}: checkpoint {said} is outside the shard's sequence "
