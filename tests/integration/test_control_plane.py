@@ -114,5 +114,6 @@ def test_kubectl_lists_streamconsumers(control_plane: ControlPlane, namespace: s
     listed = control_plane.kubectl("get", "streamconsumers", "-n", namespace)
     assert listed.returncode == 0, listed.stderr
     header, row = listed.stdout.splitlines()[:2]
-    assert header.split() == ["NAME", "SHARDS", "WORKERS", "LAG(MS)", "READY", "REASON", "AGE"]
+    columns = ["NAME", "SHARDS", "WORKERS", "LAG(MS)", "READY", "REASON", "COMPLETE", "AGE"]
+    assert header.split() == columns
     assert row.split()[0] == "via-kubectl"
