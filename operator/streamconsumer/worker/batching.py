@@ -26,10 +26,10 @@ class BatchingWindow:
     # retry waited or the fence was shut counts its window from its read, not from then.
     _reads: deque[tuple[tuple[int, int], float]] = field(default_factory=deque)
 
-    def arrived(self, records: list[Record], now: float) -> None:
-        """A read of `records` was queued at `now`."""
-        if self.seconds > 0 and records:
-            self._reads.append((records[-1].position, now))
+    def arrived(self, last: Record | None, now: float) -> None:
+        """A read whose last record is `last` (None: it held none) was queued at `now`."""
+        if self.seconds > 0 and last is not None:
+            self._reads.append((last.position, now))
 
     def due(self, reads: deque[ReadResult], now: float, more_coming: bool) -> float | None:
         """Merges the reads queued behind the head into it while they fit; returns when

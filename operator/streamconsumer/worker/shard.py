@@ -374,7 +374,8 @@ class ShardMachine:
         self._end_read = self._end_read or any(piece.shard_end for piece in pieces)
         self._batches.extend(pieces)
         if now is not None:
-            self._window.arrived([r for piece in pieces for r in piece.records], now)
+            last = next((p.records[-1] for p in reversed(pieces) if p.records), None)
+            self._window.arrived(last, now)
         return sifted.dropped
 
     def held(self, now: float) -> HeldShard:

@@ -336,9 +336,7 @@ class ConsumerLoop:
         actions = self.coordinator.step(now)
         if self.coordinator.completed and not self._told_complete:
             self._told_complete = True
-            end = self.coordinator.end
-            message = f"every shard read to {end.isoformat() if end else 'its end'}"
-            self.events.append(Event("Normal", "Complete", f"{message}: workers scaled to zero"))
+            self.events.append(Event("Normal", "Complete", self.coordinator.bound.said()))
         self.events.extend(map(describe_stuck, self.coordinator.watch.take_notes()))
         self.events.extend(describe(action) for action in actions)
         self.events.extend(map(describe_passed_over, self.coordinator.passed_over.take()))

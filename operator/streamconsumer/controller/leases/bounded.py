@@ -3,7 +3,7 @@ when it takes a SHARD_END of a shard its listing shows open, and when it is Comp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,12 +26,15 @@ class Bound:
         listings.ended_here()
         return True
 
-    def reached(
-        self, listed: Collection[str], finished: Collection[str], listings: Listings
-    ) -> bool:
+    def reached(self, listed: Set[str], finished: Set[str], listings: Listings) -> bool:
         """Whether every listed shard is finished, on a listing newer than every end
         taken: it is then Complete (True the once it becomes so)."""
         if self.end is None or self.completed or not listings.listed_since_ends:
             return False
-        self.completed = set(listed) <= set(finished)
+        self.completed = listed <= finished
         return self.completed
+
+    def said(self) -> str:
+        """What the Complete condition, Ready and the Event say."""
+        at = self.end.isoformat() if self.end is not None else "its end"
+        return f"every shard read to {at}: workers scaled to zero"

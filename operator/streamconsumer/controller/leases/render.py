@@ -213,12 +213,6 @@ def reconciling(seen: Facts) -> Reason | None:
     return None
 
 
-def _end_reached(seen: Facts) -> str:
-    end = seen.coordinator.end
-    at = end.isoformat() if end is not None else "its end"
-    return f"every shard read to {at}: workers scaled to zero"
-
-
 def said_complete(status: Mapping[str, Any]) -> bool:
     """Whether the stored status says a bounded consumer is Complete: a term taking over
     neither starts its workers again nor tells it again."""
@@ -232,14 +226,14 @@ def said_complete(status: Mapping[str, Any]) -> bool:
 def complete(seen: Facts) -> Condition:
     """A bounded consumer's (spec.end): True once every shard is read to the end."""
     if seen.coordinator.completed:
-        return _condition(seen, "Complete", True, "EndReached", _end_reached(seen))
+        return _condition(seen, "Complete", True, "EndReached", seen.coordinator.bound.said())
     return _condition(seen, "Complete", False, "Reading", "shards are being read to the end")
 
 
 def ready(seen: Facts, stuck: Reason | None) -> Condition:
     """`stuck`: what `stalled` says (computed once for both conditions)."""
     if seen.coordinator.completed:  # a steady state: kstatus reads it as Current
-        return _condition(seen, "Ready", True, "Complete", _end_reached(seen))
+        return _condition(seen, "Ready", True, "Complete", seen.coordinator.bound.said())
     if seen.coordinator.spec.paused and seen.replaced is None:  # stopped for good says so first
         if seen.still_held:
             return _condition(
